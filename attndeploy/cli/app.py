@@ -1,0 +1,42 @@
+"""The Typer application and the one place where errors become messages and exit codes."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+from attndeploy.cli.output import print_error
+from attndeploy.errors import AttnDeployError
+
+app = typer.Typer(
+    name="attndeploy",
+    help="Train, export, validate, package and serve research attention variants.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# command name -> module under attndeploy.cli exposing `command`
+COMMANDS = {
+    "train": "train",
+    "info": "info",
+}
+
+for name, module in COMMANDS.items():
+    app.command(name)(importlib.import_module(f"attndeploy.cli.{module}").command)
+
+
+def main() -> None:
+    """Entry point: an AttnDeployError becomes one message and exit code 1, never a traceback.
+
+    Typer's standalone mode handles usage errors (exit 2), --help and typer.Exit itself.
+    """
+    try:
+        app()
+    except AttnDeployError as exc:
+        print_error(exc.stage, str(exc))
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        print_error("attndeploy", "interrupted")
+        raise SystemExit(130) from None

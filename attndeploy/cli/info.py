@@ -1,0 +1,43 @@
+"""`attndeploy info`: print a checkpoint's configuration and metrics."""
+
+from __future__ import annotations
+
+from attndeploy.cli.options import CheckpointArg, JsonFlag
+from attndeploy.cli.output import console, print_json
+
+
+def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
+    """Show a checkpoint's model configuration, labels, training summary and metrics."""
+    from attndeploy.checkpoint import read_checkpoint
+    from attndeploy.models import count_parameters
+
+    ckpt = read_checkpoint(checkpoint)
+    meta = ckpt.metadata
+    info = {
+        "path": str(ckpt.path),
+        "model": meta["model"],
+        "labels": list(ckpt.label_names),
+        "vocabulary_size": len(ckpt.tokenizer) if ckpt.tokenizer is not None else None,
+        "parameters": count_parameters(ckpt.model),
+        "data": meta.get("data", {}),
+        "training": meta.get("training", {}),
+        "metrics": meta.get("metrics", {}),
+        "weights_sha256": ckpt.weights_sha256,
+    }
+    if json_output:
+        print_json(info)
+        return
+    model = meta["model"]
+    console.print(f"[bold]{ckpt.path}[/]: {model['family']} / {model['variant']} "
+                  f"({model['head']}), {info['parameters']:,} parameters")
+    for key in ("d_model", "n_heads", "n_layers", "d_ff", "max_seq"):
+        console.print(f"  {key}: {model[key]}")
+    sub = {"qvi": "qvi", "ganet": "ganet", "evolving": "evolving"}.get(model["variant"])
+    if sub:
+        console.print(f"  {sub}: {model[sub]}")
+    console.print(f"  labels: {', '.join(ckpt.label_names)}")
+    console.print(f"  data: {info['data']}")
+    for key, value in info["metrics"].items():
+        console.print(f"  metric {key}: {value:.4f}" if isinstance(value, float)
+                      else f"  metric {key}: {value}")
+    console.print(f"  weights sha256: {ckpt.weights_sha256}")

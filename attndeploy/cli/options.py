@@ -1,0 +1,45 @@
+"""Option aliases and choices shared by the commands."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+class Variant(str, Enum):
+    standard = "standard"
+    qvi = "qvi"
+    ganet = "ganet"
+    evolving = "evolving"
+
+
+class Family(str, Enum):
+    transformer = "transformer"
+    bilstm = "bilstm"
+
+
+class QVIForm(str, Enum):
+    pooled = "pooled"
+    pairwise = "pairwise"
+
+
+class AuxNetwork(str, Enum):
+    mlp = "mlp"
+    conv = "conv"
+    bilstm = "bilstm"
+
+
+class GateMode(str, Enum):
+    threshold = "threshold"
+    sample = "sample"
+
+
+CheckpointArg = Annotated[
+    Path, typer.Argument(help="Checkpoint directory (config.json + model.safetensors).")
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ForceFlag = Annotated[bool, typer.Option("--force", help="Replace an existing output.")]
+SeedOption = Annotated[int, typer.Option("--seed", help="Random seed (data, init, noise).")]

@@ -1,0 +1,20 @@
+"""Printing helpers: rich for people, JSON for machines, and the one error handler."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+console = Console()
+error_console = Console(stderr=True)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def print_error(stage: str, message: str) -> None:
+    error_console.print(f"[bold red]error[/] ({stage}): {message}", highlight=False)

@@ -1,0 +1,153 @@
+"""An in-memory, right-padded dataset of token ids with classification or tagging labels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attndeploy.errors import DataError
+
+HEADS = ("classification", "tagging")
+IGNORE_INDEX = -100  # tagging label at padded positions (torch cross_entropy's default)
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: field-wise == on tensors has no single truth value
+class TextDataset:
+    """Token ids, attention mask and labels, validated on construction.
+
+    input_ids       int64 [N, T], 0 = <pad>, right padding
+    attention_mask  int64 [N, T], 1 = real token, each row 1…1 0…0 with at least one 1
+    labels          int64 [N] (classification) or [N, T] (tagging, -100 exactly at pads)
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    labels: Tensor
+    label_names: tuple[str, ...]
+    head: str
+
+    def __post_init__(self) -> None:
+        if self.head not in HEADS:
+            raise DataError(f"unknown head {self.head!r}; valid: {', '.join(HEADS)}")
+        if len(self.label_names) < 2 or len(set(self.label_names)) != len(self.label_names):
+            raise DataError(
+                f"label_names must hold at least 2 distinct names; got {self.label_names!r}"
+            )
+        for name in ("input_ids", "attention_mask", "labels"):
+            if getattr(self, name).dtype != torch.long:
+                raise DataError(f"{name} must be int64; got {getattr(self, name).dtype}")
+        ids, mask = self.input_ids, self.attention_mask
+        if ids.dim() != 2 or mask.shape != ids.shape:
+            raise DataError(
+                f"input_ids and attention_mask must both be [N, T]; got "
+                f"{tuple(ids.shape)} and {tuple(mask.shape)}"
+            )
+        n = ids.shape[0]
+        if n and ids.shape[1] == 0:
+            raise DataError("sequences have length 0; every example needs at least one token")
+        if ((mask != 0) & (mask != 1)).any():
+            raise DataError("attention_mask must hold only 0 and 1")
+        if (mask[:, 1:] > mask[:, :-1]).any():
+            row = int((mask[:, 1:] > mask[:, :-1]).any(dim=1).nonzero()[0])
+            raise DataError(f"example {row} is not right-padded (its mask must read 1…1 0…0)")
+        if n and (mask[:, 0] == 0).any():
+            row = int((mask[:, 0] == 0).nonzero()[0])
+            raise DataError(f"example {row} has no real token (variants.md §1.2)")
+        if ((ids != 0) & (mask == 0)).any():
+            raise DataError("input_ids must be 0 (<pad>) wherever attention_mask is 0")
+        self._check_labels()
+
+    def _check_labels(self) -> None:
+        labels, n_labels = self.labels, len(self.label_names)
+        if self.head == "classification":
+            if labels.shape != (self.input_ids.shape[0],):
+                raise DataError(
+                    f"classification labels must be [N] = [{self.input_ids.shape[0]}]; "
+                    f"got {tuple(labels.shape)}"
+                )
+            valid = labels
+        else:
+            if labels.shape != self.input_ids.shape:
+                raise DataError(
+                    f"tagging labels must be [N, T] = {tuple(self.input_ids.shape)}; "
+                    f"got {tuple(labels.shape)}"
+                )
+            real = self.attention_mask.bool()
+            if (labels[~real] != IGNORE_INDEX).any():
+                raise DataError(f"tagging labels must be {IGNORE_INDEX} at padded positions")
+            valid = labels[real]
+        if ((valid < 0) | (valid >= n_labels)).any():
+            raise DataError(f"labels must lie in [0, {n_labels}) for {n_labels} label names")
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_names)
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def subset(self, index: Tensor) -> TextDataset:
+        """The examples at `index` (int positions or a bool mask of length N), in that order."""
+        index = torch.as_tensor(index)
+        if index.dtype == torch.bool:
+            if index.shape != (len(self),):
+                raise DataError(f"a bool index must have shape [{len(self)}]")
+        elif index.dtype.is_floating_point or index.is_complex() or index.dim() != 1:
+            raise DataError("index must be a 1-D integer or bool tensor")
+        else:
+            index = index.long()
+        if index.dtype == torch.long and index.numel() and (
+            index.min() < -len(self) or index.max() >= len(self)
+        ):
+            raise DataError(f"index out of range for a dataset of {len(self)} examples")
+        return TextDataset(
+            self.input_ids[index],
+            self.attention_mask[index],
+            self.labels[index],
+            self.label_names,
+            self.head,
+        )
+
+    def batches(
+        self, batch_size: int, *, shuffle: bool, generator: torch.Generator | None = None
+    ) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
+        """(input_ids, attention_mask, labels) batches; the last one may be smaller.
+
+        Each batch is trimmed to its longest real sequence, so its last column holds at least one
+        real token. With `shuffle`, the order comes from `generator` (the global RNG when None).
+        """
+        if batch_size < 1:
+            raise DataError(f"batch_size must be at least 1; got {batch_size}")
+        n = len(self)
+        order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+        for start in range(0, n, batch_size):
+            rows = order[start : start + batch_size]
+            mask = self.attention_mask[rows]  # [B, T]
+            width = int(mask.sum(dim=1).max())
+            labels = self.labels[rows]
+            if self.head == "tagging":
+                labels = labels[:, :width]  # [B, t]
+            yield self.input_ids[rows, :width], mask[:, :width], labels
+
+    def split(self, fraction: float, *, seed: int) -> tuple[TextDataset, TextDataset]:
+        """(train, held_out): a random `fraction` of the examples is held out.
+
+        Deterministic given `seed`; the two parts are disjoint, cover the dataset and are both
+        non-empty.
+        """
+        if not 0.0 < fraction < 1.0:
+            raise DataError(f"the held-out fraction must lie strictly in (0, 1); got {fraction}")
+        n = len(self)
+        n_held = round(n * fraction)
+        if n_held < 1 or n_held > n - 1:
+            raise DataError(
+                f"holding out {fraction} of {n} examples leaves an empty part; "
+                "use more examples or another fraction"
+            )
+        generator = torch.Generator().manual_seed(seed)
+        order = torch.randperm(n, generator=generator)
+        held, train = order[:n_held].sort().values, order[n_held:].sort().values
+        return self.subset(train), self.subset(held)

@@ -1,0 +1,134 @@
+"""Classification data from JSON Lines files: one `{"text": ..., "label": ...}` object per line.
+
+Blank lines are skipped. Labels may be strings or integers (integers become strings, so `1` and
+`"1"` are the same label). Every problem is a DataError that names the file and, where there is
+one, the line. Texts longer than `max_seq` tokens are refused unless `truncate=True` is asked for:
+cutting a text silently could cut away the evidence its label rests on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from attndeploy.data.dataset import TextDataset
+from attndeploy.data.tokenizer import WordTokenizer, pad_batch
+from attndeploy.errors import DataError
+
+
+def _read_records(path: Path) -> list[tuple[int, str, str]]:
+    """(line number, text, label) per non-blank line; every malformed line fails."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such data file")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise DataError(f"{path}: cannot be read ({err.strerror})") from None
+    records = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where}: invalid JSON ({err.msg}, column {err.colno})") from None
+        if not isinstance(obj, dict):
+            raise DataError(
+                f'{where}: expected an object {{"text": ..., "label": ...}}; '
+                f"got {type(obj).__name__}"
+            )
+        for key in ("text", "label"):
+            if key not in obj:
+                raise DataError(f"{where}: missing {key!r}")
+        text, label = obj["text"], obj["label"]
+        if not isinstance(text, str):
+            raise DataError(f"{where}: 'text' must be a string; got {type(text).__name__}")
+        if not WordTokenizer.tokenize(text):
+            raise DataError(f"{where}: empty text; every example needs at least one token")
+        if isinstance(label, bool) or not isinstance(label, str | int):
+            raise DataError(
+                f"{where}: 'label' must be a string or an integer; got {json.dumps(label)}"
+            )
+        label = str(label)
+        if not label:
+            raise DataError(f"{where}: empty label")
+        records.append((lineno, text, label))
+    if not records:
+        raise DataError(f"{path}: no examples (the file is empty or blank)")
+    return records
+
+
+def _require_two_labels(path: Path, labels: list[str]) -> None:
+    distinct = sorted(set(labels))
+    if len(distinct) < 2:
+        raise DataError(
+            f"{path}: needs at least 2 distinct labels to train a classifier; "
+            f"found only {distinct!r} in {len(labels)} examples"
+        )
+
+
+def read_jsonl(path: Path) -> tuple[list[str], list[str]]:
+    """(texts, labels) of a JSONL file, in file order; the file must hold >= 2 distinct labels."""
+    records = _read_records(path)
+    labels = [label for _, _, label in records]
+    _require_two_labels(Path(path), labels)
+    return [text for _, text, _ in records], labels
+
+
+def load_jsonl(
+    path: Path,
+    *,
+    tokenizer: WordTokenizer | None = None,
+    label_names: tuple[str, ...] | None = None,
+    max_seq: int = 128,
+    truncate: bool = False,
+) -> tuple[TextDataset, WordTokenizer]:
+    """A classification TextDataset from a JSONL file, and the tokenizer that encoded it.
+
+    Without `tokenizer`, one is built from the file's texts (`WordTokenizer.build` defaults).
+    Without `label_names`, they are the file's distinct labels, sorted (at least 2); with them
+    (e.g. from a checkpoint, to encode a test file), a label outside them fails naming its line,
+    and a file may then hold a single label. A text longer than `max_seq` tokens fails naming
+    its line, or keeps its first `max_seq` tokens when `truncate` is True.
+    """
+    path = Path(path)
+    if max_seq < 1:
+        raise DataError(f"max_seq must be at least 1; got {max_seq}")
+    records = _read_records(path)
+    if label_names is None:
+        labels = [label for _, _, label in records]
+        _require_two_labels(path, labels)
+        label_names = tuple(sorted(set(labels)))
+    else:
+        label_names = tuple(str(name) for name in label_names)
+        if len(label_names) < 2 or len(set(label_names)) != len(label_names):
+            raise DataError(f"label_names must hold at least 2 distinct names; got {label_names!r}")
+    if tokenizer is None:
+        tokenizer = WordTokenizer.build(text for _, text, _ in records)
+    label_ids = {name: index for index, name in enumerate(label_names)}
+    sequences, targets = [], []
+    for lineno, text, label in records:
+        if label not in label_ids:
+            raise DataError(
+                f"{path}:{lineno}: label {label!r} is not one of {', '.join(label_names)}"
+            )
+        ids = tokenizer.encode(text)
+        if len(ids) > max_seq:
+            if not truncate:
+                raise DataError(
+                    f"{path}:{lineno}: text has {len(ids)} tokens, more than max_seq={max_seq}; "
+                    "shorten it, raise max_seq, or truncate"
+                )
+            ids = ids[:max_seq]
+        sequences.append(ids)
+        targets.append(label_ids[label])
+    input_ids, attention_mask = pad_batch(sequences)  # [N, T] each
+    labels_tensor = torch.tensor(targets, dtype=torch.long)  # [N]
+    dataset = TextDataset(input_ids, attention_mask, labels_tensor, label_names, "classification")
+    return dataset, tokenizer

@@ -1,0 +1,61 @@
+"""One error tree for the whole pipeline.
+
+Library code raises these; the CLI turns them into a message and exit code 1 in exactly one place
+(`attndeploy.cli.app.main`). Each stage has its own subclass so callers can catch one stage.
+"""
+
+from __future__ import annotations
+
+
+class AttnDeployError(Exception):
+    """Base of every error attndeploy raises on purpose (bad input, failed checks)."""
+
+    stage = "attndeploy"
+
+
+class ConfigError(AttnDeployError):
+    """A configuration or hyperparameter that cannot work (says what to change)."""
+
+    stage = "config"
+
+
+class DataError(AttnDeployError):
+    """A data file, task name or example the pipeline cannot use."""
+
+    stage = "data"
+
+
+class CheckpointError(AttnDeployError):
+    """A checkpoint directory that is missing, corrupt or does not match its config."""
+
+    stage = "checkpoint"
+
+
+class ExportError(AttnDeployError):
+    """Export to ONNX failed or produced a graph that breaks the op contract."""
+
+    stage = "export"
+
+
+class ValidationError(AttnDeployError):
+    """Parity validation could not run, or ran and failed."""
+
+    stage = "validation"
+
+
+class RepositoryError(AttnDeployError):
+    """A Triton model repository that cannot be built or does not pass its checks."""
+
+    stage = "repository"
+
+
+class ServerError(AttnDeployError):
+    """The inference server could not be found, started, reached or stopped."""
+
+    stage = "server"
+
+
+class LoadTestError(AttnDeployError):
+    """A load test that could not run or finish."""
+
+    stage = "loadtest"

@@ -1,0 +1,106 @@
+"""Helpers shared by the op bodies: masked softmax, hard gates, pad zeroing, scaled scores.
+
+Letters: b batch, h heads, i query position, j key position, d head features.
+These onnxscript functions live in the private domain `attndeploy.internal`. They are not ops of
+the contract: `attndeploy.export._registry` inlines them into every op's FunctionProto, so a
+shipped body uses standard ONNX ops only. Bodies are written against opset 18 (the oldest opset
+they support: `ReduceMax` takes its axes as an input from 18 on); the registry re-stamps the
+default-domain version to the model's opset.
+
+Every body is polymorphic in `T` (float, float16, bfloat16): float constants enter through
+`CastLike`; softmax and the gate decisions run in fp32 (`functional.masked_softmax` does the
+same), so the mask constant is the most negative finite fp32 value and fp16 cannot overflow.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import onnxscript
+from onnxscript import BFLOAT16, BOOL, FLOAT, FLOAT16, INT64
+from onnxscript import opset18 as op
+
+# The element types every op accepts for its float tensors (ops.md: `T`).
+TFloat = TypeVar("TFloat", bound=FLOAT | FLOAT16 | BFLOAT16)
+
+# The domain and version of the contract (ops.md), and the private domain of the helpers.
+DOMAIN = "attndeploy"
+DOMAIN_VERSION = 1
+ATTNDEPLOY = onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION)
+INTERNAL = onnxscript.values.Opset("attndeploy.internal", 1)
+
+# torch.finfo(torch.float32).min: the additive mask value of the fp32 softmax.
+FP32_MOST_NEGATIVE = -3.4028234663852886e38
+
+
+@onnxscript.script(INTERNAL, default_opset=op)
+def MaskedSoftmax(scores: TFloat, allowed: BOOL) -> TFloat:
+    """MaskedSoftmax(scores: T, allowed: bool) -> T
+
+    softmax_{last axis}(float32(scores) + M) cast back to T, M = 0 where `allowed` (broadcast
+    against `scores`), the most negative finite fp32 value elsewhere (never -inf): a row with no
+    allowed entry is uniform, not NaN. Equals `functional.masked_softmax`.
+    """
+    scores32 = op.Cast(scores, to=FLOAT.dtype)
+    zero = op.Constant(value_float=0.0)
+    most_negative = op.Constant(value_float=FP32_MOST_NEGATIVE)
+    additive_mask = op.Where(allowed, zero, most_negative)  # shape of `allowed`
+    probs32 = op.Softmax(op.Add(scores32, additive_mask), axis=-1)
+    probs = op.CastLike(probs32, scores)
+    return probs
+
+
+@onnxscript.script(INTERNAL, default_opset=op)
+def ScaledScores(query: TFloat, key: TFloat, scale: float) -> TFloat:
+    """ScaledScores(query: T [B,H,Tq,d], key: T [B,H,Tk,d]; scale) -> T [B,H,Tq,Tk]
+
+    S = scale · Q Kᵀ (the scale is an attribute, so onnxruntime folds it into FusedMatMul).
+    """
+    key_t = op.Transpose(key, perm=[0, 1, 3, 2])  # [B, H, d, Tk]
+    scores = op.Mul(op.CastLike(scale, query), op.MatMul(query, key_t))  # [B, H, Tq, Tk]
+    return scores
+
+
+@onnxscript.script(INTERNAL, default_opset=op)
+def ZeroPads(x: TFloat, key_padding_mask: BOOL) -> TFloat:
+    """ZeroPads(x: T [B,H,T,T], key_padding_mask: bool [B,T]) -> T [B,H,T,T]
+
+    Z(X): rows of padded queries and columns of padded keys set to 0, with Where (never by
+    multiplying, so nothing non-finite can leak).
+    """
+    rows = op.Unsqueeze(key_padding_mask, [1, 3])  # [B, 1, T, 1]
+    cols = op.Unsqueeze(key_padding_mask, [1, 2])  # [B, 1, 1, T]
+    zeroed = op.Where(op.And(rows, cols), x, op.CastLike(0.0, x))  # [B, H, T, T]
+    return zeroed
+
+
+@onnxscript.script(INTERNAL, default_opset=op)
+def HardGates(gate_logits: TFloat, key_padding_mask: BOOL) -> BOOL:
+    """HardGates(gate_logits: T [B,T], key_padding_mask: bool [B,T]) -> bool [B,T]
+
+    open    = (logit > 0) AND real                      decided on the LOGIT, never on sigmoid
+    rescue  = in a row with no open key, open the real key with the largest logit (ArgMax with
+              select_last_index=0: ties -> smallest index); a row with no real key opens 0
+    Decided in fp32 (exact for fp16/bf16 logits). Equals `functional.hard_gates`.
+    """
+    logits32 = op.Cast(gate_logits, to=FLOAT.dtype)  # [B, T]
+    is_open = op.And(op.Greater(logits32, op.Constant(value_float=0.0)), key_padding_mask)
+    candidates = op.Where(
+        key_padding_mask, logits32, op.Constant(value_float=FP32_MOST_NEGATIVE)
+    )  # [B, T]
+    rescue_at = op.ArgMax(candidates, axis=1, keepdims=1, select_last_index=0)  # [B, 1]
+    zero = op.Constant(value_int=0)
+    any_real = op.Greater(
+        op.ReduceMax(op.Cast(key_padding_mask, to=INT64.dtype), [1], keepdims=1), zero
+    )  # [B, 1]
+    rescue_at = op.Where(any_real, rescue_at, zero)  # [B, 1]
+    any_open = op.Greater(op.ReduceMax(op.Cast(is_open, to=INT64.dtype), [1], keepdims=1), zero)
+    num_keys = op.Squeeze(op.Shape(gate_logits, start=1, end=2), [0])  # scalar T
+    positions = op.Range(zero, num_keys, op.Constant(value_int=1))  # [T]
+    rescued = op.And(op.Equal(op.Unsqueeze(positions, [0]), rescue_at), op.Not(any_open))
+    gates = op.Or(is_open, rescued)  # [B, T]
+    return gates
+
+
+# The helper functions the registry inlines into the op bodies.
+HELPERS = (MaskedSoftmax, ScaledScores, ZeroPads, HardGates)

@@ -1,0 +1,98 @@
+"""`attndeploy::EvolvingAttention`: the torch custom op, its fake, and its ONNX function body.
+
+Letters: b batch, h heads (the conv's channels), i query position, j key position, d features.
+"""
+
+from __future__ import annotations
+
+import onnxscript
+import torch
+from onnxscript import BOOL
+from onnxscript import opset18 as op
+from torch import Tensor
+
+from attndeploy.export.ops._common import (
+    ATTNDEPLOY,
+    MaskedSoftmax,
+    ScaledScores,
+    TFloat,
+    ZeroPads,
+)
+from attndeploy.variants import functional
+
+
+@torch.library.custom_op("attndeploy::evolving_attention", mutates_args=())
+def evolving_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor,
+    prev_logits: Tensor,
+    conv_weight: Tensor,
+    conv_bias: Tensor,
+    *,
+    scale: float,
+    alpha: float,
+    beta: float,
+    negative_slope: float,
+) -> tuple[Tensor, Tensor]:
+    """Eager: `functional.evolving_attention`. Export: one `attndeploy::EvolvingAttention`."""
+    return functional.evolving_attention(
+        query, key, value, key_padding_mask, prev_logits, conv_weight, conv_bias,
+        scale=scale, alpha=alpha, beta=beta, negative_slope=negative_slope,
+    )
+
+
+@evolving_attention.register_fake
+def _(query, key, value, key_padding_mask, prev_logits, conv_weight, conv_bias, **_attrs):
+    output = query.new_empty((*query.shape[:-1], value.shape[-1]))  # [B, H, T, d]
+    return output, prev_logits.new_empty(prev_logits.shape)  # logits [B, H, T, T]
+
+
+@onnxscript.script(ATTNDEPLOY, default_opset=op)
+def EvolvingAttention(
+    query: TFloat,
+    key: TFloat,
+    value: TFloat,
+    key_padding_mask: BOOL,
+    prev_logits: TFloat,
+    conv_weight: TFloat,
+    conv_bias: TFloat,
+    scale: float,
+    alpha: float,
+    beta: float,
+    negative_slope: float,
+) -> tuple[TFloat, TFloat]:
+    """EvolvingAttention(query, key, value, key_padding_mask, prev_logits, conv_weight, conv_bias;
+    scale: float, alpha: float, beta: float, negative_slope: float) -> output, logits
+
+    Residual 3×3 convolution over the previous layer's logits, heads as channels (ops.md).
+    prev_logits: T [B,H,T,T]; conv_weight: T [H,H,3,3]; conv_bias: T [H].
+
+        Z      = pad-zero: rows of padded queries and columns of padded keys set to 0
+        S      = Z(scale · Q Kᵀ)
+        A_in   = alpha · Z(prev_logits) + (1 - alpha) · S
+        C      = LeakyRelu_{negative_slope}(Conv2d(A_in, conv_weight, conv_bias, pad 1))
+        A      = Z(beta · C + (1 - beta) · A_in)
+        out    = softmax_k(A + M) @ V          the mask enters only here    [B,H,T,d]
+        logits = A                                                          [B,H,T,T]
+
+    PyTorch: `attndeploy.variants.functional.evolving_attention`.
+    """
+    current = ZeroPads(ScaledScores(query, key, scale=scale), key_padding_mask)  # [B, H, T, T]
+    previous = ZeroPads(prev_logits, key_padding_mask)  # [B, H, T, T]
+    one = op.CastLike(1.0, query)
+    alpha_t = op.CastLike(alpha, query)
+    beta_t = op.CastLike(beta, query)
+    mixed = op.Add(
+        op.Mul(alpha_t, previous), op.Mul(op.Sub(one, alpha_t), current)
+    )  # [B, H, T, T]
+    conv = op.Conv(
+        mixed, conv_weight, conv_bias, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1]
+    )  # [B, H, T, T]: channels = heads
+    activated = op.LeakyRelu(conv, alpha=negative_slope)  # [B, H, T, T]
+    combined = op.Add(op.Mul(beta_t, activated), op.Mul(op.Sub(one, beta_t), mixed))
+    logits = ZeroPads(combined, key_padding_mask)  # [B, H, T, T]
+    probs = MaskedSoftmax(logits, op.Unsqueeze(key_padding_mask, [1, 2]))  # [B, H, T, T]
+    output = op.MatMul(probs, value)  # [B, H, T, d]
+    return output, logits

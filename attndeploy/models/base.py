@@ -1,0 +1,56 @@
+"""What every model family shares: the forward contract and the GA-Net bookkeeping.
+
+forward(input_ids [B,T] int64, attention_mask [B,T] int64) -> dict with
+  "logits": [B, C] (classification) or [B, T, C] (tagging),
+  "gates": bool [B, T] (GA-Net only; hard gates, also reported in training for statistics),
+and, with details=True (training and evaluation), "density_penalty" (GA-Net training) and
+"gate_logits" (GA-Net).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attndeploy.config import ModelConfig
+from attndeploy.models.inputs import check_model_inputs
+from attndeploy.variants.functional import hard_gates
+from attndeploy.variants.ganet import GateController, GateState, soft_density
+
+
+class AttnModel(nn.Module):
+    """Base class: input checks outside tracing, and GA-Net gates once per forward pass."""
+
+    def __init__(self, config: ModelConfig, embed_dim: int) -> None:
+        super().__init__()
+        self.config = config
+        self.gates = GateController(embed_dim, config) if config.variant == "ganet" else None
+
+    @property
+    def is_gated(self) -> bool:
+        return self.gates is not None
+
+    def check_inputs(self, input_ids: Tensor, attention_mask: Tensor) -> None:
+        # Data-dependent checks cannot be traced; the exporter checks shapes its own way.
+        if not torch.compiler.is_compiling():
+            check_model_inputs(
+                input_ids, attention_mask,
+                max_seq=self.config.max_seq, vocab_size=self.config.vocab_size,
+            )
+
+    def gate_outputs(
+        self, state: GateState | None, applied: Tensor | None, mask: Tensor, details: bool
+    ) -> dict[str, Tensor]:
+        """The `gates` output (and training extras) of a GA-Net model; {} otherwise."""
+        if state is None:
+            return {}
+        if applied is None:  # training, or a head that applies no pooling op
+            decision = state.raw_logits if self.training else state.gate_logits
+            with torch.no_grad():
+                applied = hard_gates(decision, mask)
+        out = {"gates": applied}
+        if details:
+            out["gate_logits"] = state.raw_logits
+            if state.soft_gates is not None:
+                out["density_penalty"] = soft_density(state.soft_gates, mask)
+        return out

@@ -1,0 +1,76 @@
+"""Transformer encoder with a sequence-classification or token-tagging head, any variant.
+
+Letters: b batch, t position, D model width. Pre-LayerNorm blocks; learned absolute positions.
+GA-Net: one gate network over the token embeddings (before positions are added), gates shared
+by all layers and the pooling. Evolving: one chain of carried logits through all layers.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attndeploy.config import ModelConfig
+from attndeploy.models.base import AttnModel
+from attndeploy.models.heads import PoolingClassifier
+from attndeploy.variants._common import LayerContext
+from attndeploy.variants.registry import get_variant
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, config: ModelConfig, layer_index: int) -> None:
+        super().__init__()
+        self.norm_attention = nn.LayerNorm(config.d_model)
+        self.attention = get_variant(config.variant)(config, layer_index)
+        self.norm_ffn = nn.LayerNorm(config.d_model)
+        self.ffn = nn.Sequential(
+            nn.Linear(config.d_model, config.d_ff),
+            nn.GELU(),
+            nn.Linear(config.d_ff, config.d_model),
+        )
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor, context: LayerContext) -> tuple[Tensor, Tensor | None]:
+        result = self.attention(self.norm_attention(x), context)
+        x = x + self.dropout(result.output)
+        x = x + self.dropout(self.ffn(self.norm_ffn(x)))
+        return x, result.logits
+
+
+class TransformerModel(AttnModel):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config, config.d_model)
+        self.embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=0)
+        self.position = nn.Embedding(config.max_seq, config.d_model)
+        self.blocks = nn.ModuleList(EncoderBlock(config, i) for i in range(config.n_layers))
+        self.norm = nn.LayerNorm(config.d_model)
+        if config.head == "classification":
+            self.head: nn.Module = PoolingClassifier(
+                config.d_model, config.pool_hidden, config.num_labels, gated=self.is_gated
+            )
+        else:
+            self.head = nn.Linear(config.d_model, config.num_labels)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, *, details: bool = False
+    ) -> dict[str, Tensor]:
+        self.check_inputs(input_ids, attention_mask)
+        mask = attention_mask != 0  # [B, T] bool
+        tokens = self.embed(input_ids)  # [B, T, D]
+        state = None
+        context = LayerContext(key_padding_mask=mask)
+        if self.gates is not None:
+            state = self.gates(tokens, mask)
+            context = self.gates.layer_context(state, mask)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # [T]
+        x = tokens + self.position(positions)[None, :, :]  # [B, T, D]
+        for block in self.blocks:
+            x, logits = block(x, context)
+            context = context.with_prev_logits(logits)
+        x = self.norm(x)
+        applied = None
+        if self.config.head == "classification":
+            logits, applied = self.head(x, context)  # [B, C]
+        else:
+            logits = self.head(x)  # [B, T, C]
+        return {"logits": logits, **self.gate_outputs(state, applied, mask, details)}

@@ -1,0 +1,1 @@
+"""Serving: run a local Triton Inference Server on a model repository (`server.py`)."""

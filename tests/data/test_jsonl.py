@@ -1,0 +1,117 @@
+"""JSONL loading: the happy path, and every malformed input failing with its file and line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from attndeploy.data import WordTokenizer, load_jsonl, read_jsonl
+from attndeploy.errors import DataError
+
+
+def write(tmp_path, lines: list[str], name: str = "data.jsonl"):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+GOOD = [
+    json.dumps({"text": "A great film!", "label": "pos"}),
+    "",
+    json.dumps({"text": "dull and long", "label": "neg"}),
+    json.dumps({"text": "great", "label": "pos"}),
+]
+
+
+def test_read_jsonl_skips_blank_lines_and_keeps_order(tmp_path):
+    texts, labels = read_jsonl(write(tmp_path, GOOD))
+    assert texts == ["A great film!", "dull and long", "great"]
+    assert labels == ["pos", "neg", "pos"]
+
+
+def test_integer_labels_become_strings(tmp_path):
+    path = write(tmp_path, ['{"text": "a", "label": 1}', '{"text": "b", "label": "0"}'])
+    assert read_jsonl(path)[1] == ["1", "0"]
+
+
+def test_load_jsonl_builds_tokenizer_and_sorted_label_names(tmp_path):
+    dataset, tokenizer = load_jsonl(write(tmp_path, GOOD))
+    assert dataset.label_names == ("neg", "pos")
+    assert dataset.head == "classification"
+    assert dataset.labels.tolist() == [1, 0, 1]
+    assert dataset.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 1, 0], [1, 0, 0, 0]]
+    assert tokenizer.decode(dataset.input_ids[0].tolist()) == ["a", "great", "film", "!"]
+
+
+def test_load_jsonl_with_a_given_tokenizer_and_label_names(tmp_path):
+    tokenizer = WordTokenizer(["<pad>", "<unk>", "great"])
+    path = write(tmp_path, [json.dumps({"text": "great film", "label": "pos"})])
+    dataset, used = load_jsonl(path, tokenizer=tokenizer, label_names=("pos", "neg"))
+    assert used is tokenizer
+    assert dataset.input_ids.tolist() == [[2, 1]]  # "film" is unknown
+    assert dataset.labels.tolist() == [0]  # a single label is fine when the names are given
+
+
+def test_a_label_outside_the_given_names_fails_with_its_line(tmp_path):
+    path = write(tmp_path, GOOD)
+    with pytest.raises(DataError, match=r"data\.jsonl:3: label 'neg' is not one of pos, meh"):
+        load_jsonl(path, label_names=("pos", "meh"))
+
+
+def test_a_text_longer_than_max_seq_fails_with_its_line_unless_truncated(tmp_path):
+    path = write(tmp_path, GOOD)
+    with pytest.raises(DataError, match=r"data\.jsonl:1: text has 4 tokens, more than max_seq=3"):
+        load_jsonl(path, max_seq=3)
+    dataset, _ = load_jsonl(path, max_seq=3, truncate=True)
+    assert dataset.input_ids.shape == (3, 3)
+    assert torch.equal(dataset.attention_mask[0], torch.ones(3, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    "bad_line, message",
+    [
+        ('{"text": "x", "label": ', r"data\.jsonl:3: invalid JSON"),
+        ('["x", "pos"]', r"data\.jsonl:3: expected an object"),
+        ('{"label": "pos"}', r"data\.jsonl:3: missing 'text'"),
+        ('{"text": "x"}', r"data\.jsonl:3: missing 'label'"),
+        ('{"text": "  ", "label": "pos"}', r"data\.jsonl:3: empty text"),
+        ('{"text": 5, "label": "pos"}', r"data\.jsonl:3: 'text' must be a string"),
+        ('{"text": "x", "label": [1]}', r"data\.jsonl:3: 'label' must be a string or an integer"),
+        ('{"text": "x", "label": true}', r"data\.jsonl:3: 'label' must be a string or an integer"),
+        ('{"text": "x", "label": ""}', r"data\.jsonl:3: empty label"),
+    ],
+)
+def test_a_malformed_line_fails_naming_file_and_line(tmp_path, bad_line, message):
+    # Line 2 is blank: line numbers count every line of the file.
+    path = write(tmp_path, [GOOD[0], "", bad_line, GOOD[2]])
+    with pytest.raises(DataError, match=message):
+        read_jsonl(path)
+    with pytest.raises(DataError, match=message):
+        load_jsonl(path)
+
+
+def test_a_file_with_one_label_fails(tmp_path):
+    path = write(tmp_path, [GOOD[0], GOOD[3]])
+    with pytest.raises(DataError, match=r"data\.jsonl: needs at least 2 distinct labels"):
+        read_jsonl(path)
+    with pytest.raises(DataError, match="at least 2 distinct labels"):
+        load_jsonl(path)
+
+
+def test_an_empty_file_fails(tmp_path):
+    with pytest.raises(DataError, match="no examples"):
+        read_jsonl(write(tmp_path, ["", "  "]))
+
+
+def test_a_missing_file_fails(tmp_path):
+    with pytest.raises(DataError, match=r"missing\.jsonl: no such data file"):
+        read_jsonl(tmp_path / "missing.jsonl")
+
+
+def test_a_file_that_is_not_utf8_fails(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes('{"text": "caf\xe9", "label": "a"}\n'.encode("latin-1"))
+    with pytest.raises(DataError, match="not UTF-8"):
+        read_jsonl(path)
