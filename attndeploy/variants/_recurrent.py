@@ -34,7 +34,8 @@ class PaddedBiLSTM(nn.Module):
 
     def forward(self, x: Tensor, key_padding_mask: Tensor) -> Tensor:
         lengths = key_padding_mask.long().sum(-1).clamp(min=1)  # [B]
-        for forward_lstm, backward_lstm in zip(self.forward_layers, self.backward_layers, strict=True):
+        layers = zip(self.forward_layers, self.backward_layers, strict=True)
+        for forward_lstm, backward_lstm in layers:
             ahead, _ = forward_lstm(x)  # [B, T, hidden]
             behind, _ = backward_lstm(reverse_within_length(x, lengths))  # [B, T, hidden]
             x = torch.cat([ahead, reverse_within_length(behind, lengths)], dim=-1)  # [B,T,2h]
