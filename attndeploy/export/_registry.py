@@ -1,4 +1,4 @@
-"""The `attndeploy` op set (ops.md, version 1): one `OpSpec` per op, and what export derives from it.
+"""The `attndeploy` op set (ops.md, version 1): one `OpSpec` per op, and what export derives.
 
 An op is declared once, in its own module under `attndeploy/export/ops/`: the torch custom op
 (`torch.ops.attndeploy.<name>`), its fake, and its onnxscript body. From that declaration this
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import onnx
@@ -35,13 +35,22 @@ from attndeploy.export.ops import (
     qvi,
     qvi_pairwise,
 )
-from attndeploy.export.ops._common import ATTNDEPLOY, DOMAIN, DOMAIN_VERSION, HELPERS, INTERNAL
+from attndeploy.export.ops._common import (
+    ATTNDEPLOY,
+    BODY_OPSET,
+    DOMAIN,
+    DOMAIN_VERSION,
+    HELPERS,
+    INTERNAL,
+)
 from attndeploy.variants import functional
 
-# Opset 18 is the oldest the bodies support (ReduceMax takes axes as an input from 18 on) and the
-# exporter's native one (no version conversion). Every op a body uses keeps its semantics up to
-# 23 (later versions only add element types); tests/export/test_ops.py runs each supported opset.
-DEFAULT_OPSET = 18
+# The bodies are written against opset 18: the oldest they support (ReduceMax takes its axes as an
+# input from 18 on) and torch.onnx's native opset (no version conversion). From 18 to 23 the ops
+# they use change only by added element types, so `function_proto` re-stamps the body's
+# default-domain import to the model's opset; tests/export/test_ops.py runs every supported one
+# (onnx.checker rejects a body whose import differs from the model's; onnxruntime does not).
+DEFAULT_OPSET = BODY_OPSET
 SUPPORTED_OPSETS = range(18, 24)
 
 
@@ -98,6 +107,8 @@ class OpSpec:
         """The `custom_translation_table` entry: torch op arguments in, the opaque node out."""
         onnx_op = self.onnx_op
 
+        # The exporter calls this with the FX node's args (tensors, in schema order) and kwargs
+        # (the float attributes); the OpSchema binds them. Its signature is not used to dispatch.
         def translate(*inputs: Any, **attributes: float) -> Any:
             return onnx_op(*inputs, **attributes)
 
@@ -118,7 +129,8 @@ class OpSpec:
         unknown = sorted(set(attrs) - set(self.attributes))
         if unknown:
             raise TypeError(f"{self.dispatch_name}() got unexpected keyword(s) {unknown}")
-        values = {name: attrs.get(name, self._attribute_defaults.get(name)) for name in self.attributes}
+        defaults = self._attribute_defaults
+        values = {name: attrs.get(name, defaults.get(name)) for name in self.attributes}
         if "scale" in values:
             values["scale"] = functional.resolve_scale(tensors[0], values["scale"])
         missing = [name for name, value in values.items() if value is None]
@@ -138,13 +150,13 @@ class OpSpec:
 
     @functools.cached_property
     def _inlined_body(self) -> onnx.FunctionProto:
-        """The body with the `attndeploy.internal` helpers inlined, default opset 18."""
+        """The body with the `attndeploy.internal` helpers inlined, default opset BODY_OPSET."""
         helpers = [h.to_function_proto() for h in HELPERS]
         holder = onnx.helper.make_model(
             onnx.helper.make_graph([], "holder", [], []),
             functions=[self.function.to_function_proto(), *helpers],
             opset_imports=[
-                onnx.helper.make_opsetid("", 18),
+                onnx.helper.make_opsetid("", BODY_OPSET),
                 onnx.helper.make_opsetid(DOMAIN, DOMAIN_VERSION),
                 onnx.helper.make_opsetid(INTERNAL.domain, INTERNAL.version),
             ],
@@ -188,21 +200,29 @@ def _type_string(type_: ir.TypeProtocol) -> str:
 def _schema_from_function(
     function: onnxscript.OnnxFunction, output_names: tuple[str, ...]
 ) -> onnx.defs.OpSchema:
+    """OpSchema from the body's annotations: `TFloat` becomes the constraint `T` of ops.md,
+    a single-type annotation (BOOL) a concrete type; every attribute is required."""
     signature = function.op_signature
-    inputs, attributes, constraints = [], [], {}
+    constraints: dict[str, list[str]] = {}
+
+    def type_str(param: ir.schemas.Parameter) -> str:
+        allowed = sorted(_type_string(t) for t in param.type_constraint.allowed_types)
+        if len(allowed) == 1:
+            return allowed[0]
+        constraints["T"] = allowed
+        return "T"
+
+    inputs, attributes = [], []
     for param in signature.params:
         if isinstance(param, ir.schemas.AttributeParameter):
             attr_type = onnx.defs.OpSchema.AttrType.__members__[param.type.name]
             attributes.append(onnx.defs.OpSchema.Attribute(param.name, attr_type, required=True))
-            continue
-        constraint = param.type_constraint
-        constraints[constraint.name] = sorted(_type_string(t) for t in constraint.allowed_types)
-        inputs.append(onnx.defs.OpSchema.FormalParameter(param.name, constraint.name))
-    outputs = []
-    for name, param in zip(output_names, signature.outputs, strict=True):
-        constraint = param.type_constraint
-        constraints[constraint.name] = sorted(_type_string(t) for t in constraint.allowed_types)
-        outputs.append(onnx.defs.OpSchema.FormalParameter(name, constraint.name))
+        else:
+            inputs.append(onnx.defs.OpSchema.FormalParameter(param.name, type_str(param)))
+    outputs = [
+        onnx.defs.OpSchema.FormalParameter(name, type_str(param))
+        for name, param in zip(output_names, signature.outputs, strict=True)
+    ]
     return onnx.defs.OpSchema(
         function.name,
         DOMAIN,
@@ -210,7 +230,7 @@ def _schema_from_function(
         inspect.getdoc(function.function) or "",
         inputs=inputs,
         outputs=outputs,
-        type_constraints=[(name, types, "") for name, types in constraints.items()],
+        type_constraints=[(name, types, "float type") for name, types in constraints.items()],
         attributes=attributes,
         node_determinism=onnx.defs.OpSchema.NodeDeterminism.Deterministic,
     )
@@ -274,7 +294,16 @@ def export_op_table() -> dict[str, Callable[..., Any]]:
     return {spec.dispatch_name: spec.export_call for spec in _SPECS}
 
 
-def function_protos(opset: int = DEFAULT_OPSET) -> list[onnx.FunctionProto]:
-    """The FunctionProtos to append to `model_proto.functions` (default-domain opset `opset`)."""
+def function_protos(
+    opset: int = DEFAULT_OPSET, names: Iterable[str] | None = None
+) -> list[onnx.FunctionProto]:
+    """The FunctionProtos to append to `model_proto.functions`, default-domain opset `opset`.
+
+    All six ops, or only those in `names` (ONNX or dispatch names, e.g. the op types of a
+    model's `attndeploy` nodes), in ops.md order.
+    """
     _check_opset(opset)
-    return [spec.function_proto(opset) for spec in _SPECS]
+    wanted = None if names is None else {op_spec(name).name for name in names}
+    return [
+        spec.function_proto(opset) for spec in _SPECS if wanted is None or spec.name in wanted
+    ]

@@ -14,20 +14,24 @@ same), so the mask constant is the most negative finite fp32 value and fp16 cann
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import TypeVar, Union
 
 import onnxscript
 from onnxscript import BFLOAT16, BOOL, FLOAT, FLOAT16, INT64
 from onnxscript import opset18 as op
 
-# The element types every op accepts for its float tensors (ops.md: `T`).
-TFloat = TypeVar("TFloat", bound=FLOAT | FLOAT16 | BFLOAT16)
+# The element types every op accepts for its float tensors (ops.md: `T`). onnxscript reads
+# `typing.Union` but not `X | Y` (types.UnionType) in a TypeVar bound: keep the old spelling.
+TFloat = TypeVar("TFloat", bound=Union[FLOAT, FLOAT16, BFLOAT16])  # noqa: UP007
 
 # The domain and version of the contract (ops.md), and the private domain of the helpers.
 DOMAIN = "attndeploy"
 DOMAIN_VERSION = 1
 ATTNDEPLOY = onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION)
 INTERNAL = onnxscript.values.Opset("attndeploy.internal", 1)
+
+# The default-domain opset the bodies are written against (`op` above).
+BODY_OPSET = 18
 
 # torch.finfo(torch.float32).min: the additive mask value of the fp32 softmax.
 FP32_MOST_NEGATIVE = -3.4028234663852886e38
@@ -97,7 +101,8 @@ def HardGates(gate_logits: TFloat, key_padding_mask: BOOL) -> BOOL:
     any_open = op.Greater(op.ReduceMax(op.Cast(is_open, to=INT64.dtype), [1], keepdims=1), zero)
     num_keys = op.Squeeze(op.Shape(gate_logits, start=1, end=2), [0])  # scalar T
     positions = op.Range(zero, num_keys, op.Constant(value_int=1))  # [T]
-    rescued = op.And(op.Equal(op.Unsqueeze(positions, [0]), rescue_at), op.Not(any_open))
+    is_rescue_position = op.Equal(op.Unsqueeze(positions, [0]), rescue_at)  # [1, T] vs [B, 1]
+    rescued = op.And(is_rescue_position, op.Not(any_open))  # [B, T]
     gates = op.Or(is_open, rescued)  # [B, T]
     return gates
 

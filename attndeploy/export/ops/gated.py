@@ -77,8 +77,8 @@ def GatedAttention(
     positions = op.Range(
         op.Constant(value_int=0), op.Squeeze(num_keys, [0]), op.Constant(value_int=1)
     )  # [Tk]
-    two = op.Constant(value_int=2)
-    order = op.Sub(op.Mul(gates_int, op.Mul(two, num_keys)), op.Unsqueeze(positions, [0]))
+    open_first = op.Mul(gates_int, op.Mul(op.Constant(value_int=2), num_keys))  # [B, Tk]: 2Tk or 0
+    order = op.Sub(open_first, op.Unsqueeze(positions, [0]))  # [B, Tk] - [1, Tk]: all distinct
     _, slots = op.TopK(order, slot_count, axis=1, largest=1, sorted=1)  # [B, N]
     slot_ok = op.GatherElements(gates, slots, axis=1)  # [B, N]
 

@@ -1,0 +1,337 @@
+"""Check a Triton model repository offline (no server): `check_repository`.
+
+Per model folder: `config.pbtxt` parses with Triton's schema; its I/O blocks and the ONNX graph's
+inputs/outputs both match the model-level interface recorded in the model's metadata (names,
+dtypes, dims: batch implicit, `seq` -1 in the config and symbolic in ONNX); every custom-domain
+(`attndeploy`) node has a model-local function; the served versions and their files exist; the
+python flavour's `model.py` is exactly what this attndeploy version generates; the labels file
+has one line per label; parameters and warm-up data agree with the model.
+
+Findings are collected, never raised one at a time: the `RepoReport` is truthy when no finding
+is an error, and `raise_for_errors()` turns a failed report into one `RepositoryError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+from tritonclient.grpc import model_config_pb2 as mc
+
+from attndeploy import __version__
+from attndeploy.errors import RepositoryError
+from attndeploy.serving import model_config as cfgmod
+from attndeploy.serving.interface import ATTENTION_MASK
+from attndeploy.serving.model_template import generate_model_py, parse_header, template_digest
+from attndeploy.serving.onnx_info import (
+    ModelInfo,
+    load_onnx_graph,
+    missing_functions,
+    read_model_info,
+)
+from attndeploy.serving.signature import config_mismatches, onnx_mismatches
+
+Severity = Literal["error", "warning"]
+# Triton 2.51 (NGC 24.10) bundles onnxruntime 1.19, which runs default-domain opsets up to 21.
+TRITON_ORT_MAX_OPSET = 21
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found in one model folder (`model` "" = the repository itself)."""
+
+    model: str
+    severity: Severity
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"model": self.model, "severity": self.severity, "message": self.message}
+
+
+@dataclass
+class RepoReport:
+    """The result of `check_repository`: truthy when there is no error (warnings allowed)."""
+
+    repo: Path
+    models: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    @property
+    def passed(self) -> bool:
+        return not self.errors
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "repo": str(self.repo),
+            "passed": self.passed,
+            "models": list(self.models),
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+    def summary(self) -> str:
+        """A few lines for a person: verdict, then one line per finding."""
+        verdict = "passed" if self.passed else "FAILED"
+        lines = [
+            f"{self.repo}: {len(self.models)} model(s), {len(self.errors)} error(s), "
+            f"{len(self.warnings)} warning(s): {verdict}"
+        ]
+        lines += [f"  {f.severity}: {f.model or '<repo>'}: {f.message}" for f in self.findings]
+        return "\n".join(lines)
+
+    def raise_for_errors(self) -> None:
+        """Raise one RepositoryError listing every error; return None when the report passed."""
+        if not self.passed:
+            raise RepositoryError(self.summary())
+
+
+class _Model:
+    """Findings of one model folder."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name = path.name
+        self.findings: list[Finding] = []
+
+    def error(self, message: str) -> None:
+        self.findings.append(Finding(self.name, "error", message))
+
+    def warning(self, message: str) -> None:
+        self.findings.append(Finding(self.name, "warning", message))
+
+
+def check_repository(repo: Path) -> RepoReport:
+    """Check every model folder of `repo` (see the module docstring); never starts a server.
+
+    Raises RepositoryError only when `repo` is not a directory; everything else is a finding.
+    Hidden entries (names starting with '.', e.g. a packager's staging folder or a server state
+    file) and plain files are not models; a leftover staging folder is a warning.
+    """
+    repo = Path(repo)
+    if not repo.is_dir():
+        raise RepositoryError(f"Model repository {repo} is not a directory.")
+    report = RepoReport(repo=repo)
+    for path in sorted(repo.iterdir()):
+        if path.name.startswith("."):
+            if path.is_dir() and path.name.endswith((".tmp", ".old")):
+                report.findings.append(Finding(
+                    "", "warning", f"leftover staging folder {path.name}; delete it"
+                ))
+            continue
+        if not path.is_dir():
+            continue
+        model = _Model(path)
+        _check_model(model)
+        report.models.append(model.name)
+        report.findings.extend(model.findings)
+    if not report.models:
+        report.findings.append(Finding("", "error", "the repository holds no model folder"))
+    return report
+
+
+# --------------------------------------------------------------------------- one model
+
+
+def _flavor(cfg: mc.ModelConfig) -> str | None:
+    if cfg.backend == cfgmod.PYTHON_BACKEND:
+        return "python"
+    if cfg.platform == cfgmod.ONNXRUNTIME_PLATFORM or cfg.backend == "onnxruntime":
+        return "onnxruntime"
+    return None
+
+
+def _served_versions(model: _Model, cfg: mc.ModelConfig) -> list[int]:
+    """The version folders Triton would load; an error for each listed one that is missing."""
+    present = sorted(
+        int(p.name) for p in model.path.iterdir() if p.is_dir() and p.name.isdigit()
+    )
+    policy = cfg.version_policy.WhichOneof("policy_choice")
+    if policy == "specific":
+        wanted = sorted(set(cfg.version_policy.specific.versions))
+        for version in wanted:
+            if version not in present:
+                model.error(f"version {version} is listed in version_policy but has no folder")
+        return [v for v in wanted if v in present]
+    if not present:
+        model.error("no version folder (e.g. 1/) holds the model")
+        return []
+    if policy == "all":
+        return present
+    count = cfg.version_policy.latest.num_versions if policy == "latest" else 1
+    return present[-max(count, 1):]
+
+
+def _check_model_py(model: _Model, version_dir: Path) -> None:
+    path = version_dir / cfgmod.MODEL_PY
+    if not path.is_file():
+        model.error(f"{version_dir.name}/{cfgmod.MODEL_PY} is missing (python flavour)")
+        return
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text == generate_model_py():
+        return
+    header = parse_header(text)
+    where = f"{version_dir.name}/{cfgmod.MODEL_PY}"
+    if header is None:
+        model.error(f"{where} was not generated by attndeploy; re-package the model")
+    elif header.version != __version__ or header.digest != template_digest():
+        model.error(
+            f"{where} was generated by attndeploy {header.version} (template {header.digest}), "
+            f"not by this version {__version__} (template {template_digest()}); re-package"
+        )
+    else:
+        model.error(f"{where} was edited by hand; re-package the model to regenerate it")
+
+
+def _check_onnx(model: _Model, path: Path, where: str) -> tuple[onnx.ModelProto, ModelInfo] | None:
+    try:
+        onnx_model = load_onnx_graph(path)
+        info = read_model_info(onnx_model, source=where)
+    except RepositoryError as exc:
+        model.error(str(exc))
+        return None
+    for op in missing_functions(onnx_model):
+        model.error(
+            f"{where}: custom node {op} has no model-local function; onnxruntime cannot run it"
+        )
+    for problem in onnx_mismatches(onnx_model, info.interface):
+        model.error(f"{where}: {problem}")
+    return onnx_model, info
+
+
+def _opset(onnx_model: onnx.ModelProto) -> int | None:
+    for entry in onnx_model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return None
+
+
+def _check_parameters(model: _Model, cfg: mc.ModelConfig, info: ModelInfo) -> None:
+    """The python flavour's parameters (read by model.py) against the model's metadata."""
+    params = {key: value.string_value for key, value in cfg.parameters.items()}
+    expected = {
+        cfgmod.PARAM_VOCAB_SIZE: str(info.vocab_size),
+        cfgmod.PARAM_HEAD: info.head,
+        cfgmod.PARAM_GATED: "true" if info.gated else "false",
+    }
+    for key, want in expected.items():
+        if params.get(key) != want:
+            model.error(f"parameter {key} is {params.get(key)!r}, the model needs {want!r}")
+    raw = params.get(cfgmod.PARAM_MAX_SEQ)
+    if raw is None or not raw.isdigit() or not 1 <= int(raw) <= info.max_seq:
+        model.error(
+            f"parameter {cfgmod.PARAM_MAX_SEQ} is {raw!r}; it must be an integer in "
+            f"[1, {info.max_seq}] (the model's max_seq)"
+        )
+    threads = params.get(cfgmod.PARAM_ORT_THREADS, "1")
+    if not threads.isdigit() or int(threads) < 1:
+        model.error(f"parameter {cfgmod.PARAM_ORT_THREADS} is {threads!r}; it must be >= 1")
+    if cfg.HasField("dynamic_batching") and not all(i.allow_ragged_batch for i in cfg.input):
+        model.warning(
+            "inputs are not allow_ragged_batch: requests of different lengths will not be "
+            "batched together"
+        )
+
+
+def _check_labels(model: _Model, cfg: mc.ModelConfig, info: ModelInfo) -> None:
+    names = {o.label_filename for o in cfg.output if o.label_filename}
+    default = model.path / cfgmod.LABELS_FILE
+    if default.is_file():
+        names.add(cfgmod.LABELS_FILE)
+    for name in sorted(names):
+        path = model.path / name
+        if not path.is_file():
+            model.error(f"label file {name} (label_filename) is missing")
+            continue
+        count = len(path.read_text(encoding="utf-8", errors="replace").splitlines())
+        if count != info.num_labels:
+            model.error(f"{name} has {count} line(s), the model has {info.num_labels} labels")
+
+
+def _check_warmup(model: _Model, cfg: mc.ModelConfig) -> None:
+    inputs = {i.name: i for i in cfg.input}
+    for warmup in cfg.model_warmup:
+        label = f"warm-up {warmup.name!r}"
+        if set(warmup.inputs) != set(inputs):
+            model.error(f"{label} feeds {sorted(warmup.inputs)}, the model takes {sorted(inputs)}")
+        for name, entry in warmup.inputs.items():
+            if name == ATTENTION_MASK and entry.zero_data:
+                model.error(f"{label}: an all-zero attention_mask is invalid input")
+            if not entry.input_data_file:
+                continue
+            path = model.path / cfgmod.WARMUP_DIR / entry.input_data_file
+            if not path.is_file():
+                model.error(f"{label}: data file warmup/{entry.input_data_file} is missing")
+                continue
+            itemsize = 1 if entry.data_type == mc.TYPE_BOOL else (
+                8 if entry.data_type in (mc.TYPE_INT64, mc.TYPE_FP64) else 4
+            )
+            size = max(warmup.batch_size, 1) * int(np.prod(list(entry.dims))) * itemsize
+            if path.stat().st_size != size:
+                model.error(
+                    f"{label}: warmup/{entry.input_data_file} has {path.stat().st_size} bytes, "
+                    f"expected {size}"
+                )
+            elif name == ATTENTION_MASK and entry.data_type == mc.TYPE_INT64:
+                mask = np.frombuffer(path.read_bytes(), dtype=np.int64)
+                if not mask.any():
+                    model.error(f"{label}: an all-zero attention_mask is invalid input")
+
+
+def _check_model(model: _Model) -> None:
+    config_path = model.path / cfgmod.CONFIG_FILE
+    if not config_path.is_file():
+        model.error(f"{cfgmod.CONFIG_FILE} is missing")
+        return
+    try:
+        cfg = cfgmod.parse_config(config_path.read_text(encoding="utf-8"), str(config_path))
+    except RepositoryError as exc:
+        model.error(str(exc))
+        return
+    if cfg.name and cfg.name != model.name:
+        model.error(f"config name {cfg.name!r} differs from the folder name")
+    flavor = _flavor(cfg)
+    if flavor is None:
+        what = cfg.backend or cfg.platform or "no backend"
+        model.warning(f"not an attndeploy model ({what}); not checked")
+        return
+    info: ModelInfo | None = None
+    model_file = cfg.default_model_filename or cfgmod.MODEL_FILE
+    for version in _served_versions(model, cfg):
+        version_dir = model.path / str(version)
+        onnx_path = version_dir / model_file
+        if not onnx_path.is_file():
+            model.error(f"{version}/{model_file} is missing")
+            continue
+        if flavor == "python":
+            _check_model_py(model, version_dir)
+        checked = _check_onnx(model, onnx_path, f"{version}/{model_file}")
+        if checked is None:
+            continue
+        onnx_model, info = checked
+        opset = _opset(onnx_model)
+        if flavor == "onnxruntime" and opset is not None and opset > TRITON_ORT_MAX_OPSET:
+            model.warning(
+                f"{version}/{model_file} uses opset {opset}; Triton 2.51's onnxruntime backend "
+                f"runs opsets up to {TRITON_ORT_MAX_OPSET}: check your Triton version"
+            )
+    if info is None:
+        return  # nothing to compare the config with (the reasons are already findings)
+    for problem in config_mismatches(cfg, info.interface):
+        model.error(problem)
+    if flavor == "python":
+        _check_parameters(model, cfg, info)
+    _check_labels(model, cfg, info)
+    _check_warmup(model, cfg)

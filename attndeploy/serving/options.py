@@ -1,0 +1,124 @@
+"""How to package a model for Triton: `PackageOptions`, validated on construction.
+
+Re-exported by `attndeploy.serving.repository`; kept apart so that `model_config.py` can use it
+without importing the packager. The `Enum` choices suit a Typer CLI option as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from attndeploy.errors import RepositoryError
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+class Flavor(str, Enum):
+    """Which model(s) to write: `python` (generated model.py running onnxruntime in-process; what
+    the local server runs), `onnxruntime` (`platform: "onnxruntime_onnx"`, for NGC Triton
+    containers and GPUs) or `both` (named `<name>_python` and `<name>_onnxruntime`)."""
+
+    PYTHON = "python"
+    ONNXRUNTIME = "onnxruntime"
+    BOTH = "both"
+
+
+class Kind(str, Enum):
+    """Where model instances run (Triton `instance_group.kind`)."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+def _enum(cls: type[Enum], value: object, what: str) -> Enum:
+    try:
+        return cls(value)
+    except ValueError:
+        valid = ", ".join(member.value for member in cls)
+        raise RepositoryError(f"unknown {what} {value!r}; valid: {valid}") from None
+
+
+@dataclass(frozen=True)
+class PackageOptions:
+    """Options of `package_model`.
+
+    - `flavor`: see `Flavor`. With `both`, the two models are `<name>_python` and
+      `<name>_onnxruntime`; with one flavour the model is named `<name>` exactly.
+    - `name`: model name; default the variant recorded in the ONNX metadata (e.g. `ganet`).
+    - `version`: the version folder written (the config serves exactly this version).
+    - `max_batch_size`: Triton's largest batch (sum of the batch dims of one execution).
+    - `instances`: model instances (`instance_group.count`).
+    - `kind`: `cpu` or `gpu`. `gpu` applies to the onnxruntime flavour only; the python flavour
+      runs onnxruntime's CPU provider in-process, so `flavor=python, kind=gpu` is refused and
+      `flavor=both, kind=gpu` gives the python model CPU instances.
+    - `dynamic_batching`, `max_queue_delay_us`: Triton's dynamic batcher and how long it may hold
+      a request to form a larger batch. 500 µs by default: a quarter of the ~2 ms gRPC plus
+      python-backend overhead of one request, so single-request latency stays close to
+      unbatched while requests that arrive together share one onnxruntime call.
+    - `warmup`: one warm-up request (batch 1, seq 8 or `max_seq` if smaller) per model.
+    - `force`: replace an existing model folder (else RepositoryError naming it).
+    - `threads`: onnxruntime intra-op threads (`ORT_THREADS` of the python flavour,
+      `intra_op_thread_count` of the onnxruntime backend).
+    - `max_seq`: the longest request the python flavour accepts; default (None) the model's own
+      `max_seq` from the ONNX metadata. It may lower that limit, never raise it.
+    - `execution_env`: optional python environment directory for the python backend stub
+      (`EXECUTION_ENV_PATH`); left out by default because `attndeploy.serving.server` puts the
+      current environment's `bin/` first on the server's PATH.
+    """
+
+    flavor: Flavor | str = Flavor.PYTHON
+    name: str | None = None
+    version: int = 1
+    max_batch_size: int = 8
+    instances: int = 1
+    kind: Kind | str = Kind.CPU
+    dynamic_batching: bool = True
+    max_queue_delay_us: int = 500
+    warmup: bool = True
+    force: bool = False
+    threads: int = 1
+    max_seq: int | None = None
+    execution_env: Path | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flavor", _enum(Flavor, self.flavor, "flavor"))
+        object.__setattr__(self, "kind", _enum(Kind, self.kind, "instance kind"))
+        if self.name is not None and not _NAME.fullmatch(self.name):
+            raise RepositoryError(
+                f"model name {self.name!r} must start with a letter or digit and contain only "
+                "letters, digits, '_', '.' and '-'."
+            )
+        for field_name in ("version", "max_batch_size", "instances", "threads"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise RepositoryError(f"{field_name} must be an integer >= 1, got {value!r}.")
+        if self.max_queue_delay_us < 0:
+            raise RepositoryError(
+                f"max_queue_delay_us must be >= 0, got {self.max_queue_delay_us}."
+            )
+        if self.max_seq is not None and self.max_seq < 1:
+            raise RepositoryError(f"max_seq must be >= 1, got {self.max_seq}.")
+        if self.flavor is Flavor.PYTHON and self.kind is Kind.GPU:
+            raise RepositoryError(
+                "the python flavour runs onnxruntime on the CPU inside the python backend; "
+                "use flavor onnxruntime (or both) for GPU instances."
+            )
+        if self.execution_env is not None:
+            object.__setattr__(self, "execution_env", Path(self.execution_env))
+
+    def flavors(self) -> list[Flavor]:
+        """The concrete flavours to write (`both` expanded, python first)."""
+        if self.flavor is Flavor.BOTH:
+            return [Flavor.PYTHON, Flavor.ONNXRUNTIME]
+        return [Flavor(self.flavor)]
+
+    def model_name(self, base: str, flavor: Flavor) -> str:
+        """The Triton model name of `flavor` for base name `base`."""
+        return f"{base}_{flavor.value}" if self.flavor is Flavor.BOTH else base
+
+    def kind_for(self, flavor: Flavor) -> Kind:
+        """The instance kind of `flavor` (the python flavour is always CPU)."""
+        return Kind.CPU if flavor is Flavor.PYTHON else Kind(self.kind)

@@ -1,0 +1,317 @@
+"""Packaging (`package_model`) and the offline repository linter (`check_repository`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+import attndeploy.export
+from attndeploy.errors import RepositoryError
+from attndeploy.serving import repository
+from attndeploy.serving.check_repo import RepoReport, check_repository
+from attndeploy.serving.model_template import generate_model_py
+from attndeploy.serving.repository import Flavor, PackageOptions, package_model
+
+from .onnx_fixtures import build_model, save_model
+
+
+@pytest.fixture
+def classifier(tmp_path: Path) -> Path:
+    """A classifier whose masked sum is an `attndeploy::MaskedSum` node with its function."""
+    return save_model(build_model(custom_op=True), tmp_path / "src" / "classifier.onnx")
+
+
+def edit_config(model_dir: Path, change: Callable[[mc.ModelConfig], None]) -> None:
+    cfg = mc.ModelConfig()
+    text_format.Parse((model_dir / "config.pbtxt").read_text(), cfg)
+    change(cfg)
+    (model_dir / "config.pbtxt").write_text(text_format.MessageToString(cfg))
+
+
+def messages(report: RepoReport, severity: str = "error") -> list[str]:
+    return [f.message for f in report.findings if f.severity == severity]
+
+
+def no_hidden_leftovers(repo: Path) -> bool:
+    return not [p for p in repo.iterdir() if p.name.startswith(".")] if repo.exists() else True
+
+
+# --------------------------------------------------------------------------- packaging
+
+
+def test_a_fresh_python_package_has_the_documented_layout_and_passes(
+    classifier: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    (model,) = package_model(classifier, repo, PackageOptions(name="cls"))
+    assert model.name == "cls" and model.flavor is Flavor.PYTHON and model.path == repo / "cls"
+    files = sorted(str(p.relative_to(model.path)) for p in model.path.rglob("*") if p.is_file())
+    assert files == ["1/model.onnx", "1/model.py", "config.pbtxt", "labels.txt",
+                     "warmup/attention_mask"]
+    assert (model.path / "1" / "model.onnx").read_bytes() == classifier.read_bytes()
+    assert (model.path / "1" / "model.py").read_text() == generate_model_py()
+    assert (model.path / "labels.txt").read_text().splitlines() == ["label_0", "label_1",
+                                                                    "label_2"]
+    report = check_repository(repo)
+    assert report, report.summary()
+    assert report.models == ["cls"] and report.findings == []
+
+
+@pytest.mark.parametrize(
+    "fixture", [{"gated": True}, {"head": "tagging"}, {"custom_op": True}, {}],
+    ids=["ganet", "tagging", "custom-op", "plain"],
+)
+def test_both_flavours_are_named_by_suffix_and_pass(
+    fixture: dict[str, object], tmp_path: Path
+) -> None:
+    source = save_model(build_model(**fixture), tmp_path / "m.onnx")  # type: ignore[arg-type]
+    models = package_model(source, tmp_path / "repo", PackageOptions(flavor="both", kind="gpu"))
+    variant = models[0].variant
+    assert [m.name for m in models] == [f"{variant}_python", f"{variant}_onnxruntime"]
+    assert not (models[1].path / "1" / "model.py").exists()
+    report = check_repository(tmp_path / "repo")
+    assert report, report.summary()
+    assert json.loads(json.dumps(report.to_dict()))["passed"] is True
+    assert [m.to_dict()["flavor"] for m in models] == ["python", "onnxruntime"]
+
+
+def test_an_existing_model_is_replaced_only_with_force(classifier: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    package_model(classifier, repo, PackageOptions(name="cls"))
+    marker = repo / "cls" / "marker"
+    marker.write_text("old")
+    with pytest.raises(RepositoryError, match=r"cls already exist.*force"):
+        package_model(classifier, repo, PackageOptions(name="cls", threads=2))
+    assert marker.exists()
+    package_model(classifier, repo, PackageOptions(name="cls", threads=2, force=True))
+    assert not marker.exists()
+    assert 'string_value: "2"' in (repo / "cls" / "config.pbtxt").read_text()
+    assert no_hidden_leftovers(repo)
+
+
+def test_with_both_flavours_an_existing_one_blocks_both(classifier: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "m_onnxruntime").mkdir(parents=True)
+    with pytest.raises(RepositoryError, match="m_onnxruntime"):
+        package_model(classifier, repo, PackageOptions(name="m", flavor="both"))
+    assert not (repo / "m_python").exists()
+
+
+@pytest.mark.parametrize("flavor", ["python", "both"])
+def test_a_failure_mid_build_leaves_no_model_folder(
+    classifier: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flavor: str
+) -> None:
+    def broken() -> str:
+        raise OSError("disk full")
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    monkeypatch.setattr(repository, "generate_model_py", broken)
+    with pytest.raises(OSError, match="disk full"):
+        package_model(classifier, repo, PackageOptions(name="m", flavor=flavor))
+    assert list(repo.iterdir()) == []
+
+
+def test_a_failed_forced_rebuild_keeps_the_old_model(
+    classifier: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = tmp_path / "repo"
+    package_model(classifier, repo, PackageOptions(name="cls"))
+    before = (repo / "cls" / "config.pbtxt").read_text()
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("copy failed")
+
+    monkeypatch.setattr(repository.shutil, "copyfile", broken)
+    with pytest.raises(OSError, match="copy failed"):
+        package_model(classifier, repo, PackageOptions(name="cls", threads=3, force=True))
+    assert (repo / "cls" / "config.pbtxt").read_text() == before
+    assert no_hidden_leftovers(repo)
+    assert check_repository(repo)
+
+
+@pytest.mark.parametrize("key", ["attndeploy.variant", "attndeploy.config", "attndeploy.labels"])
+def test_a_model_without_attndeploy_metadata_is_refused(key: str, tmp_path: Path) -> None:
+    source = save_model(build_model(drop_metadata=[key]), tmp_path / "foreign.onnx")
+    with pytest.raises(RepositoryError, match=f"not made by `attndeploy export`.*{key}"):
+        package_model(source, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists() or list((tmp_path / "repo").iterdir()) == []
+
+
+def test_a_custom_node_without_its_function_is_refused(tmp_path: Path) -> None:
+    source = save_model(build_model(custom_op=True, with_function=False), tmp_path / "m.onnx")
+    with pytest.raises(RepositoryError, match=r"attndeploy::MaskedSum"):
+        package_model(source, tmp_path / "repo")
+
+
+def test_a_file_that_is_not_onnx_is_refused(tmp_path: Path) -> None:
+    source = tmp_path / "model.onnx"
+    source.write_bytes(b"\xff\xfe not a protobuf")
+    with pytest.raises(RepositoryError, match="not an ONNX model"):
+        package_model(source, tmp_path / "repo")
+
+
+def test_a_checkpoint_directory_is_exported_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[Path] = []
+
+    def fake_export(checkpoint: Path, out: Path) -> Path:
+        calls.append(checkpoint)
+        return save_model(build_model(gated=True), out)
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    monkeypatch.setattr(attndeploy.export, "export_checkpoint", fake_export, raising=False)
+    (model,) = package_model(checkpoint, tmp_path / "repo")
+    assert calls == [checkpoint]
+    assert model.name == "ganet" and model.gated
+    assert check_repository(tmp_path / "repo")
+
+
+# --------------------------------------------------------------------------- check-repo
+
+
+@pytest.fixture
+def packaged(classifier: Path, tmp_path: Path) -> Path:
+    """`<repo>/cls`, a freshly packaged python-flavour classifier."""
+    package_model(classifier, tmp_path / "repo", PackageOptions(name="cls"))
+    return tmp_path / "repo" / "cls"
+
+
+def test_check_repo_catches_a_wrong_dim(packaged: Path) -> None:
+    def change(cfg: mc.ModelConfig) -> None:
+        cfg.output[0].dims[:] = [4]
+
+    edit_config(packaged, change)
+    report = check_repository(packaged.parent)
+    assert not report
+    assert any("'logits' has dims [4], expected [3]" in m for m in messages(report))
+
+
+def test_check_repo_catches_a_fixed_seq_dim(packaged: Path) -> None:
+    def change(cfg: mc.ModelConfig) -> None:
+        cfg.input[1].dims[:] = [16]
+
+    edit_config(packaged, change)
+    assert any("'attention_mask' has dims [16], expected [-1]" in m
+               for m in messages(check_repository(packaged.parent)))
+
+
+def test_check_repo_catches_a_wrong_dtype(packaged: Path) -> None:
+    def change(cfg: mc.ModelConfig) -> None:
+        cfg.input[0].data_type = mc.TYPE_INT32
+
+    edit_config(packaged, change)
+    report = check_repository(packaged.parent)
+    assert not report
+    assert any("'input_ids' has data_type TYPE_INT32, expected TYPE_INT64" in m
+               for m in messages(report))
+
+
+def test_check_repo_catches_a_renamed_output_in_the_config(packaged: Path) -> None:
+    def change(cfg: mc.ModelConfig) -> None:
+        cfg.output[0].name = "scores"
+
+    edit_config(packaged, change)
+    found = messages(check_repository(packaged.parent))
+    assert any("config has no output 'logits'" in m for m in found)
+    assert any("unexpected output 'scores'" in m for m in found)
+
+
+def test_check_repo_catches_a_renamed_output_in_the_onnx_graph(packaged: Path) -> None:
+    model = onnx.load(str(packaged / "1" / "model.onnx"))
+    model.graph.output[0].name = "scores"
+    model.graph.node[-1].output[0] = "scores"
+    onnx.save(model, str(packaged / "1" / "model.onnx"))
+    found = messages(check_repository(packaged.parent))
+    assert any("ONNX graph has no output 'logits'" in m for m in found)
+
+
+def test_check_repo_catches_a_seq_dim_pinned_in_the_onnx_graph(packaged: Path) -> None:
+    model = onnx.load(str(packaged / "1" / "model.onnx"))
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 8
+    onnx.save(model, str(packaged / "1" / "model.onnx"))
+    found = messages(check_repository(packaged.parent))
+    assert any("'input_ids' dim 1 (seq) is fixed to 8" in m for m in found)
+
+
+def test_check_repo_catches_a_missing_version(packaged: Path) -> None:
+    shutil.rmtree(packaged / "1")
+    report = check_repository(packaged.parent)
+    assert not report
+    assert messages(report) == ["version 1 is listed in version_policy but has no folder"]
+
+
+def test_check_repo_catches_a_custom_node_without_function(packaged: Path) -> None:
+    model = onnx.load(str(packaged / "1" / "model.onnx"))
+    del model.functions[:]
+    onnx.save(model, str(packaged / "1" / "model.onnx"))
+    assert any("custom node attndeploy::MaskedSum has no model-local function" in m
+               for m in messages(check_repository(packaged.parent)))
+
+
+def test_check_repo_tells_an_edited_model_py_from_another_version(packaged: Path) -> None:
+    model_py = packaged / "1" / "model.py"
+    model_py.write_text(generate_model_py() + "\n# tweak\n")
+    assert any("edited by hand" in m for m in messages(check_repository(packaged.parent)))
+    model_py.write_text(generate_model_py().replace("attndeploy 0.1.0", "attndeploy 0.0.9", 1))
+    assert any("generated by attndeploy 0.0.9" in m
+               for m in messages(check_repository(packaged.parent)))
+    model_py.write_text("class TritonPythonModel: ...\n")
+    assert any("not generated by attndeploy" in m
+               for m in messages(check_repository(packaged.parent)))
+
+
+def test_check_repo_counts_label_lines(packaged: Path) -> None:
+    (packaged / "labels.txt").write_text("a\nb\n")
+    assert "labels.txt has 2 line(s), the model has 3 labels" in messages(
+        check_repository(packaged.parent)
+    )
+
+
+def test_check_repo_checks_parameters_against_the_model(packaged: Path) -> None:
+    def change(cfg: mc.ModelConfig) -> None:
+        cfg.parameters["MAX_SEQ"].string_value = "64"
+        cfg.parameters["GATED"].string_value = "true"
+
+    edit_config(packaged, change)
+    found = messages(check_repository(packaged.parent))
+    assert any("MAX_SEQ is '64'" in m for m in found)
+    assert any("GATED is 'true'" in m for m in found)
+
+
+def test_check_repo_rejects_an_all_zero_warmup_mask(packaged: Path) -> None:
+    (packaged / "warmup" / "attention_mask").write_bytes(np.zeros(8, np.int64).tobytes())
+    assert any("all-zero attention_mask" in m for m in messages(check_repository(packaged.parent)))
+
+
+def test_check_repo_reports_an_unparsable_config(packaged: Path) -> None:
+    (packaged / "config.pbtxt").write_text("max_batch_size: [\n")
+    report = check_repository(packaged.parent)
+    assert not report and "does not parse" in messages(report)[0]
+
+
+def test_check_repo_of_an_empty_or_missing_repository(tmp_path: Path) -> None:
+    assert messages(check_repository(tmp_path)) == ["the repository holds no model folder"]
+    with pytest.raises(RepositoryError, match="not a directory"):
+        check_repository(tmp_path / "nowhere")
+
+
+def test_raise_for_errors_lists_every_error(packaged: Path) -> None:
+    edit_config(packaged, lambda cfg: cfg.parameters["HEAD"].MergeFrom(
+        mc.ModelParameter(string_value="tagging")))
+    (packaged / "labels.txt").write_text("a\n")
+    with pytest.raises(RepositoryError) as info:
+        check_repository(packaged.parent).raise_for_errors()
+    assert "2 error(s)" in str(info.value)
+    assert "parameter HEAD is 'tagging'" in str(info.value)
+    assert "labels.txt has 1 line(s)" in str(info.value)
