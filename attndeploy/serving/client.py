@@ -233,6 +233,12 @@ class TritonRunner:
             outputs=specs("outputs"),
         )
 
+    def model_config(self) -> dict[str, Any]:
+        """The model's configuration as the server loaded it (JSON form of config.pbtxt)."""
+        data = self._call("the configuration request", "get_model_config", self.model,
+                          self.version, as_json=True)
+        return dict(data.get("config", {}))
+
     def statistics(self) -> dict[str, Any]:
         """The raw statistics JSON of the model (all counts are strings, see `loadstats`)."""
         return dict(

@@ -37,7 +37,8 @@ the name says otherwise, `null` where nothing was measured:
           "compute_infer_us": float | null, "compute_output_us": float | null,
           "request_us": float | null  # server-side time per successful request
         } | null,
-        "client_inference_count": int,       # request_count * batch
+        "client_inference_count": int,       # responses in the measured windows (errors
+                                             # included) * batch
         "count_rel_diff": float | null,      # |server - client| / client inference counts
         "checks": {"done": int, "failed": int, "max_abs_error": float | null,
                    "gate_mismatches": int, "first_failure": str},
@@ -220,8 +221,8 @@ class LoadTestReport:
             diff = level.count_rel_diff
             if diff is not None and diff > COUNT_AGREEMENT:
                 out.append(
-                    f"{level.label}: the server counted {diff:.1%} more/fewer inferences than "
-                    "the client over the measured windows (is another client using the model?)"
+                    f"{level.label}: the server's inference count differs from the client's by "
+                    f"{diff:.1%} over the measured windows (is another client using the model?)"
                 )
         return out
 

@@ -23,7 +23,7 @@ import json
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -331,11 +331,11 @@ class _LevelRun:
         level: LoadLevel,
         pool: list[list[_PoolEntry]],
         reference: _Reference | None,
-        on_window: Any = None,
+        on_window: Callable[[WindowStats], None] | None = None,
     ) -> None:
         self.client, self.config, self.level, self.pool = client, config, level, pool
         self.reference = reference
-        self.on_window = on_window or (lambda stats: None)
+        self.on_window = on_window if on_window is not None else (lambda stats: None)
         self.rng = np.random.default_rng([config.seed, int(level.value * 1000)])
         closed = level.mode == "concurrency"
         self.slots = threading.Semaphore(int(level.value) if closed else config.max_in_flight)
@@ -348,7 +348,7 @@ class _LevelRun:
         self.stop_reason = ""
         self.consecutive_bad = 0
         self.lags_ns: list[int] = []
-        self.start_ns = self.last_done_ns = time.perf_counter_ns()
+        self.start_ns = self.last_activity_ns = time.perf_counter_ns()
         self.arrivals: Iterator[float] | None = None
         self.arrival_origin_ns = self.next_due_ns = 0
 
@@ -376,6 +376,7 @@ class _LevelRun:
             slots.release()
 
         self.issued += 1
+        self.last_activity_ns = t0
         try:
             self.client.async_infer(
                 self.config.model,
@@ -411,7 +412,7 @@ class _LevelRun:
         while self.done:
             t0, t1, key, result, error = self.done.popleft()
             self.drained += 1
-            self.last_done_ns = t1
+            self.last_activity_ns = max(self.last_activity_ns, t1)
             tally.t_done.append(t1)
             tally.latency.append(t1 - t0)
             tally.ok.append(error is None)
@@ -514,7 +515,7 @@ class _LevelRun:
     # ---- the loop
     def run(self) -> LevelResult:
         config = self.config
-        self.start_ns = self.last_done_ns = time.perf_counter_ns()
+        self.start_ns = self.last_activity_ns = time.perf_counter_ns()
         hard_stop = self.start_ns + int(config.max_level_s * 1e9)
         stall_ns = int((config.request_timeout_s + 5.0) * 1e9)
         measuring = False
@@ -532,7 +533,7 @@ class _LevelRun:
                     self._close_window(now)  # keep the partial window: better than nothing
                 self.stop_reason = "time_limit"
                 break
-            if self.issued > self.drained and now - self.last_done_ns > stall_ns:
+            if self.issued > self.drained and now - self.last_activity_ns > stall_ns:
                 raise LoadTestError(
                     f"No response for {stall_ns / 1e9:.0f} s with {self.issued - self.drained} "
                     f"request(s) in flight ({self.level.label}); the gRPC deadline should have "
@@ -653,10 +654,7 @@ def _input_dtypes(runner: TritonRunner, config: LoadTestConfig) -> dict[str, np.
                 "load tester drives the model-level interface input_ids / attention_mask."
             )
         dtypes[name] = np.dtype(triton_to_np_dtype(spec.datatype))
-    model_config = runner.client.get_model_config(
-        config.model, as_json=True, client_timeout=runner.timeout_s
-    ).get("config", {})
-    max_batch = int(model_config.get("max_batch_size", 0))
+    max_batch = int(runner.model_config().get("max_batch_size", 0))
     if max_batch > 0 and config.batch > max_batch:
         raise LoadTestError(
             f"batch {config.batch} exceeds the max_batch_size {max_batch} of model "

@@ -3,6 +3,9 @@
 `attndeploy export` records (ops.md, "Model-level interface"): `attndeploy.variant`,
 `attndeploy.version`, `attndeploy.config` (the JSON model config), `attndeploy.weights_sha256` and
 `attndeploy.labels` (JSON list of label names). A file without them was not made by attndeploy.
+The config must name `variant`, `head`, `num_labels`, `max_seq` and `vocab_size` (the python
+flavour checks token ids against it). The optional `attndeploy.max_seq` (an export with a lower
+`--max-seq`) takes precedence over the config's `max_seq`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ META_VERSION = "attndeploy.version"
 META_CONFIG = "attndeploy.config"
 META_WEIGHTS = "attndeploy.weights_sha256"
 META_LABELS = "attndeploy.labels"
+META_MAX_SEQ = "attndeploy.max_seq"  # optional: the export's own limit, <= the config's max_seq
 REQUIRED_METADATA = (META_VARIANT, META_VERSION, META_CONFIG, META_WEIGHTS, META_LABELS)
 REQUIRED_CONFIG_KEYS = ("variant", "head", "num_labels", "max_seq", "vocab_size")
 CUSTOM_DOMAIN = "attndeploy"
@@ -79,6 +83,20 @@ def _positive_int(config: dict[str, Any], key: str, source: str) -> int:
     return value
 
 
+def _graph_max_seq(meta: dict[str, str], config_max_seq: int, source: str) -> int:
+    """The longest seq the graph was exported for: `attndeploy.max_seq` (export --max-seq may
+    lower it), else the model config's `max_seq`."""
+    raw = meta.get(META_MAX_SEQ)
+    if raw is None:
+        return config_max_seq
+    if not raw.isdigit() or not 1 <= int(raw) <= config_max_seq:
+        raise RepositoryError(
+            f"{source}: {META_MAX_SEQ} = {raw!r} must be an integer in [1, {config_max_seq}] "
+            "(the model config's max_seq); re-export the model."
+        )
+    return int(raw)
+
+
 def read_model_info(model: onnx.ModelProto, source: str = "the model") -> ModelInfo:
     """The `ModelInfo` recorded in `model`'s metadata; RepositoryError naming what is missing."""
     meta = {prop.key: prop.value for prop in model.metadata_props}
@@ -121,7 +139,7 @@ def read_model_info(model: onnx.ModelProto, source: str = "the model") -> ModelI
         variant=str(config["variant"]),
         head=str(config["head"]),
         num_labels=num_labels,
-        max_seq=_positive_int(config, "max_seq", source),
+        max_seq=_graph_max_seq(meta, _positive_int(config, "max_seq", source), source),
         vocab_size=_positive_int(config, "vocab_size", source),
         labels=tuple(labels),
         exporter_version=meta[META_VERSION],

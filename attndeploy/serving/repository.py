@@ -101,7 +101,7 @@ def _onnx_source(source: Path) -> Iterator[Path]:
     if not source.is_dir():
         raise RepositoryError(f"{source} is neither an ONNX file nor a checkpoint directory.")
     try:
-        from attndeploy.export import export_checkpoint  # type: ignore[attr-defined]
+        from attndeploy.export.exporter import export_checkpoint  # torch: imported only here
     except ImportError as exc:
         raise RepositoryError(
             f"{source} is a checkpoint directory, but this attndeploy has no exporter "
@@ -162,7 +162,8 @@ def package_model(
     """Package `source` into the Triton model repository `repo`; return the models written.
 
     `source` is an ONNX file made by `attndeploy export` (its metadata names variant, config and
-    labels) or a checkpoint directory, exported first with `attndeploy.export.export_checkpoint`.
+    labels) or a checkpoint directory, exported first (default `ExportOptions`) with
+    `attndeploy.export.exporter.export_checkpoint` into a temp file.
     Raises RepositoryError (and writes nothing) if the source is not an attndeploy model, its
     graph breaks the model-level interface, or a model folder exists and `options.force` is off.
     """

@@ -246,8 +246,9 @@ class TritonServer:
 
     All endpoints (gRPC, HTTP, metrics) bind to `host` (loopback by default). `grpc_url` and
     `http_url` are `host:port` strings as `tritonclient.grpc` / `tritonclient.http` expect them.
-    Readiness means: server live and ready, and every model of the repository index READY, so
-    `--model-control-mode=explicit` (via `extra_args`) only suits repositories loaded in full.
+    Readiness means: server live and ready, and every served model READY. `models` limits the
+    server to those models (explicit model control, e.g. to leave out a flavour whose backend
+    this server lacks); None serves every model of the repository.
     The process runs in its own session; `stop()` (or leaving the `with` block) ends it.
     """
 
@@ -264,8 +265,10 @@ class TritonServer:
         extra_args: Sequence[str] = (),
         ready_timeout_s: float = 120.0,
         stop_grace_s: float = 15.0,
+        models: Sequence[str] | None = None,
     ) -> None:
         self.repo = Path(repo)
+        self.models = list(models) if models is not None else None
         self.grpc_port, self.http_port, self.metrics_port = grpc_port, http_port, metrics_port
         self.host = host
         self._log_file = Path(log_file) if log_file is not None else None
@@ -311,6 +314,9 @@ class TritonServer:
             "--exit-on-error=false",  # keep a failed model's reason readable from the index
             f"--exit-timeout-secs={exit_timeout}",
         ]
+        if self.models is not None:
+            command.append("--model-control-mode=explicit")
+            command.extend(f"--load-model={name}" for name in self.models)
         backend_dir = _backend_dir_for(binary)
         if backend_dir is not None:
             command.append(f"--backend-directory={backend_dir}")
@@ -388,7 +394,7 @@ class TritonServer:
                         f"tritonserver exited with code {code} before it was ready."
                     )
                 try:
-                    failed = self._failed_models(client)
+                    failed = self._failed_models(client, self.models)
                     if failed is None:
                         return
                 except grpcclient.InferenceServerException:
@@ -408,16 +414,16 @@ class TritonServer:
             client.close()
 
     @staticmethod
-    def _failed_models(client: Any) -> dict[str, str] | None:
+    def _failed_models(client: Any, models: Sequence[str] | None) -> dict[str, str] | None:
         """None when everything is ready, else {model: reason} of models that failed (maybe {})."""
         if not client.is_server_live(client_timeout=2.0):
             return {}
         index = client.get_model_repository_index(as_json=True, client_timeout=2.0)
         entries = index.get("models", [])
+        served = {entry["name"] for entry in entries} if models is None else set(models)
+        entries = [entry for entry in entries if entry["name"] in served]
         not_ready = {
-            name
-            for name in {entry["name"] for entry in entries}
-            if not client.is_model_ready(name, client_timeout=2.0)
+            name for name in served if not client.is_model_ready(name, client_timeout=2.0)
         }
         if not not_ready and client.is_server_ready(client_timeout=2.0):
             return None
@@ -515,6 +521,7 @@ def start_background(
     binary: str | Path | None = None,
     extra_args: Sequence[str] = (),
     timeout_s: float = 120.0,
+    models: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Start a detached server on `repo`, wait until it is ready, record it; return the record.
 
@@ -546,6 +553,7 @@ def start_background(
         log_file=log_file,
         binary=binary,
         extra_args=extra_args,
+        models=models,
     )
     server.start()
     server.wait_ready(timeout_s)  # stops the server itself on failure
@@ -561,6 +569,7 @@ def start_background(
         "log_path": str(server.log_path),
         "binary": str(find_tritonserver(binary)),
         "started_at": time.time(),
+        "models": list(models) if models is not None else None,
     }
     try:
         _write_state(state_path, state)

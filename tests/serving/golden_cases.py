@@ -14,6 +14,7 @@ from attndeploy.serving.onnx_info import ModelInfo
 from attndeploy.serving.options import Flavor, PackageOptions
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
+HEADER = "# Golden config, reviewed by eye. Regenerate: python -m tests.serving.golden_cases\n"
 
 
 def info(variant: str, head: str, num_labels: int) -> ModelInfo:
@@ -66,6 +67,5 @@ def render(name: str) -> str:
 
 if __name__ == "__main__":
     for file_name in CASES if len(sys.argv) < 2 else sys.argv[1:]:
-        header = "# Golden config: reviewed by eye. Regenerate: python -m tests.serving.golden_cases\n"
-        (GOLDEN_DIR / file_name).write_text(header + render(file_name))
+        (GOLDEN_DIR / file_name).write_text(HEADER + render(file_name))
         print(f"wrote {GOLDEN_DIR / file_name}")

@@ -13,8 +13,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-import attndeploy.export
 from attndeploy.errors import RepositoryError
+from attndeploy.export import exporter
 from attndeploy.serving import repository
 from attndeploy.serving.check_repo import RepoReport, check_repository
 from attndeploy.serving.model_template import generate_model_py
@@ -170,7 +170,7 @@ def test_a_checkpoint_directory_is_exported_first(
 
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
-    monkeypatch.setattr(attndeploy.export, "export_checkpoint", fake_export, raising=False)
+    monkeypatch.setattr(exporter, "export_checkpoint", fake_export)
     (model,) = package_model(checkpoint, tmp_path / "repo")
     assert calls == [checkpoint]
     assert model.name == "ganet" and model.gated

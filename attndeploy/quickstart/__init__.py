@@ -1,0 +1,1 @@
+"""`attndeploy quickstart`: the whole pipeline on a built-in task, with one readable report."""

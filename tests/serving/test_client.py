@@ -1,0 +1,175 @@
+"""`TritonRunner` and `infer_once`: error translation without a server, then the real server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from attndeploy.errors import ServerError
+from attndeploy.serving.client import (
+    TritonRunner,
+    error_status,
+    infer_once,
+    server_error,
+    to_triton_datatype,
+)
+from attndeploy.serving.server import TritonServer, free_port
+
+from .loadtest_fixtures import TINY_LABELS, TINY_MODEL, TINY_VOCAB, tiny_onnx_path
+from .loadtest_fixtures import write_tiny_repository as _write_repo
+
+URL = "127.0.0.1:8001"
+
+
+def _error(status: str, message: str = "boom") -> InferenceServerException:
+    return InferenceServerException(msg=message, status=status)
+
+
+# --------------------------------------------------------------------------- no server needed
+
+
+def test_connection_refused_reads_as_no_server_with_the_command_to_start_one() -> None:
+    error = server_error(_error("StatusCode.UNAVAILABLE", "Connection refused"), URL, "m",
+                         "the liveness probe", 5.0)
+    assert "No Triton server answers at 127.0.0.1:8001" in str(error)
+    assert "attndeploy serve" in str(error)
+
+
+def test_a_deadline_reads_as_no_answer_within_the_timeout() -> None:
+    error = server_error(_error("StatusCode.DEADLINE_EXCEEDED"), URL, "m", "the probe", 2.5)
+    assert "did not answer the probe within 2.5 s" in str(error)
+
+
+def test_an_unknown_model_is_named() -> None:
+    error = server_error(_error("StatusCode.NOT_FOUND", "Request for unknown model: 'x'"),
+                         URL, "x", "the inference request", 1.0)
+    assert "no model 'x'" in str(error)
+
+
+def test_other_errors_keep_the_status_and_the_server_message() -> None:
+    error = server_error(_error("StatusCode.INTERNAL", "Gather index out of range"), URL, "m",
+                         "the inference request", 1.0)
+    assert "[StatusCode.INTERNAL]" in str(error) and "Gather index out of range" in str(error)
+    assert str(error).startswith("The inference request")
+
+
+def test_error_status_falls_back_to_the_class_name() -> None:
+    assert error_status(_error("StatusCode.CANCELLED")) == "StatusCode.CANCELLED"
+    assert error_status(RuntimeError("x")) == "RuntimeError"
+
+
+def test_numpy_dtypes_map_to_triton_datatypes() -> None:
+    assert to_triton_datatype(np.zeros(1, np.int64)) == "INT64"
+    assert to_triton_datatype(np.zeros(1, np.float32)) == "FP32"
+    assert to_triton_datatype(np.zeros(1, bool)) == "BOOL"
+
+
+def test_a_non_positive_timeout_is_refused() -> None:
+    with pytest.raises(ServerError, match="timeout_s"):
+        TritonRunner(URL, "m", timeout_s=0)
+
+
+def test_an_inactive_runner_says_to_use_a_with_block() -> None:
+    runner = TritonRunner(URL, "m")
+    with pytest.raises(ServerError, match="with"):
+        runner.infer({"input_ids": np.zeros((1, 1), np.int64)})
+    assert runner.is_ready() is False
+
+
+def test_no_server_is_a_server_error_within_seconds() -> None:
+    url = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(ServerError, match="No Triton server answers"):
+        infer_once(url, "tiny", np.full((1, 4), 3), np.ones((1, 4)), timeout_s=5.0)
+    assert time.monotonic() - started < 10.0
+
+
+# --------------------------------------------------------------------------- the real server
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+    repo = _write_repo(tmp_path_factory.mktemp("client-repo"))
+    with TritonServer(
+        repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port()
+    ) as server:
+        yield server
+
+
+def _feed(batch: int = 2, seq: int = 7, seed: int = 0) -> dict[str, np.ndarray]:
+    ids = np.random.default_rng(seed).integers(2, TINY_VOCAB, (batch, seq))  # [batch, seq]
+    return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+
+
+@pytest.mark.integration
+def test_one_inference_equals_in_process_onnxruntime_bit_for_bit(
+    tiny_server: TritonServer,
+) -> None:
+    feed = _feed()
+    with TritonRunner(tiny_server.grpc_url, TINY_MODEL, timeout_s=10) as runner:
+        served = runner.infer(feed)
+    session = ort.InferenceSession(
+        str(tiny_onnx_path(tiny_server.repo)), providers=["CPUExecutionProvider"]
+    )
+    logits, gates = session.run(["logits", "gates"], feed)
+    assert set(served) == {"logits", "gates"}
+    assert served["logits"].dtype == np.float32 and served["logits"].shape == (2, TINY_LABELS)
+    assert served["logits"].tobytes() == logits.tobytes()
+    assert served["gates"].dtype == np.bool_ and np.array_equal(served["gates"], gates)
+
+
+@pytest.mark.integration
+def test_metadata_lists_the_model_level_interface(tiny_server: TritonServer) -> None:
+    with TritonRunner(tiny_server.grpc_url, TINY_MODEL) as runner:
+        metadata = runner.metadata()
+        config = runner.model_config()
+        assert runner.is_ready()
+    assert int(config["max_batch_size"]) == 8 and config["backend"] == "python"
+    assert [(s.name, s.datatype) for s in metadata.inputs] == [
+        ("input_ids", "INT64"), ("attention_mask", "INT64")
+    ]
+    assert [(s.name, s.datatype, s.shape) for s in metadata.outputs] == [
+        ("logits", "FP32", (-1, TINY_LABELS)), ("gates", "BOOL", (-1, -1))
+    ]
+
+
+@pytest.mark.integration
+def test_infer_once_returns_outputs_by_name(tiny_server: TritonServer) -> None:
+    feed = _feed(batch=1, seq=5, seed=3)
+    outputs = infer_once(tiny_server.grpc_url, TINY_MODEL, feed["input_ids"],
+                         feed["attention_mask"], timeout_s=10)
+    assert outputs["logits"].shape == (1, TINY_LABELS) and outputs["gates"].shape == (1, 5)
+
+
+@pytest.mark.integration
+def test_a_missing_model_is_a_server_error_listing_the_served_ones(
+    tiny_server: TritonServer,
+) -> None:
+    with pytest.raises(ServerError, match=r"no model 'nope' \(models there: tiny\)"):
+        TritonRunner(tiny_server.grpc_url, "nope").activate()
+
+
+@pytest.mark.integration
+def test_a_request_the_model_rejects_is_a_server_error_with_its_message(
+    tiny_server: TritonServer,
+) -> None:
+    feed = _feed()
+    feed["input_ids"] = feed["input_ids"] + 1000  # beyond the vocabulary
+    with TritonRunner(tiny_server.grpc_url, TINY_MODEL) as runner:
+        with pytest.raises(ServerError, match="indices element out of data bounds"):
+            runner.infer(feed)
+
+
+def test_fixture_repository_has_the_three_files(tmp_path: Path) -> None:
+    repo = _write_repo(tmp_path)
+    model_dir = repo / TINY_MODEL
+    assert (model_dir / "config.pbtxt").is_file() and (model_dir / "1" / "model.py").is_file()
+    session = ort.InferenceSession(str(tiny_onnx_path(repo)), providers=["CPUExecutionProvider"])
+    logits, gates = session.run(None, _feed(batch=3, seq=4))
+    assert logits.shape == (3, TINY_LABELS) and gates.shape == (3, 4)

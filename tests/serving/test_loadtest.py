@@ -1,0 +1,516 @@
+"""The load tester: statistics arithmetic and the engine with fakes, then the real server."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from attndeploy.errors import LoadTestError, ServerError
+from attndeploy.serving.loadreport import CheckSummary, LevelResult, LoadTestReport
+from attndeploy.serving.loadstats import (
+    LatencySummary,
+    ServerStats,
+    WindowStats,
+    arrival_offsets,
+    compare_outputs,
+    is_stable,
+    percentile,
+)
+from attndeploy.serving.loadtest import (
+    LoadLevel,
+    LoadTestConfig,
+    _build_pool,
+    _LevelRun,
+    parse_number_list,
+    run_load_test,
+    vocab_from_onnx,
+)
+from attndeploy.serving.server import TritonServer, free_port
+
+from .loadtest_fixtures import TINY_MODEL, TINY_VOCAB, build_tiny_onnx, tiny_onnx_path
+from .loadtest_fixtures import write_tiny_repository as _write_repo
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = np.arange(1, 101, dtype=float)  # 1..100
+    assert [percentile(values, p) for p in (50, 90, 95, 99, 100)] == [50, 90, 95, 99, 100]
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
+
+
+def test_latency_summary_is_in_milliseconds_and_empty_is_none() -> None:
+    summary = LatencySummary.from_ns([3_000_000, 1_000_000, 2_000_000])
+    assert (summary.count, summary.min, summary.p50, summary.max) == (3, 1.0, 2.0, 3.0)
+    assert summary.avg == pytest.approx(2.0)
+    empty = LatencySummary.from_ns([])
+    assert empty.count == 0 and empty.p95 is None and empty.avg is None
+
+
+def _window(i: int, rps: float, p95: float, requests: int = 100) -> WindowStats:
+    return WindowStats(i, 1.0, requests, 0, rps, p95 / 2, p95)
+
+
+def test_three_windows_within_ten_percent_are_stable() -> None:
+    windows = [_window(0, 50, 9), _window(1, 100, 2.0), _window(2, 105, 2.1), _window(3, 97, 2.0)]
+    assert is_stable(windows, 3, 0.10)
+
+
+def test_a_throughput_outlier_in_the_last_windows_is_unstable() -> None:
+    windows = [_window(0, 100, 2.0), _window(1, 100, 2.0), _window(2, 130, 2.0)]
+    assert not is_stable(windows, 3, 0.10)
+
+
+def test_a_p95_outlier_in_the_last_windows_is_unstable() -> None:
+    windows = [_window(0, 100, 2.0), _window(1, 100, 2.6), _window(2, 100, 2.0)]
+    assert not is_stable(windows, 3, 0.10)
+
+
+def test_too_few_or_empty_windows_are_unstable() -> None:
+    assert not is_stable([_window(0, 100, 2.0), _window(1, 100, 2.0)], 3, 0.10)
+    empty = WindowStats(2, 1.0, 0, 0, 0.0, None, None)
+    assert not is_stable([_window(0, 100, 2.0), _window(1, 100, 2.0), empty], 3, 0.10)
+
+
+def _stats_json(inference: int, execution: int, success: int, queue_ns: int,
+                infer_ns: int, version: str = "1") -> dict[str, Any]:
+    """The shape of `get_inference_statistics(as_json=True)`: numbers are strings, none is {}."""
+    def entry(count: int, ns: int) -> dict[str, str]:
+        return {"count": str(count), "ns": str(ns)} if count else {}
+
+    return {
+        "name": "m",
+        "version": version,
+        "inference_count": str(inference),
+        "execution_count": str(execution),
+        "inference_stats": {
+            "success": entry(success, success * 3000),
+            "fail": {},
+            "queue": entry(success, queue_ns),
+            "compute_input": entry(success, success * 100),
+            "compute_infer": entry(success, infer_ns),
+            "compute_output": entry(success, success * 200),
+        },
+    }
+
+
+def test_server_stats_differences_give_per_request_averages_and_batch_size() -> None:
+    before = ServerStats.from_json({"model_stats": [_stats_json(0, 0, 0, 0, 0)]}, "m")
+    after = ServerStats.from_json(
+        {"model_stats": [_stats_json(40, 10, 40, 40 * 500_000, 40 * 2_000_000)]}, "m"
+    )
+    delta = after.minus(before)
+    assert delta.request_count == 40 and delta.avg_batch_size == 4.0
+    assert delta.avg_us("queue") == 500.0 and delta.avg_us("compute_infer") == 2000.0
+    assert delta.avg_us("compute_input") == 0.1 and delta.avg_us("compute_output") == 0.2
+    assert delta.avg_us("fail") is None
+
+
+def test_server_stats_sum_the_versions_of_the_model_and_ignore_others() -> None:
+    raw = {
+        "model_stats": [
+            _stats_json(4, 2, 4, 0, 0, version="1"),
+            _stats_json(6, 3, 6, 0, 0, version="2"),
+            {**_stats_json(100, 1, 100, 0, 0), "name": "other"},
+        ]
+    }
+    stats = ServerStats.from_json(raw, "m")
+    assert (stats.inference_count, stats.execution_count, stats.counts["success"]) == (10, 5, 10)
+    with pytest.raises(KeyError):
+        ServerStats.from_json(raw, "missing")
+
+
+def test_poisson_arrivals_have_the_requested_mean_rate() -> None:
+    offsets = arrival_offsets(200.0, "poisson", np.random.default_rng(0))
+    times = np.array([next(offsets) for _ in range(20_000)])
+    assert 20_000 / times[-1] == pytest.approx(200.0, rel=0.03)
+    gaps = np.diff(times)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)  # exponential: CV = 1
+
+
+def test_constant_arrivals_are_evenly_spaced() -> None:
+    offsets = arrival_offsets(50.0, "constant", np.random.default_rng(0))
+    times = [next(offsets) for _ in range(5)]
+    assert times == pytest.approx([0.02, 0.04, 0.06, 0.08, 0.10])
+    with pytest.raises(ValueError):
+        next(arrival_offsets(0.0, "constant", np.random.default_rng(0)))
+
+
+def test_comparison_fails_only_beyond_atol_and_rtol() -> None:
+    ref = {"logits": np.array([[1000.0, 0.0]], np.float32)}
+    near = {"logits": np.array([[1000.05, 5e-6]], np.float32)}  # within rtol / within atol
+    assert compare_outputs(near, ref, atol=1e-5, rtol=1e-4).passed
+    far = {"logits": np.array([[1000.0, 1e-3]], np.float32)}
+    check = compare_outputs(far, ref, atol=1e-5, rtol=1e-4)
+    assert not check.passed and check.max_abs_error == pytest.approx(1e-3)
+
+
+def test_gates_must_be_equal_and_shapes_must_match() -> None:
+    ref = {"gates": np.array([[True, False, True]])}
+    flipped = compare_outputs({"gates": np.array([[True, True, True]])}, ref, atol=1, rtol=1)
+    assert not flipped.passed and flipped.mismatched_gates == 1
+    assert not compare_outputs({"gates": np.array([[True]])}, ref, atol=1, rtol=1).passed
+    assert "missing" in compare_outputs({}, ref, atol=1, rtol=1).reason
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def test_concurrency_defaults_to_a_sweep_and_rates_switch_the_mode() -> None:
+    assert [lv.label for lv in LoadTestConfig(model="m").levels] == [
+        "concurrency 1", "concurrency 4", "concurrency 16"
+    ]
+    rate = LoadTestConfig(model="m", request_rates=50, distribution="poisson")
+    assert rate.levels == (LoadLevel("request_rate", 50.0, "poisson"),)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"concurrency": (1,), "request_rates": (5,)}, "not both"),
+        ({"concurrency": (0,)}, "concurrency"),
+        ({"distribution": "uniform"}, "distribution"),
+        ({"seq_lengths": ()}, "seq_lengths"),
+        ({"max_windows": 2}, "max_windows"),
+        ({"check_fraction": 1.5}, "check_fraction"),
+        ({"stability_threshold": 0.0}, "stability_threshold"),
+        ({"onnx_path": Path("/no/such.onnx")}, "onnx_path"),
+        ({"vocab_size": 2}, "vocab_size"),
+        ({"model": ""}, "model is empty"),
+    ],
+)
+def test_invalid_configurations_say_what_is_wrong(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(LoadTestError, match=message):
+        LoadTestConfig(**{"model": "m", **kwargs})
+
+
+def test_number_lists_parse_for_the_command_line() -> None:
+    assert parse_number_list("1, 4,16", "concurrency") == (1, 4, 16)
+    assert parse_number_list("12.5", "rate", float) == (12.5,)
+    with pytest.raises(LoadTestError, match="concurrency"):
+        parse_number_list("1,x", "concurrency")
+
+
+def test_vocab_comes_from_the_embedding_or_the_metadata(tmp_path: Path) -> None:
+    path = build_tiny_onnx(tmp_path / "model.onnx")
+    assert vocab_from_onnx(path) == TINY_VOCAB
+    model = onnx.load(str(path))
+    onnx.helper.set_model_props(model, {"attndeploy.config": json.dumps({"vocab_size": 7})})
+    onnx.save(model, str(path))
+    assert vocab_from_onnx(path) == 7
+
+
+# --------------------------------------------------------------------------- engine with a fake
+
+
+class _FakeResult:
+    pass
+
+
+class FakeClient:
+    """Answers `async_infer` from a worker thread after `latency_s`, with Triton-like stats."""
+
+    def __init__(self, latency_s: float = 0.001, fail_with: str | None = None) -> None:
+        self.latency_s, self.fail_with = latency_s, fail_with
+        self.served = 0
+        self.live = True
+        self.dead_after: int | None = None  # after this many requests: connection refused
+        self._jobs: queue.Queue[Any] = queue.Queue()
+        self._worker = threading.Thread(target=self._serve, daemon=True)
+        self._worker.start()
+
+    def _serve(self) -> None:
+        while True:
+            callback = self._jobs.get()
+            if callback is None:
+                return
+            time.sleep(self.latency_s)
+            if self.dead_after is not None and self.served >= self.dead_after:
+                self.live = False
+                callback(result=None, error=InferenceServerException(
+                    "Connection refused", status="StatusCode.UNAVAILABLE"))
+            elif self.fail_with:
+                self.served += 1
+                callback(result=None, error=InferenceServerException("bad", status=self.fail_with))
+            else:
+                self.served += 1
+                callback(result=_FakeResult(), error=None)
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+    def async_infer(self, model: str, inputs: Any, callback: Any, **kwargs: Any) -> None:
+        self._jobs.put(callback)
+
+    def is_server_live(self, client_timeout: float | None = None) -> bool:
+        if not self.live:
+            raise InferenceServerException("Connection refused", status="StatusCode.UNAVAILABLE")
+        return True
+
+    def get_inference_statistics(self, model: str, **kwargs: Any) -> dict[str, Any]:
+        n = self.served
+        return {"model_stats": [{"name": model, "inference_count": str(n),
+                                 "execution_count": str(n), "inference_stats": {
+                                     "success": {"count": str(n), "ns": str(n * 1000)}}}]}
+
+
+def _fake_level(client: FakeClient, level: LoadLevel, **overrides: Any) -> _LevelRun:
+    config = LoadTestConfig(**{
+        "model": "m", "window_requests": 40, "warmup_requests": 5, "max_windows": 5,
+        "stable_windows": 2, "stability_threshold": 0.5, "check_fraction": 0.0,
+        "pool_size": 2, "seq_lengths": (4, 8), **overrides,
+    })
+    pool = _build_pool(config, 10, {"input_ids": np.dtype(np.int64),
+                                    "attention_mask": np.dtype(np.int64)})
+    return _LevelRun(client, config, level, pool, reference=None)
+
+
+def test_a_closed_loop_level_measures_windows_and_agrees_with_the_server() -> None:
+    client = FakeClient()
+    try:
+        result = _fake_level(client, LoadLevel("concurrency", 2)).run()
+    finally:
+        client.close()
+    assert result.error_count == 0 and result.measured_windows >= 2
+    assert result.stop_reason in ("stable", "max_windows")
+    assert result.request_count >= 80 and result.throughput_requests_per_s > 0
+    assert result.latency_ms["p50"] is not None and result.latency_ms["p50"] >= 1.0
+    assert result.server is not None and result.server["avg_batch_size"] == 1.0
+    assert result.count_rel_diff is not None and result.count_rel_diff <= 0.05
+
+
+def test_a_request_rate_level_issues_at_the_rate() -> None:
+    client = FakeClient()
+    try:
+        result = _fake_level(
+            client, LoadLevel("request_rate", 200.0, "constant"), window_requests=None,
+            window_s=0.5, max_windows=2, stable_windows=2, warmup_requests=0,
+        ).run()
+    finally:
+        client.close()
+    assert result.mode == "request_rate" and result.request_rate == 200.0
+    assert result.throughput_requests_per_s == pytest.approx(200.0, rel=0.15)
+
+
+def test_errors_are_counted_by_status_and_stop_the_level() -> None:
+    client = FakeClient(fail_with="StatusCode.INTERNAL")
+    try:
+        result = _fake_level(client, LoadLevel("concurrency", 2)).run()
+    finally:
+        client.close()
+    assert result.stop_reason == "all_failed"
+    assert result.errors["StatusCode.INTERNAL"] == result.error_count > 0
+    assert result.error_samples["StatusCode.INTERNAL"] == "bad"
+
+
+def test_a_server_that_dies_mid_level_is_a_server_error_quickly() -> None:
+    client = FakeClient()
+    client.dead_after = 30
+    started = time.monotonic()
+    try:
+        with pytest.raises(ServerError, match="stopped answering during the load test"):
+            _fake_level(client, LoadLevel("concurrency", 2), window_requests=10_000).run()
+    finally:
+        client.close()
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_level_that_cannot_finish_stops_at_the_time_limit() -> None:
+    client = FakeClient(latency_s=0.01)
+    started = time.monotonic()
+    try:
+        result = _fake_level(client, LoadLevel("concurrency", 1), window_requests=10_000,
+                             max_level_s=0.5).run()
+    finally:
+        client.close()
+    assert result.stop_reason == "time_limit" and result.measured_windows == 1
+    assert time.monotonic() - started < 3.0
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def _level(**overrides: Any) -> LevelResult:
+    values: dict[str, Any] = {
+        "label": "concurrency 1", "mode": "concurrency", "concurrency": 1,
+        "request_rate": None, "distribution": None, "batch": 1, "seq_lengths": [16],
+        "stable": True, "stop_reason": "stable", "windows": [], "measured_windows": 3,
+        "measured_s": 3.0, "request_count": 300, "throughput_infer_per_s": 100.0,
+        "throughput_requests_per_s": 100.0,
+        "latency_ms": {"count": 300, "avg": 2.0, "min": 1.0, "p50": 2.0, "p90": 2.5,
+                       "p95": 3.0, "p99": 4.0, "max": 5.0},
+        "error_count": 0, "errors": {}, "error_samples": {}, "server": None,
+        "client_inference_count": 300, "count_rel_diff": float("nan"),
+        "checks": CheckSummary(3, 0, 0.0), "delayed_requests": 0, "max_schedule_lag_ms": 0.0,
+        "warmup_requests": 20, "duration_s": 3.5,
+    }
+    return LevelResult(**{**values, **overrides})
+
+
+def _report(*levels: LevelResult) -> LoadTestReport:
+    return LoadTestReport("127.0.0.1:1", "m", "2024-01-01T00:00:00+00:00", 1.0, {}, list(levels))
+
+
+def test_a_report_with_errors_or_failed_checks_does_not_pass() -> None:
+    assert _report(_level()).passed
+    errors = _level(error_count=2, errors={"StatusCode.INTERNAL": 2},
+                    error_samples={"StatusCode.INTERNAL": "boom"})
+    report = _report(_level(), errors)
+    assert not report and "boom" in report.failures[0]
+    assert not _report(_level(checks=CheckSummary(3, 1, 1.0, 0, "'logits' differs")))
+    assert not _report()
+    with pytest.raises(LoadTestError, match="StatusCode.INTERNAL"):
+        report.raise_if_failed()
+
+
+def test_report_json_has_no_nan_and_warns_about_unstable_levels() -> None:
+    body = json.loads(_report(_level(stable=False, stop_reason="max_windows")).to_json())
+    assert body["schema"] == "attndeploy.loadtest/1" and body["passed"] is True
+    assert body["levels"][0]["count_rel_diff"] is None
+    assert "not stable" in body["warnings"][0]
+
+
+# --------------------------------------------------------------------------- the real server
+
+
+@pytest.fixture(scope="module")
+def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write_repo(tmp_path_factory.mktemp("loadtest-repo"))
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tiny_repo: Path) -> Iterator[TritonServer]:
+    with TritonServer(
+        tiny_repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port()
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def sweep(tiny_server: TritonServer, tiny_repo: Path) -> LoadTestReport:
+    config = LoadTestConfig(
+        model=TINY_MODEL, url=tiny_server.grpc_url, concurrency=(1, 4), seq_lengths=(16,),
+        window_s=1.0, max_windows=4, check_fraction=0.1, onnx_path=tiny_onnx_path(tiny_repo),
+    )
+    return run_load_test(config, progress=False)
+
+
+@pytest.mark.integration
+def test_a_short_sweep_reports_every_field_without_errors(sweep: LoadTestReport) -> None:
+    assert sweep.passed, sweep.failures
+    assert [lv.concurrency for lv in sweep.levels] == [1, 4]
+    for level in sweep.levels:
+        assert level.error_count == 0 and level.errors == {}
+        assert 1 <= level.measured_windows <= 3 and level.request_count > 0
+        assert level.throughput_infer_per_s > 0
+        lat = level.latency_ms
+        assert 0 < lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"] <= lat["max"]
+        assert level.server is not None
+        for key in ("queue_us", "compute_input_us", "compute_infer_us", "compute_output_us"):
+            assert level.server[key] is not None and level.server[key] > 0
+        assert level.checks.done > 0 and level.checks.failed == 0
+        assert level.checks.max_abs_error is not None and level.checks.max_abs_error <= 1e-5
+        assert level.count_rel_diff is not None and level.count_rel_diff <= 0.05
+
+
+@pytest.mark.integration
+def test_concurrency_four_makes_the_server_batch(sweep: LoadTestReport) -> None:
+    one, four = sweep.levels
+    assert one.server is not None and four.server is not None
+    assert one.server["avg_batch_size"] == pytest.approx(1.0)
+    assert four.server["avg_batch_size"] > 1.0
+    assert four.throughput_infer_per_s > one.throughput_infer_per_s
+
+
+@pytest.mark.integration
+def test_the_json_csv_and_png_files_parse(sweep: LoadTestReport, tmp_path: Path) -> None:
+    from matplotlib.image import imread
+
+    paths = sweep.write_all(tmp_path / "out")
+    body = json.loads(paths["json"].read_text())
+    assert body["passed"] is True and len(body["levels"]) == 2
+    assert body["levels"][1]["server"]["avg_batch_size"] > 1
+    rows = list(csv.DictReader(paths["csv"].open()))
+    assert [row["concurrency"] for row in rows] == ["1", "4"]
+    assert float(rows[0]["latency_p95_ms"]) > 0
+    image = imread(paths["png"])
+    assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+@pytest.mark.integration
+def test_a_poisson_request_rate_run_with_mixed_lengths(
+    tiny_server: TritonServer, tiny_repo: Path
+) -> None:
+    config = LoadTestConfig(
+        model=TINY_MODEL, url=tiny_server.grpc_url, request_rates=(50,),
+        distribution="poisson", seq_lengths=(8, 16), seq_order="random", window_s=1.0,
+        max_windows=2, stable_windows=2, warmup_requests=5, check_fraction=0.2,
+        onnx_path=tiny_onnx_path(tiny_repo),
+    )
+    report = run_load_test(config, progress=False)
+    assert report.passed, report.failures
+    (level,) = report.levels
+    assert level.mode == "request_rate" and level.measured_windows == 2
+    assert 25 < level.throughput_requests_per_s < 90  # Poisson counts over 2 s vary
+    assert level.checks.done > 0 and level.checks.failed == 0
+
+
+@pytest.mark.integration
+def test_requests_the_model_rejects_are_errors_by_kind(tiny_server: TritonServer) -> None:
+    config = LoadTestConfig(
+        model=TINY_MODEL, url=tiny_server.grpc_url, concurrency=(2, 4), vocab_size=10_000,
+        seq_lengths=(8,), window_s=0.5, max_windows=3, warmup_requests=2,
+    )
+    report = run_load_test(config, progress=False)
+    assert not report.passed
+    (level,) = report.levels  # every request failed: the second level is skipped
+    assert level.stop_reason == "all_failed" and level.error_count > 0
+    assert "out of data bounds" in " ".join(level.error_samples.values())
+    assert any("skipped concurrency 4" in w for w in report.warnings)
+
+
+@pytest.mark.integration
+def test_no_server_at_the_url_is_a_server_error_within_seconds() -> None:
+    config = LoadTestConfig(model=TINY_MODEL, url=f"127.0.0.1:{free_port()}", concurrency=(1,))
+    started = time.monotonic()
+    with pytest.raises(ServerError, match="No Triton server answers"):
+        run_load_test(config, progress=False)
+    assert time.monotonic() - started < 10.0
+
+
+@pytest.mark.integration
+def test_a_server_killed_mid_test_stops_the_load_test(
+    tiny_repo: Path, tmp_path: Path
+) -> None:
+    server = TritonServer(tiny_repo, grpc_port=free_port(), http_port=free_port(),
+                          metrics_port=free_port(), log_file=tmp_path / "victim.log")
+    config = LoadTestConfig(
+        model=TINY_MODEL, url=server.grpc_url, concurrency=(4,), seq_lengths=(16,),
+        window_s=1.0, max_windows=10, stable_windows=10,
+    )
+    with server:
+        pid = server.pid
+        assert pid is not None
+        killer = threading.Timer(1.0, os.killpg, args=(pid, signal.SIGKILL))
+        started = time.monotonic()
+        killer.start()
+        try:
+            with pytest.raises(ServerError, match="stopped answering during the load test"):
+                run_load_test(config, progress=False)
+        finally:
+            killer.cancel()
+        assert time.monotonic() - started < 20.0
