@@ -19,12 +19,19 @@ app = typer.Typer(
 
 # command name -> module under attndeploy.cli exposing `command`
 COMMANDS = {
-    "train": "train",
-    "info": "info",
+    "train": ("train", "command"),
+    "info": ("info", "command"),
+    "export": ("export", "command"),
+    "package": ("package", "command"),
+    "check-repo": ("check_repo", "command"),
+    "serve": ("serve", "command"),
+    "stop": ("serve", "stop_command"),
+    "infer": ("infer", "command"),
+    "loadtest": ("loadtest", "command"),
 }
 
-for name, module in COMMANDS.items():
-    app.command(name)(importlib.import_module(f"attndeploy.cli.{module}").command)
+for name, (module, function) in COMMANDS.items():
+    app.command(name)(getattr(importlib.import_module(f"attndeploy.cli.{module}"), function))
 
 
 def main() -> None:

@@ -280,7 +280,10 @@ def compare_gates(
         flip_margin=flip_margin, margin=margin, flipped_examples=flipped_examples,
     )
     if refused:
-        where = "" if flip_margin is None else f"; smallest |gate logit| among flips {flip_margin:.3g}"
+        where = (
+            "" if flip_margin is None
+            else f"; smallest |gate logit| among flips {flip_margin:.3g}"
+        )
         result.message = (
             f"{flips} gate flip(s) on real tokens, {refused} where |gate logit| >= "
             f"{flip_tolerance:g}{where}"

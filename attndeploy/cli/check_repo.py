@@ -1,0 +1,28 @@
+"""`attndeploy check-repo`: lint a Triton model repository offline (no server needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attndeploy.cli.options import JsonFlag
+from attndeploy.cli.output import console, print_json
+
+
+def command(
+    repo: Annotated[Path, typer.Argument(help="Model repository folder.")] = Path(
+        "model_repository"
+    ),
+    json_output: JsonFlag = False,
+) -> None:
+    """Check configs, I/O against the ONNX graphs, functions, files, versions and model.py."""
+    from attndeploy.serving.check_repo import check_repository
+
+    report = check_repository(repo)
+    if json_output:
+        print_json(report.to_dict())
+    else:
+        console.print(report.summary(), highlight=False)
+    report.raise_for_errors()

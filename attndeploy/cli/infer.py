@@ -1,0 +1,50 @@
+"""`attndeploy infer`: one gRPC request to a served model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attndeploy.cli.options import JsonFlag
+from attndeploy.cli.output import console, print_json
+
+
+def command(
+    model: Annotated[str, typer.Option(help="Served model name.")],
+    text: Annotated[str | None, typer.Option(help="Text to classify.")] = None,
+    ids: Annotated[str | None, typer.Option(help="Token ids, comma-separated.")] = None,
+    url: Annotated[str, typer.Option(help="Server gRPC address.")] = "127.0.0.1:8001",
+    repo: Annotated[
+        Path, typer.Option(help="Repository holding the model (for vocabulary and labels).")
+    ] = Path("model_repository"),
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.")] = 10.0,
+    json_output: JsonFlag = False,
+) -> None:
+    """Send one example; print the label and scores (GA-Net: the tokens whose gates are open)."""
+    from attndeploy.errors import DataError
+    from attndeploy.serving.infer import infer_request
+
+    id_list = None
+    if ids is not None:
+        try:
+            id_list = [int(x) for x in ids.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise DataError(f"--ids must be comma-separated integers, got {ids!r}") from None
+    result = infer_request(url=url, model=model, text=text, ids=id_list,
+                           repo=repo if repo.is_dir() else None, timeout_s=timeout)
+    if json_output:
+        print_json(result)
+        return
+    if "label" in result:
+        console.print(f"[bold]{result['label']}[/]")
+        for label, score in sorted(result["scores"].items(), key=lambda kv: -kv[1]):
+            console.print(f"  {label:>12}  {score:.4f}")
+    else:
+        console.print(" ".join(f"{t}/{tag}" for t, tag in zip(result["tokens"], result["tags"],
+                                                               strict=True)))
+    if "open_tokens" in result:
+        shown = " ".join(f"[reverse]{t}[/]" if g else t
+                         for t, g in zip(result["tokens"], result["gates"], strict=True))
+        console.print(f"open gates ({len(result['open_tokens'])}/{len(result['tokens'])}): {shown}")

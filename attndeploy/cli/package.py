@@ -1,0 +1,80 @@
+"""`attndeploy package`: checkpoints or ONNX files -> a Triton model repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attndeploy.cli.options import ForceFlag, JsonFlag
+from attndeploy.cli.output import console, print_json
+from attndeploy.serving.options import Flavor, Kind
+
+
+def default_model_name(source: Path) -> str:
+    """A checkpoint directory's name; for an ONNX file its stem (its folder's name if 'model')."""
+    source = Path(source).resolve()
+    if source.is_dir():
+        return source.name
+    return source.parent.name if source.stem == "model" else source.stem
+
+
+def command(
+    sources: Annotated[
+        list[Path], typer.Argument(help="Checkpoint directories or exported ONNX files.")
+    ],
+    repo: Annotated[Path, typer.Option(help="Model repository folder.")] = Path(
+        "model_repository"
+    ),
+    flavor: Annotated[Flavor, typer.Option(help="Which Triton model(s) to write.")] = Flavor.PYTHON,
+    name: Annotated[
+        str | None, typer.Option(help="Model name [default: the checkpoint directory's name].")
+    ] = None,
+    version: Annotated[int, typer.Option(help="Version folder to write.")] = 1,
+    max_batch_size: Annotated[int, typer.Option(help="Triton max_batch_size.")] = 8,
+    instances: Annotated[int, typer.Option(help="Model instances.")] = 1,
+    kind: Annotated[
+        Kind, typer.Option(help="Instance kind (gpu: onnxruntime flavour).")
+    ] = Kind.CPU,
+    dynamic_batching: Annotated[
+        bool, typer.Option("--dynamic-batching/--no-dynamic-batching", help="Dynamic batcher.")
+    ] = True,
+    max_queue_delay_us: Annotated[
+        int, typer.Option(help="Longest a request waits to form a batch (µs).")
+    ] = 500,
+    warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="Warm-up request.")] = True,
+    threads: Annotated[int, typer.Option(help="onnxruntime intra-op threads per instance.")] = 1,
+    force: ForceFlag = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Package models into a Triton repository (config.pbtxt, model.onnx, model.py, labels)."""
+    from attndeploy.errors import RepositoryError
+    from attndeploy.serving.options import PackageOptions
+    from attndeploy.serving.repository import package_model
+
+    if name is not None and len(sources) > 1:
+        raise RepositoryError("--name names one model; give one source per call, or no --name")
+    written = []
+    for source in sources:
+        options = PackageOptions(
+            flavor=flavor, name=name or default_model_name(source), version=version,
+            max_batch_size=max_batch_size, instances=instances, kind=kind,
+            dynamic_batching=dynamic_batching, max_queue_delay_us=max_queue_delay_us,
+            warmup=warmup, force=force, threads=threads,
+        )
+        with console.status(f"packaging {source}") if not json_output else _null():
+            written.extend(package_model(source, repo, options))
+    if json_output:
+        print_json({"repo": str(repo), "models": [m.to_dict() for m in written]})
+        return
+    for model in written:
+        flavor = model.to_dict()['flavor']
+        console.print(f"packaged [bold]{model.name}[/] ({flavor}, {model.variant}, "
+                      f"version {model.version}) -> {model.path}")
+
+
+def _null():
+    import contextlib
+
+    return contextlib.nullcontext()

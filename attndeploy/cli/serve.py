@@ -1,0 +1,87 @@
+"""`attndeploy serve` and `attndeploy stop`: a local Triton server over a model repository."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attndeploy.cli.options import JsonFlag
+from attndeploy.cli.output import console, print_json
+
+RepoOption = Annotated[Path, typer.Option(help="Model repository folder.")]
+
+
+def command(
+    repo: RepoOption = Path("model_repository"),
+    grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 8001,
+    http_port: Annotated[int, typer.Option(help="HTTP port.")] = 8000,
+    metrics_port: Annotated[int, typer.Option(help="Metrics port.")] = 8002,
+    host: Annotated[str, typer.Option(help="Address every endpoint binds to.")] = "127.0.0.1",
+    log_file: Annotated[Path | None, typer.Option(help="Server log file.")] = None,
+    tritonserver: Annotated[
+        str | None,
+        typer.Option(help="tritonserver binary [default: $ATTNDEPLOY_TRITONSERVER, PATH, wheel]."),
+    ] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option("--model", help="Serve only these models [default: every loadable one]."),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the models.")] = 120.0,
+    background: Annotated[
+        bool, typer.Option("--background", help="Start detached; stop with `attndeploy stop`.")
+    ] = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Start tritonserver on the repository, wait for every model, serve until stopped."""
+    from attndeploy.serving.launch import servable_models
+    from attndeploy.serving.server import TritonServer, start_background
+
+    models, skipped = servable_models(repo, model, tritonserver)
+    for name, reason in skipped.items():
+        console.print(f"[yellow]not serving[/] {name}: {reason}")
+    common = dict(grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port,
+                  host=host, log_file=log_file, binary=tritonserver, models=models)
+    if background:
+        state = start_background(repo, timeout_s=timeout, **common)
+        if json_output:
+            print_json(state)
+        else:
+            console.print(f"serving {', '.join(models)} on grpc {state['grpc_url']} "
+                          f"(pid {state['pid']}, log {state['log_path']}); stop with "
+                          "`attndeploy stop`")
+        return
+    server = TritonServer(repo, ready_timeout_s=timeout, **common)
+    # SIGTERM ends the process like Ctrl-C, so the `with` block stops the server cleanly.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with server:
+        if json_output:
+            print_json({"grpc_url": server.grpc_url, "http_url": server.http_url,
+                        "pid": server.pid, "models": models, "log_path": str(server.log_path)})
+        else:
+            console.print(f"serving {', '.join(models)} on grpc {server.grpc_url}, http "
+                          f"{server.http_url} (log {server.log_path}); Ctrl-C to stop")
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            console.print("stopping the server")
+
+
+def stop_command(
+    repo: RepoOption = Path("model_repository"),
+    state_file: Annotated[
+        Path | None, typer.Option(help="State file of `serve --background`.")
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Stop a server started with `attndeploy serve --background`."""
+    from attndeploy.serving.server import default_state_path, stop_background
+
+    result = stop_background(state_file or default_state_path(repo.resolve()))
+    if json_output:
+        print_json(result)
+    else:
+        console.print(f"stopped server pid {result['pid']} ({result['signal']}, "
+                      f"{result['stop_s']} s)")

@@ -1,0 +1,71 @@
+"""Which models of a repository a given tritonserver can serve.
+
+The server inside the nvidia-pytriton wheel has the python backend only, so a repository packaged
+with `--flavor both` holds `onnxruntime_onnx` models it cannot load; `serve` leaves those out
+(and says so) instead of failing on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from attndeploy.errors import RepositoryError, ServerError
+from attndeploy.serving.model_config import parse_config
+from attndeploy.serving.server import _backend_dir_for, find_tritonserver
+
+
+def _backend_of(config_text: str) -> str:
+    config = parse_config(config_text)
+    if config.backend:
+        return config.backend
+    if config.platform == "onnxruntime_onnx":
+        return "onnxruntime"
+    return config.platform or "unknown"
+
+
+def servable_models(
+    repo: Path, requested: Sequence[str] | None = None, binary: str | Path | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """(models to serve, {model: why it is left out}) for `repo` on this server binary."""
+    repo = Path(repo)
+    if not repo.is_dir():
+        raise ServerError(f"model repository {repo} does not exist; build it with "
+                          "`attndeploy package`")
+    configs = {p.parent.name: p for p in sorted(repo.glob("*/config.pbtxt"))}
+    if requested:
+        unknown = sorted(set(requested) - set(configs))
+        if unknown:
+            raise ServerError(f"no model {', '.join(unknown)} in {repo}; it holds "
+                              f"{', '.join(configs) or 'no models'}")
+        configs = {name: configs[name] for name in requested}
+    backend_dir = _backend_dir_for(find_tritonserver(binary))
+    available = {p.name for p in backend_dir.iterdir() if p.is_dir()} if backend_dir else set()
+    serve: list[str] = []
+    skipped: dict[str, str] = {}
+    for name, path in configs.items():
+        try:
+            backend = _backend_of(path.read_text())
+        except RepositoryError as exc:
+            raise ServerError(f"{path}: {exc}") from exc
+        if backend in available:
+            serve.append(name)
+        else:
+            skipped[name] = (f"this tritonserver has no '{backend}' backend (it has "
+                             f"{', '.join(sorted(available)) or 'none'})")
+    if not serve:
+        raise ServerError(f"no model in {repo} can be served by this tritonserver: "
+                          + "; ".join(f"{n}: {r}" for n, r in skipped.items()))
+    return serve, skipped
+
+
+def find_model_onnx(repo: Path, model: str) -> Path | None:
+    """`<repo>/<model>/<newest version>/model.onnx`, or None if there is none."""
+    folder = Path(repo) / model
+    versions = sorted(
+        (int(p.name), p) for p in folder.glob("*") if p.is_dir() and p.name.isdigit()
+    ) if folder.is_dir() else []
+    for _, version_dir in reversed(versions):
+        if (version_dir / "model.onnx").is_file():
+            return version_dir / "model.onnx"
+    return None

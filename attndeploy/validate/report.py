@@ -1,0 +1,459 @@
+"""The parity report: results as data, written as JSON, Markdown and a PNG histogram.
+
+JSON schema (`schema` "attndeploy-validation", `schema_version` 1). Floats that are not finite
+are written as the strings "inf", "-inf" or "nan" (JSON has no such numbers); statistics that
+could not be computed are null.
+
+```
+{
+  "schema": "attndeploy-validation", "schema_version": 1,
+  "passed": bool,                      # every oracle passed and the padding check passed
+  "model": {"onnx_path", "checkpoint", "variant", "family", "head", "dtype", "opset",
+            "max_seq", "inlined", "weights_sha256", "labels": [str]},
+  "reference": {"name": "torch", "description": str},
+  "tolerances": {"default": {"atol", "rtol"}, "per_output": {name: {"atol", "rtol"}},
+                 "gate_flip_tolerance": float},
+  "shapes": [{"shape": "BxS", "batch", "seq", "lengths": [int]}],   # the grid, in order
+  "oracles": {
+    "<oracle name>": {                 # onnxruntime[all], onnxruntime[none], onnx-reference, ...
+      "status": "passed" | "failed" | "unsupported" | "error",
+      "passed": bool,                  # status == "passed"
+      "message": str,                  # the runtime's message when unsupported / error
+      "shapes": ["BxS"],               # shapes this oracle ran (the reference evaluator: a subset)
+      "note": str,                     # e.g. why only a subset of shapes
+      "seconds": float,
+      "results": [{
+        "shape": "BxS", "status": "passed" | "failed" | "unsupported" | "error",
+        "message": str, "seconds": float,
+        "excluded_examples": [int],    # examples left out of float comparisons (accepted flips)
+        "outputs": {"<output>": {
+          "kind": "float" | "gates", "passed": bool, "shape": [int], "compared": int,
+          "failing": int, "message": str, "atol", "rtol",
+          "max_abs", "mean_abs", "p99_abs", "max_rel", "mean_rel", "p99_rel",
+          "nan_count", "inf_count", "cosine", "min_atol", "min_rtol",
+          "argmax_agreement", "argmax_mismatches",
+          # kind "gates" only:
+          "flips", "accepted_flips", "flip_tolerance", "flip_margin", "margin",
+          "flipped_examples": [int]}}}]}},
+  "gates": null | {"flips", "accepted_flips", "refused_flips", "flip_tolerance",
+                   "margin", "flip_margin", "compared"},       # GA-Net: summed over oracles
+  "padding": null | {"runner": str, "passed": bool, "cases": [
+                {"shape", "padded_seq", "extra", "passed", "outputs": {...as above}}]},
+  "failures": [{"check": "parity" | "padding" | "runtime", "oracle": str, "shape": "BxS" | null,
+                "output": str | null, "message": str}],
+  "timings": {"total_s", "load_s", "reference_s", "padding_s", "oracles": {name: s}},
+  "environment": {"python", "platform", "attndeploy", "torch", "onnx", "onnxruntime",
+                  "numpy", "onnxruntime_providers": [str], "cpu_count"},
+  "notes": [str]
+}
+```
+
+Status: "unsupported" means the runtime said it cannot run this model (onnxruntime
+NOT_IMPLEMENTED, a missing execution provider); "error" is any other runtime failure. Neither is
+a pass: without a result there is no parity evidence, so `passed` is false and the oracle's
+`message` holds the runtime's own words.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attndeploy.fsutil import atomic_write_bytes, atomic_write_text
+from attndeploy.validate.compare import CompareResult, Tolerance, json_float
+from attndeploy.validate.grid import Shape
+from attndeploy.validate.padding import PaddingCase
+
+SCHEMA = "attndeploy-validation"
+SCHEMA_VERSION = 1
+STATUSES = ("passed", "failed", "unsupported", "error")
+
+
+@dataclass
+class ShapeResult:
+    """One oracle at one shape: a comparison, or the runtime's error."""
+
+    shape: Shape
+    seconds: float
+    result: CompareResult | None = None
+    status: str = "passed"
+    message: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "shape": str(self.shape),
+            "status": self.status,
+            "message": self.message,
+            "seconds": round(self.seconds, 4),
+            "excluded_examples": list(self.result.excluded_examples) if self.result else [],
+            "outputs": (
+                {name: r.to_json() for name, r in self.result.outputs.items()}
+                if self.result else {}
+            ),
+        }
+
+
+@dataclass
+class OracleResult:
+    """One runner against the reference over its shapes."""
+
+    name: str
+    results: list[ShapeResult] = field(default_factory=list)
+    status: str = "passed"
+    message: str = ""
+    note: str = ""
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def settle(self) -> None:
+        """Derive the status from the per-shape results (a load failure is set directly)."""
+        if self.status in ("unsupported", "error") and not self.results:
+            return
+        statuses = {r.status for r in self.results}
+        for status in ("error", "unsupported", "failed"):
+            if status in statuses:
+                self.status = status
+                first = next(r for r in self.results if r.status == status)
+                self.message = self.message or first.message
+                return
+        self.status = "passed"
+
+    def abs_errors(self) -> np.ndarray:
+        parts = [
+            out.abs_errors
+            for r in self.results if r.result is not None
+            for out in r.result.outputs.values() if out.abs_errors is not None
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "passed": self.passed,
+            "message": self.message,
+            "shapes": [str(r.shape) for r in self.results],
+            "note": self.note,
+            "seconds": round(self.seconds, 4),
+            "results": [r.to_json() for r in self.results],
+        }
+
+
+def environment() -> dict[str, Any]:
+    """Versions of everything that computes a number in the report."""
+    import onnx
+    import onnxruntime
+    import torch
+
+    from attndeploy import __version__
+
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "attndeploy": __version__,
+        "torch": torch.__version__,
+        "onnx": onnx.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "numpy": np.__version__,
+        "onnxruntime_providers": list(onnxruntime.get_available_providers()),
+        "cpu_count": os.cpu_count(),
+    }
+
+
+@dataclass
+class ValidationReport:
+    """Everything one validation found. Truthy when it passed."""
+
+    model: dict[str, Any]
+    tolerance: Tolerance
+    per_output: dict[str, Tolerance]
+    gate_flip_tolerance: float
+    shapes: list[tuple[Shape, tuple[int, ...]]]
+    oracles: dict[str, OracleResult]
+    padding: list[PaddingCase] | None
+    padding_runner: str
+    gated: bool
+    timings: dict[str, Any]
+    environment: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    # ---- verdicts
+    @property
+    def padding_passed(self) -> bool:
+        return self.padding is None or all(case.passed for case in self.padding)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.oracles.values()) and self.padding_passed
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def failures(self) -> list[dict[str, Any]]:
+        """Every failing (check, oracle, shape, output) with its message."""
+        found: list[dict[str, Any]] = []
+        for oracle in self.oracles.values():
+            if not oracle.results and oracle.status != "passed":
+                found.append(_failure("runtime", oracle.name, None, None, oracle.message))
+            for r in oracle.results:
+                if r.status in ("unsupported", "error"):
+                    found.append(_failure("runtime", oracle.name, r.shape, None, r.message))
+                elif r.result is not None:
+                    for name, out in r.result.outputs.items():
+                        if not out:
+                            found.append(_failure("parity", oracle.name, r.shape, name,
+                                                  out.message))
+        for case in self.padding or []:
+            for name, out in case.result.outputs.items():
+                if not out:
+                    found.append(_failure("padding", self.padding_runner, case.shape, name,
+                                          f"{out.message} (+{case.extra} padding columns)"))
+        return found
+
+    def gate_summary(self) -> dict[str, Any] | None:
+        if not self.gated:
+            return None
+        gates = [
+            out
+            for oracle in self.oracles.values() for r in oracle.results if r.result is not None
+            for name, out in r.result.outputs.items() if name == "gates" and out.flips is not None
+        ]
+        margins = [g.margin for g in gates if g.margin is not None]
+        flip_margins = [g.flip_margin for g in gates if g.flip_margin is not None]
+        flips = sum(g.flips or 0 for g in gates)
+        accepted = sum(g.accepted_flips or 0 for g in gates)
+        return {
+            "flips": flips,
+            "accepted_flips": accepted,
+            "refused_flips": flips - accepted,
+            "flip_tolerance": self.gate_flip_tolerance,
+            "margin": min(margins) if margins else None,
+            "flip_margin": min(flip_margins) if flip_margins else None,
+            "compared": sum(g.compared for g in gates),
+        }
+
+    # ---- JSON
+    def to_json(self) -> dict[str, Any]:
+        data = {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "passed": self.passed,
+            "model": self.model,
+            "reference": {
+                "name": "torch",
+                "description": "PyTorch eager, the checkpoint's fp32 model in eval mode",
+            },
+            "tolerances": {
+                "default": self.tolerance.to_json(),
+                "per_output": {k: v.to_json() for k, v in self.per_output.items()},
+                "gate_flip_tolerance": self.gate_flip_tolerance,
+            },
+            "shapes": [
+                {"shape": str(s), "batch": s.batch, "seq": s.seq, "lengths": list(lengths)}
+                for s, lengths in self.shapes
+            ],
+            "oracles": {name: o.to_json() for name, o in self.oracles.items()},
+            "gates": self.gate_summary(),
+            "padding": None if self.padding is None else {
+                "runner": self.padding_runner,
+                "passed": self.padding_passed,
+                "cases": [case.to_json() for case in self.padding],
+            },
+            "failures": self.failures(),
+            "timings": self.timings,
+            "environment": self.environment,
+            "notes": list(self.notes),
+        }
+        return _sanitize(data)
+
+    def to_json_text(self) -> str:
+        return json.dumps(self.to_json(), indent=2, allow_nan=False) + "\n"
+
+    def write_json(self, path: Path) -> Path:
+        atomic_write_text(Path(path), self.to_json_text())
+        return Path(path)
+
+    # ---- Markdown
+    def to_markdown(self) -> str:
+        m = self.model
+        verdict = "PASSED" if self.passed else "FAILED"
+        lines = [
+            f"# Parity validation: {verdict}",
+            "",
+            f"- ONNX file: `{m.get('onnx_path')}`",
+            f"- checkpoint: `{m.get('checkpoint')}` (weights sha256 `{m.get('weights_sha256')}`)",
+            f"- model: {m.get('family')} / {m.get('variant')} / {m.get('head')}, "
+            f"{m.get('dtype')}, opset {m.get('opset')}, max seq {m.get('max_seq')}",
+            f"- reference: PyTorch eager (fp32); tolerance atol {self.tolerance.atol:g}, "
+            f"rtol {self.tolerance.rtol:g} (an element fails only if |a-b| > atol and "
+            "|a-b| > rtol·|b|)",
+        ]
+        for name, tol in self.per_output.items():
+            lines.append(f"- `{name}`: atol {tol.atol:g}, rtol {tol.rtol:g}")
+        lines.append(
+            "- shapes: " + ", ".join(f"{s} (lengths {list(lengths)})" for s, lengths in self.shapes)
+        )
+        lines += ["", "## Oracles", "",
+                  "| oracle | status | shapes | seconds |", "|---|---|---|---|"]
+        for o in self.oracles.values():
+            shapes = ", ".join(str(r.shape) for r in o.results) or "-"
+            lines.append(f"| {o.name} | {o.status} | {shapes} | {o.seconds:.2f} |")
+        for o in self.oracles.values():
+            lines += ["", f"### {o.name}: {o.status}"]
+            if o.note:
+                lines.append(f"_{o.note}_")
+            if o.message:
+                lines += ["", f"> {o.message}"]
+            rows = [r for r in o.results if r.result is not None]
+            if not rows:
+                continue
+            lines += [
+                "",
+                "| shape | output | passed | max abs | p99 abs | max rel | cosine | min atol "
+                "| argmax agree | failing |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
+            for r in rows:
+                for name, out in (r.result.outputs if r.result else {}).items():
+                    if out.kind == "gates":
+                        lines.append(
+                            f"| {r.shape} | {name} | {_yes(out.passed)} | flips {out.flips} "
+                            f"| | | | margin {_num(out.margin)} | | {out.failing} |"
+                        )
+                    else:
+                        lines.append(
+                            f"| {r.shape} | {name} | {_yes(out.passed)} | {_num(out.max_abs)} "
+                            f"| {_num(out.p99_abs)} | {_num(out.max_rel)} | {_num(out.cosine, 8)} "
+                            f"| {_num(out.min_atol)} | {_num(out.argmax_agreement)} "
+                            f"| {out.failing} |"
+                        )
+        gates = self.gate_summary()
+        if gates is not None:
+            lines += [
+                "", "## GA-Net gates", "",
+                f"- flips: {gates['flips']} ({gates['accepted_flips']} accepted with "
+                f"|gate logit| < {gates['flip_tolerance']:g}, {gates['refused_flips']} refused)",
+                f"- margin (smallest |gate logit| on real tokens): {_num(gates['margin'])}",
+                f"- smallest |gate logit| among flips: {_num(gates['flip_margin'])}",
+            ]
+        if self.padding is not None:
+            lines += ["", f"## Padding invariance ({self.padding_runner}): "
+                      f"{'passed' if self.padding_passed else 'FAILED'}", ""]
+            for case in self.padding:
+                worst = max((o.max_abs or 0.0 for o in case.result.outputs.values()
+                             if o.kind == "float"), default=0.0)
+                lines.append(f"- {case.shape} + {case.extra} padding columns: "
+                             f"{'passed' if case.passed else 'FAILED'} (max abs {worst:.3g})")
+        failures = self.failures()
+        lines += ["", "## Failures", ""]
+        if failures:
+            for f in failures:
+                where = ", ".join(
+                    f"{k} `{f[k]}`" for k in ("oracle", "shape", "output") if f[k] is not None
+                )
+                lines.append(f"- {f['check']}: {where}: {f['message']}")
+        else:
+            lines.append("none")
+        t = self.timings
+        lines += ["", "## Timings", "",
+                  f"- total {t.get('total_s', 0):.2f} s (load {t.get('load_s', 0):.2f} s, "
+                  f"PyTorch reference {t.get('reference_s', 0):.2f} s, "
+                  f"padding check {t.get('padding_s', 0):.2f} s)"]
+        for name, seconds in t.get("oracles", {}).items():
+            lines.append(f"- {name}: {seconds:.2f} s")
+        if self.notes:
+            lines += ["", "## Notes", ""] + [f"- {note}" for note in self.notes]
+        env = self.environment
+        lines += ["", "## Environment", "",
+                  ", ".join(f"{k} {env[k]}" for k in ("python", "attndeploy", "torch", "onnx",
+                                                     "onnxruntime", "numpy") if k in env),
+                  f"platform {env.get('platform')}, {env.get('cpu_count')} CPUs", ""]
+        return "\n".join(lines)
+
+    def write_markdown(self, path: Path) -> Path:
+        atomic_write_text(Path(path), self.to_markdown())
+        return Path(path)
+
+    # ---- histogram
+    def write_histogram(self, path: Path) -> Path:
+        """PNG: histogram of absolute errors (all float outputs, all shapes) per oracle."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure
+
+        figure = Figure(figsize=(7, 4), dpi=100)
+        axes = figure.subplots()
+        floor = 1e-12  # exact matches are drawn at the floor of the log axis
+        bins = np.logspace(-12, 2, 57)
+        drawn = False
+        for oracle in self.oracles.values():
+            errors = oracle.abs_errors()
+            if errors.size:
+                values = np.clip(errors.astype(np.float64), floor, bins[-1])
+                axes.hist(values, bins=bins, histtype="step", linewidth=1.5,
+                          label=f"{oracle.name} (n={errors.size})")
+                drawn = True
+        axes.axvline(self.tolerance.atol, color="gray", linestyle="--",
+                     label=f"atol {self.tolerance.atol:g}")
+        axes.set_xscale("log")
+        axes.set_xlabel(f"|onnx - torch| (exact matches at {floor:g})")
+        axes.set_ylabel("elements")
+        verdict = "passed" if self.passed else "FAILED"
+        axes.set_title(f"Absolute errors vs PyTorch: {self.model.get('variant')} ({verdict})")
+        if drawn:
+            axes.legend(fontsize=8)
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png")
+        atomic_write_bytes(Path(path), buffer.getvalue())
+        return Path(path)
+
+    def write(self, directory: Path, stem: str = "validation") -> dict[str, Path]:
+        """JSON, Markdown and the PNG histogram into `directory`."""
+        directory = Path(directory)
+        return {
+            "json": self.write_json(directory / f"{stem}.json"),
+            "markdown": self.write_markdown(directory / f"{stem}.md"),
+            "histogram": self.write_histogram(directory / f"{stem}_errors.png"),
+        }
+
+
+def _failure(check: str, oracle: str, shape: Shape | None, output: str | None,
+             message: str) -> dict[str, Any]:
+    return {"check": check, "oracle": oracle, "shape": None if shape is None else str(shape),
+            "output": output, "message": message}
+
+
+def _sanitize(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _sanitize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_sanitize(v) for v in value]
+    if isinstance(value, np.generic):
+        return _sanitize(value.item())
+    return json_float(value)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "**no**"
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}g}"

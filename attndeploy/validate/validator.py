@@ -1,0 +1,402 @@
+"""`validate_model`: does an exported ONNX file compute what its checkpoint computes?
+
+PyTorch eager (the checkpoint's fp32 model) is the reference. The oracles compared with it are
+onnxruntime with all graph optimizations, onnxruntime with none, and the ONNX reference evaluator
+(an independent numpy implementation of ONNX; slow, so it runs on `reference_shapes` only), plus
+any runner the caller adds (e.g. the Triton client). Every oracle runs every shape; every output
+is compared; all results are collected into a `ValidationReport` that is returned whether it
+passed or not (the CLI writes it either way and exits non-zero on failure).
+
+Refused before anything runs (ValidationError): an ONNX file without attndeploy metadata, one
+exported from another checkpoint (weights SHA-256), and shapes longer than the graph's max_seq.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attndeploy.checkpoint import Checkpoint, read_checkpoint
+from attndeploy.errors import AttnDeployError, ValidationError
+from attndeploy.serving.interface import model_interface
+from attndeploy.validate.compare import (
+    GATE_FLIP_TOLERANCE,
+    Tolerance,
+    compare_outputs,
+    default_tolerance,
+)
+from attndeploy.validate.grid import (
+    Shape,
+    as_shapes,
+    check_shapes,
+    default_grid,
+    default_reference_shapes,
+    make_inputs,
+    valid_mask,
+)
+from attndeploy.validate.padding import check_padding
+from attndeploy.validate.report import OracleResult, ShapeResult, ValidationReport, environment
+from attndeploy.validate.runners import OrtRunner, ReferenceRunner, Runner, TorchRunner
+
+ORT_ALL = "onnxruntime[all]"
+ORT_NONE = "onnxruntime[none]"
+REFERENCE = "onnx-reference"
+ORACLES = (ORT_ALL, ORT_NONE, REFERENCE)
+# fp16 graphs: a gate logit within this of 0 may round either way (fp16 has ~3 decimal digits)
+FP16_GATE_FLIP_TOLERANCE = 1e-2
+
+ProgressCallback = Callable[[int, int, str], None]  # (completed, total, description)
+ShapesSpec = str | tuple[Shape | str | tuple[int, int], ...] | list[Any]
+
+
+@dataclass(frozen=True)
+class ValidationOptions:
+    """How to validate. None means "the default for this model".
+
+    atol/rtol:          default tolerance; None -> by the graph's dtype (fp32 1e-5/1e-4,
+                        fp16 1e-2/1e-2).
+    per_output:         {output name: Tolerance or (atol, rtol)} overriding the default.
+    shapes:             "1x1,4x17" or a sequence of Shape / "BxS" / (batch, seq);
+                        None -> `grid.default_grid(max_seq)`.
+    reference_shapes:   shapes for the slow ONNX reference evaluator (a subset); None -> the
+                        few smallest shapes of the grid; "" or () -> skip it.
+    oracles:            which built-in oracles run (ORACLES).
+    extra_runners:      more runners (the runner interface, e.g. TritonRunner), run on every shape.
+    providers/threads:  onnxruntime execution providers and intra-op threads.
+    gate_flip_tolerance: GA-Net flips accepted where |gate logit| < this; None -> 1e-4
+                        (fp32, variants.md §3.6) or 1e-2 (fp16).
+    padding_check:      check that extra right padding leaves outputs unchanged (onnxruntime).
+    progress:           a callback (completed, total, description) or a rich `Progress`.
+    """
+
+    atol: float | None = None
+    rtol: float | None = None
+    per_output: Mapping[str, Tolerance | tuple[float, float]] = field(default_factory=dict)
+    shapes: ShapesSpec | None = None
+    reference_shapes: ShapesSpec | None = None
+    oracles: tuple[str, ...] = ORACLES
+    extra_runners: tuple[Runner, ...] = ()
+    providers: tuple[str, ...] | None = None
+    threads: int | None = None
+    seed: int = 0
+    gate_flip_tolerance: float | None = None
+    padding_check: bool = True
+    progress: Any = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol", "gate_flip_tolerance"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise ValidationError(f"{name} must be >= 0, got {value}")
+        unknown = [o for o in self.oracles if o not in ORACLES]
+        if unknown:
+            raise ValidationError(
+                f"unknown oracle(s) {', '.join(unknown)}; valid: {', '.join(ORACLES)}"
+            )
+        if self.threads is not None and self.threads < 1:
+            raise ValidationError(f"threads must be >= 1, got {self.threads}")
+        for name, tol in self.per_output.items():
+            atol, rtol = (tol.atol, tol.rtol) if isinstance(tol, Tolerance) else tol
+            if not (atol >= 0 and rtol >= 0):
+                raise ValidationError(f"tolerance of {name!r} must be >= 0, got {tol}")
+
+
+class _Progress:
+    """Adapts a callback or a rich Progress to (completed, total, description) updates."""
+
+    def __init__(self, target: Any, total: int) -> None:
+        self.total, self.done = total, 0
+        self.callback: ProgressCallback | None = None
+        self.rich, self.task = None, None
+        if target is None:
+            return
+        if hasattr(target, "add_task") and hasattr(target, "update"):
+            self.rich = target
+            self.task = target.add_task("validate", total=total)
+        elif callable(target):
+            self.callback = target
+        else:
+            raise ValidationError("progress must be a callable or a rich Progress")
+
+    def step(self, description: str) -> None:
+        self.done += 1
+        if self.callback is not None:
+            self.callback(self.done, self.total, description)
+        if self.rich is not None:
+            self.rich.update(self.task, completed=self.done, description=description)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What the ONNX file says about itself, checked against the checkpoint."""
+
+    path: Path
+    metadata: dict[str, str]
+    dtype: str
+    max_seq: int
+    gated: bool
+    tagging: bool
+    output_names: tuple[str, ...]
+
+
+def _read_target(onnx_path: Path, ckpt: Checkpoint) -> _Target:
+    from attndeploy.export.exporter import read_metadata
+
+    if not onnx_path.is_file():
+        raise ValidationError(f"ONNX file {onnx_path} does not exist")
+    try:
+        metadata = read_metadata(onnx_path)
+    except Exception as exc:  # protobuf raises DecodeError and others; keep the message
+        raise ValidationError(f"{onnx_path} is not a readable ONNX file: {exc}") from exc
+    if not metadata.get("weights_sha256") or not metadata.get("variant"):
+        raise ValidationError(
+            f"{onnx_path} was not made by attndeploy export (it has no attndeploy metadata); "
+            "export the checkpoint with `attndeploy export` and validate that file"
+        )
+    if metadata["weights_sha256"] != ckpt.weights_sha256:
+        raise ValidationError(
+            f"the ONNX file was exported from a different checkpoint: {onnx_path} records "
+            f"weights sha256 {metadata['weights_sha256']}, checkpoint {ckpt.path} has "
+            f"{ckpt.weights_sha256}"
+        )
+    config = ckpt.model_config
+    dtype = metadata.get("dtype", "float32")
+    if dtype not in ("float32", "float16"):
+        raise ValidationError(f"{onnx_path}: unsupported dtype {dtype!r} in its metadata")
+    try:
+        max_seq = int(metadata.get("max_seq") or config.max_seq)
+    except ValueError as exc:
+        raise ValidationError(f"{onnx_path}: bad max_seq {metadata.get('max_seq')!r}") from exc
+    gated = config.variant == "ganet"
+    interface = model_interface(head=config.head, num_labels=config.num_labels, gated=gated)
+    return _Target(onnx_path, metadata, dtype, min(max_seq, config.max_seq), gated,
+                   config.head == "tagging", tuple(interface.output_names))
+
+
+def _tolerances(options: ValidationOptions, target: _Target) -> tuple[Tolerance, dict]:
+    base = default_tolerance(target.dtype)
+    tolerance = Tolerance(
+        base.atol if options.atol is None else options.atol,
+        base.rtol if options.rtol is None else options.rtol,
+    )
+    per_output: dict[str, Tolerance] = {}
+    for name, tol in options.per_output.items():
+        if name not in target.output_names or name == "gates":
+            floats = [n for n in target.output_names if n != "gates"]
+            raise ValidationError(
+                f"no float output {name!r} to set a tolerance for; valid: {', '.join(floats)}"
+            )
+        per_output[name] = tol if isinstance(tol, Tolerance) else Tolerance(*map(float, tol))
+    return tolerance, per_output
+
+
+def _builtin_runner(name: str, path: Path, options: ValidationOptions) -> Runner:
+    if name == REFERENCE:
+        return ReferenceRunner(path)
+    optimization = "all" if name == ORT_ALL else "none"
+    return OrtRunner(path, optimization, providers=options.providers, threads=options.threads)
+
+
+def _run_oracle(
+    runner: Runner,
+    shapes: tuple[Shape, ...],
+    feeds: dict[Shape, dict[str, np.ndarray]],
+    expected: dict[Shape, dict[str, np.ndarray]],
+    compare: Callable[[dict, dict, np.ndarray], Any],
+    progress: _Progress,
+    note: str = "",
+) -> OracleResult:
+    oracle = OracleResult(runner.name, note=note)
+    started = time.perf_counter()
+    try:
+        runner.__enter__()
+    except AttnDeployError as exc:
+        oracle.status = "unsupported" if getattr(exc, "unsupported", False) else "error"
+        oracle.message = getattr(exc, "runtime_message", str(exc))
+        oracle.seconds = time.perf_counter() - started
+        for shape in shapes:
+            progress.step(f"{runner.name} {shape}: {oracle.status}")
+        return oracle
+    try:
+        for shape in shapes:
+            t0 = time.perf_counter()
+            try:
+                got = runner.infer(feeds[shape])
+            except AttnDeployError as exc:
+                status = "unsupported" if getattr(exc, "unsupported", False) else "error"
+                message = getattr(exc, "runtime_message", str(exc))
+                oracle.results.append(
+                    ShapeResult(shape, time.perf_counter() - t0, None, status, message)
+                )
+            else:
+                result = compare(got, expected[shape], valid_mask(feeds[shape]))
+                failed = "; ".join(f"{n}: {result.outputs[n].message}" for n in result.failures)
+                oracle.results.append(ShapeResult(
+                    shape, time.perf_counter() - t0, result,
+                    "passed" if result else "failed", failed,
+                ))
+            progress.step(f"{runner.name} {shape}")
+    finally:
+        runner.__exit__(None, None, None)
+    oracle.seconds = time.perf_counter() - started
+    oracle.settle()
+    return oracle
+
+
+def validate_model(
+    checkpoint_dir: Path | str,
+    onnx_path: Path | str,
+    options: ValidationOptions | None = None,
+) -> ValidationReport:
+    """Validate `onnx_path` against the checkpoint it was exported from; return the report.
+
+    Raises ValidationError only when validation cannot start (see the module docstring); a
+    validation that runs and fails returns a report with `passed` false.
+    """
+    options = options or ValidationOptions()
+    started = time.perf_counter()
+    onnx_path = Path(onnx_path)
+    ckpt = read_checkpoint(Path(checkpoint_dir))
+    target = _read_target(onnx_path, ckpt)
+    config = ckpt.model_config
+
+    shapes = default_grid(target.max_seq) if options.shapes is None else as_shapes(options.shapes)
+    check_shapes(shapes, target.max_seq, f"{onnx_path} (metadata max_seq)")
+    run_reference = REFERENCE in options.oracles
+    if options.reference_shapes is None:
+        reference_shapes = default_reference_shapes(shapes)
+    else:
+        reference_shapes = as_shapes(options.reference_shapes) if options.reference_shapes else ()
+        check_shapes(reference_shapes, target.max_seq, f"{onnx_path} (metadata max_seq)")
+    if not reference_shapes:
+        run_reference = False
+    tolerance, per_output = _tolerances(options, target)
+    flip_tolerance = options.gate_flip_tolerance
+    if flip_tolerance is None:
+        flip_tolerance = GATE_FLIP_TOLERANCE if target.dtype == "float32" else \
+            FP16_GATE_FLIP_TOLERANCE
+    tolerances = {"*": tolerance, **per_output}
+
+    builtins = [name for name in options.oracles if name != REFERENCE or run_reference]
+    steps = len(shapes)  # the PyTorch reference
+    steps += sum(len(reference_shapes) if n == REFERENCE else len(shapes) for n in builtins)
+    steps += len(shapes) * len(options.extra_runners)
+    padding_shapes = tuple(s for s in shapes if s.seq < target.max_seq)
+    if options.padding_check and ORT_ALL in options.oracles:
+        steps += len(padding_shapes)
+    progress = _Progress(options.progress, steps)
+    load_s = time.perf_counter() - started
+
+    # ---- the reference: PyTorch eager on every shape (also the inputs of the reference shapes)
+    t0 = time.perf_counter()
+    all_shapes = tuple(dict.fromkeys((*shapes, *reference_shapes)))
+    feeds = {s: make_inputs(s, config.vocab_size, options.seed) for s in all_shapes}
+    expected: dict[Shape, dict[str, np.ndarray]] = {}
+    with TorchRunner(ckpt.model) as torch_runner:
+        for shape in all_shapes:
+            expected[shape] = torch_runner.infer(feeds[shape])
+            if shape in shapes:
+                progress.step(f"torch {shape}")
+    reference_s = time.perf_counter() - t0
+
+    def compare(got: dict, want: dict, valid: np.ndarray) -> Any:
+        return compare_outputs(
+            got, want, tolerances, valid=valid, tagging=target.tagging,
+            gate_logits=want.get("gate_logits"), flip_tolerance=flip_tolerance,
+            outputs=target.output_names,
+        )
+
+    oracles: dict[str, OracleResult] = {}
+    notes: list[str] = []
+    for name in builtins:
+        runner = _builtin_runner(name, onnx_path, options)
+        run_shapes, note = shapes, ""
+        if name == REFERENCE:
+            run_shapes = reference_shapes
+            note = (f"onnx.reference.ReferenceEvaluator is a slow pure-numpy implementation: "
+                    f"run on {', '.join(map(str, reference_shapes))} only")
+            notes.append(note)
+        oracles[name] = _run_oracle(runner, run_shapes, feeds, expected, compare, progress, note)
+    for runner in options.extra_runners:
+        oracles[runner.name] = _run_oracle(runner, shapes, feeds, expected, compare, progress)
+
+    # ---- padding invariance in onnxruntime
+    padding, padding_s = None, 0.0
+    if options.padding_check and ORT_ALL in options.oracles and oracles[ORT_ALL].results:
+        t0 = time.perf_counter()
+        try:
+            with _builtin_runner(ORT_ALL, onnx_path, options) as runner:
+                padding = []
+                for shape in padding_shapes:
+                    padding += check_padding(
+                        runner, (shape,), vocab_size=config.vocab_size, max_seq=target.max_seq,
+                        tolerance=tolerance, tagging=target.tagging, seed=options.seed,
+                    )
+                    progress.step(f"padding {shape}")
+        except AttnDeployError as exc:
+            notes.append(f"padding check not run: {exc}")
+            padding = None
+        padding_s = time.perf_counter() - t0
+    elif options.padding_check:
+        notes.append(f"padding check not run: it needs the {ORT_ALL} oracle to run")
+
+    if target.dtype == "float16":
+        notes.append(
+            "fp16 graph compared with fp16 tolerances against the fp32 PyTorch model; "
+            "onnxruntime's CPU provider runs nodes without an fp16 kernel in fp32 "
+            "(InsertCastTransformer), so fp16 arithmetic itself needs a GPU provider to test"
+        )
+    if target.gated:
+        notes.append(
+            f"GA-Net gates are compared exactly on real tokens; a flip is accepted only where the "
+            f"PyTorch gate logit has |s| < {flip_tolerance:g}, and that example is then left out "
+            "of the logits comparison"
+        )
+
+    metadata = target.metadata
+    model = {
+        "onnx_path": str(onnx_path),
+        "checkpoint": str(ckpt.path),
+        "variant": metadata.get("variant"),
+        "family": metadata.get("family"),
+        "head": metadata.get("head"),
+        "dtype": target.dtype,
+        "opset": _int_or_none(metadata.get("opset")),
+        "max_seq": target.max_seq,
+        "inlined": metadata.get("inlined") == "true",
+        "weights_sha256": metadata.get("weights_sha256"),
+        "labels": list(ckpt.label_names),
+    }
+    timings = {
+        "total_s": round(time.perf_counter() - started, 3),
+        "load_s": round(load_s, 3),
+        "reference_s": round(reference_s, 3),
+        "padding_s": round(padding_s, 3),
+        "oracles": {name: round(o.seconds, 3) for name, o in oracles.items()},
+    }
+    return ValidationReport(
+        model=model,
+        tolerance=tolerance,
+        per_output=per_output,
+        gate_flip_tolerance=flip_tolerance,
+        shapes=[(s, s.lengths(options.seed)) for s in shapes],
+        oracles=oracles,
+        padding=padding,
+        padding_runner=ORT_ALL,
+        gated=target.gated,
+        timings=timings,
+        environment=environment(),
+        notes=notes,
+    )
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
