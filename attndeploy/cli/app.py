@@ -28,6 +28,7 @@ COMMANDS = {
     "stop": ("serve", "stop_command"),
     "infer": ("infer", "command"),
     "loadtest": ("loadtest", "command"),
+    "quickstart": ("quickstart", "command"),
 }
 
 for name, (module, function) in COMMANDS.items():

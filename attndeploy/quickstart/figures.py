@@ -103,9 +103,9 @@ def plot_latency_throughput(curves: dict[str, list[dict[str, float]]], path: Pat
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, points in curves.items():
         xs = [p["throughput"] for p in points]
-        ax.plot(xs, [p["p50_ms"] for p in points], marker="o", label=f"{name} p50")
+        (line,) = ax.plot(xs, [p["p50_ms"] for p in points], marker="o", label=f"{name} p50")
         ax.plot(xs, [p["p95_ms"] for p in points], marker="x", linestyle="--", alpha=0.6,
-                label=f"{name} p95")
+                color=line.get_color(), label=f"{name} p95")
         for p in points:
             ax.annotate(f"c={p['concurrency']}", (p["throughput"], p["p50_ms"]), fontsize=7,
                         textcoords="offset points", xytext=(3, 3))

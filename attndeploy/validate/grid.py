@@ -102,8 +102,8 @@ def default_grid(max_seq: int) -> tuple[Shape, ...]:
     return as_shapes((batch, min(seq, max_seq)) for batch, seq in wanted)
 
 
-def default_reference_shapes(shapes: Iterable[Shape], limit: int = 3,
-                             max_tokens: int = 40) -> tuple[Shape, ...]:
+def default_reference_shapes(shapes: Iterable[Shape], limit: int = 4,
+                             max_tokens: int = 48) -> tuple[Shape, ...]:
     """A small subset for the (slow) ONNX reference evaluator.
 
     The smallest shapes by batch·seq within `max_tokens`, always including a padded one when

@@ -67,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from attndeploy.errors import ValidationError
 from attndeploy.fsutil import atomic_write_bytes, atomic_write_text
 from attndeploy.validate.compare import CompareResult, Tolerance, json_float
 from attndeploy.validate.grid import Shape
@@ -202,6 +203,18 @@ class ValidationReport:
 
     def __bool__(self) -> bool:
         return self.passed
+
+    def raise_for_failure(self) -> None:
+        """Raise one ValidationError naming every failure (after writing the report)."""
+        if self.passed:
+            return
+        lines = []
+        for f in self.failures():
+            where = ", ".join(str(f[k]) for k in ("oracle", "shape", "output") if f[k] is not None)
+            lines.append(f"{f['check']} [{where}]: {f['message']}")
+        raise ValidationError(
+            f"parity validation failed ({len(lines)} failure(s)):\n  " + "\n  ".join(lines)
+        )
 
     def failures(self) -> list[dict[str, Any]]:
         """Every failing (check, oracle, shape, output) with its message."""

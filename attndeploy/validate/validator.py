@@ -130,6 +130,12 @@ class _Progress:
         if self.rich is not None:
             self.rich.update(self.task, completed=self.done, description=description)
 
+    def finish(self) -> None:
+        """Complete the bar when steps were skipped (an oracle that could not run)."""
+        if self.done < self.total:
+            self.done = self.total - 1
+            self.step("done")
+
 
 @dataclass(frozen=True)
 class _Target:
@@ -343,7 +349,8 @@ def validate_model(
             padding = None
         padding_s = time.perf_counter() - t0
     elif options.padding_check:
-        notes.append(f"padding check not run: it needs the {ORT_ALL} oracle to run")
+        notes.append(f"padding check not run: it needs the {ORT_ALL} oracle, which did not run")
+    progress.finish()
 
     if target.dtype == "float16":
         notes.append(

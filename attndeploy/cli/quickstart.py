@@ -1,0 +1,39 @@
+"""`attndeploy quickstart`: the whole pipeline on the built-in task, one report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attndeploy.cli.output import console, print_json
+
+
+def command(
+    workdir: Annotated[Path, typer.Option(help="Where checkpoints, ONNX files and the report go.")
+                       ] = Path("quickstart"),
+    repo: Annotated[Path, typer.Option(help="Model repository to package into.")] = Path(
+        "model_repository"
+    ),
+    steps: Annotated[int, typer.Option(help="Training steps per variant.")] = 300,
+    serve: Annotated[
+        bool, typer.Option("--serve/--no-serve", help="Start tritonserver and load-test.")
+    ] = True,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the run data as JSON.")
+                           ] = False,
+) -> None:
+    """Train every variant, export, validate, package, serve, load-test and write report.md."""
+    from attndeploy.errors import ValidationError
+    from attndeploy.quickstart.pipeline import QuickstartOptions, run_quickstart
+
+    options = QuickstartOptions(workdir=workdir, repo=repo, steps=steps, serve=serve)
+    log = (lambda _msg: None) if json_output else (lambda msg: console.print(msg, highlight=False))
+    data = run_quickstart(options, log=log, progress=not json_output)
+    if json_output:
+        print_json(data)
+    else:
+        console.print(f"[bold]report:[/] {workdir / 'report.md'} "
+                      f"({data['timings_s']['total']:.0f} s in all)")
+    if not data["passed"]:
+        raise ValidationError(f"a validation or load test failed; see {workdir / 'report.md'}")

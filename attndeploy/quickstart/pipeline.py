@@ -1,0 +1,229 @@
+"""The whole pipeline on a built-in task: train -> export -> validate -> package -> serve ->
+load test -> one report (`<workdir>/report.md` + `report.json` + pictures).
+
+Reuses what a previous run left in the work directory: a checkpoint that loads is not trained
+again, and an ONNX file exported from the same weights is not exported again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attndeploy.errors import AttnDeployError
+
+VARIANTS = ("standard", "qvi", "ganet", "evolving")
+
+
+@dataclass(frozen=True)
+class QuickstartOptions:
+    workdir: Path = Path("quickstart")
+    repo: Path = Path("model_repository")
+    variants: tuple[str, ...] = VARIANTS
+    task: str = "sparse_evidence"
+    steps: int = 300
+    max_train_seconds: float = 60.0
+    seed: int = 0
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    load_window_s: float = 1.0
+    load_max_windows: int = 4
+    host: str = "127.0.0.1"
+    ports: tuple[int, int, int] | None = None  # (grpc, http, metrics); None = free ports
+    serve: bool = True
+
+
+@dataclass
+class VariantOutcome:
+    variant: str
+    checkpoint: Path
+    onnx: Path
+    reused_checkpoint: bool = False
+    reused_export: bool = False
+    metrics: dict[str, Any] = field(default_factory=dict)
+    train_seconds: float | None = None
+    export_seconds: float | None = None
+    validation: dict[str, Any] = field(default_factory=dict)
+    validation_files: dict[str, str] = field(default_factory=dict)
+    served_model: str | None = None
+    loadtest: dict[str, Any] = field(default_factory=dict)
+    loadtest_files: dict[str, str] = field(default_factory=dict)
+
+
+Log = Callable[[str], None]
+
+
+def _train_or_reuse(variant: str, ckpt_dir: Path, options: QuickstartOptions, log: Log,
+                    progress: bool) -> tuple[dict[str, Any], bool, float | None]:
+    from attndeploy.checkpoint import read_checkpoint
+    from attndeploy.config import ModelConfig
+    from attndeploy.train import TrainConfig, load_training_data, train_checkpoint
+
+    if (ckpt_dir / "config.json").is_file():
+        try:
+            ckpt = read_checkpoint(ckpt_dir)
+            log(f"{variant}: reusing checkpoint {ckpt_dir}")
+            return ckpt.metadata.get("metrics", {}), True, None
+        except AttnDeployError as exc:
+            log(f"{variant}: retraining: the existing checkpoint does not load ({exc})")
+    data = load_training_data(task=options.task, seed=options.seed, max_seq=64)
+    config = ModelConfig(
+        vocab_size=len(data.tokenizer), num_labels=len(data.label_names), variant=variant,
+        head=data.head, max_seq=64,
+    )
+    train_config = TrainConfig(steps=options.steps, seed=options.seed,
+                               max_seconds=options.max_train_seconds)
+    result = train_checkpoint(config, data, train_config, ckpt_dir, force=True, progress=progress)
+    return result.metrics, False, result.summary["seconds"]
+
+
+def _export_or_reuse(variant: str, ckpt_dir: Path, onnx_path: Path, log: Log
+                     ) -> tuple[bool, float | None]:
+    from attndeploy.checkpoint import file_sha256
+    from attndeploy.export.exporter import export_checkpoint, read_metadata
+
+    if onnx_path.is_file():
+        try:
+            same = read_metadata(onnx_path).get("weights_sha256") == file_sha256(
+                ckpt_dir / "model.safetensors")
+        except Exception:  # an unreadable file is simply exported again
+            same = False
+        if same:
+            log(f"{variant}: reusing {onnx_path}")
+            return True, None
+    result = export_checkpoint(ckpt_dir, onnx_path)
+    log(f"{variant}: exported {onnx_path} in {result.seconds:.1f} s "
+        f"({', '.join(f'{n}x {op}' for op, n in result.custom_nodes.items()) or 'no custom ops'})")
+    return False, result.seconds
+
+
+def run_quickstart(options: QuickstartOptions, *, log: Log = print, progress: bool = True
+                   ) -> dict[str, Any]:
+    """Run every stage; returns the report data (also written to `<workdir>/report.json`)."""
+    from attndeploy.validate.validator import validate_model
+
+    started = time.perf_counter()
+    work = Path(options.workdir)
+    outcomes: list[VariantOutcome] = []
+    timings: dict[str, float] = {}
+
+    t0 = time.perf_counter()
+    for variant in options.variants:
+        outcome = VariantOutcome(variant, work / "checkpoints" / variant,
+                                 work / "onnx" / f"{variant}.onnx")
+        outcome.metrics, outcome.reused_checkpoint, outcome.train_seconds = _train_or_reuse(
+            variant, outcome.checkpoint, options, log, progress)
+        outcomes.append(outcome)
+    timings["train"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    for outcome in outcomes:
+        outcome.reused_export, outcome.export_seconds = _export_or_reuse(
+            outcome.variant, outcome.checkpoint, outcome.onnx, log)
+    timings["export"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    for outcome in outcomes:
+        report = validate_model(outcome.checkpoint, outcome.onnx)
+        files = report.write(work / "validation", stem=outcome.variant)
+        outcome.validation = report.to_json()
+        outcome.validation_files = {k: str(v) for k, v in files.items()}
+        log(f"{outcome.variant}: validation {'passed' if report.passed else 'FAILED'}")
+    timings["validate"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    _package(outcomes, options, log)
+    timings["package"] = time.perf_counter() - t0
+
+    if options.serve:
+        t0 = time.perf_counter()
+        _serve_and_load(outcomes, options, log, progress)
+        timings["serve_and_loadtest"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    from attndeploy.quickstart.report import write_report
+
+    data = {
+        "options": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(options).items()},
+        "variants": [_outcome_json(o) for o in outcomes],
+        "timings_s": timings,
+    }
+    paths = write_report(data, outcomes, work, options)
+    timings["report"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - started
+    data["timings_s"] = {k: round(v, 2) for k, v in timings.items()}
+    data["files"] = {k: str(v) for k, v in paths.items()}
+    from attndeploy.fsutil import atomic_write_text
+
+    atomic_write_text(work / "report.json", json.dumps(data, indent=2, default=str) + "\n")
+    data["passed"] = all(o.validation.get("passed") for o in outcomes) and all(
+        o.loadtest.get("passed", True) for o in outcomes)
+    return data
+
+
+def _outcome_json(outcome: VariantOutcome) -> dict[str, Any]:
+    return {
+        "variant": outcome.variant,
+        "checkpoint": str(outcome.checkpoint),
+        "onnx": str(outcome.onnx),
+        "reused_checkpoint": outcome.reused_checkpoint,
+        "reused_export": outcome.reused_export,
+        "metrics": outcome.metrics,
+        "train_seconds": outcome.train_seconds,
+        "export_seconds": outcome.export_seconds,
+        "validation_passed": outcome.validation.get("passed"),
+        "validation_files": outcome.validation_files,
+        "served_model": outcome.served_model,
+        "loadtest_passed": outcome.loadtest.get("passed"),
+        "loadtest_files": outcome.loadtest_files,
+    }
+
+
+def _package(outcomes: list[VariantOutcome], options: QuickstartOptions, log: Log) -> None:
+    from attndeploy.serving.check_repo import check_repository
+    from attndeploy.serving.options import PackageOptions
+    from attndeploy.serving.repository import package_model
+
+    for outcome in outcomes:
+        written = package_model(
+            outcome.onnx, options.repo,
+            PackageOptions(flavor="both", name=outcome.variant, force=True),
+        )
+        for model in written:
+            if model.to_dict()["flavor"] == "python":
+                outcome.served_model = model.name
+        log(f"{outcome.variant}: packaged {', '.join(m.name for m in written)}")
+    report = check_repository(options.repo)
+    log(f"check-repo: {report.summary()}")
+    report.raise_for_errors()
+
+
+def _serve_and_load(outcomes: list[VariantOutcome], options: QuickstartOptions, log: Log,
+                    progress: bool) -> None:
+    from attndeploy.serving.loadtest import LoadTestConfig, run_load_test
+    from attndeploy.serving.server import TritonServer, free_port
+
+    grpc, http, metrics = options.ports or (free_port(), free_port(), free_port())
+    models = [o.served_model for o in outcomes if o.served_model]
+    work = Path(options.workdir)
+    server = TritonServer(options.repo, grpc_port=grpc, http_port=http, metrics_port=metrics,
+                          host=options.host, log_file=work / "tritonserver.log", models=models)
+    log(f"starting tritonserver ({len(models)} models) on {options.host}:{grpc}")
+    with server:
+        for outcome in outcomes:
+            config = LoadTestConfig(
+                model=outcome.served_model, url=server.grpc_url,
+                concurrency=options.concurrency, seq_lengths=(32,),
+                window_s=options.load_window_s, max_windows=options.load_max_windows,
+                stable_windows=3, warmup_requests=20, check_fraction=0.05,
+                onnx_path=outcome.onnx, seed=options.seed,
+            )
+            report = run_load_test(config, progress=progress)
+            files = report.write_all(work / "loadtest", stem=outcome.variant)
+            outcome.loadtest = report.to_dict()
+            outcome.loadtest_files = {k: str(v) for k, v in files.items()}
+            log(f"{outcome.variant}: load test {'passed' if report.passed else 'FAILED'}")
+    log("stopped tritonserver")

@@ -1,0 +1,175 @@
+"""The quickstart's `report.md`: tables of every stage, and the pictures people look at."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attndeploy.fsutil import atomic_write_text
+from attndeploy.quickstart import figures
+
+
+def _max_logit_error(validation: dict[str, Any], oracle: str) -> float | None:
+    results = validation.get("oracles", {}).get(oracle, {}).get("results", [])
+    values = [r["outputs"]["logits"]["max_abs"] for r in results
+              if "logits" in r.get("outputs", {}) and r["outputs"]["logits"].get("max_abs")
+              is not None]
+    return max(values) if values else None
+
+
+def _fmt(value: Any, spec: str = ".3g") -> str:
+    if value is None:
+        return "–"
+    return format(value, spec) if isinstance(value, float) else str(value)
+
+
+def _rel(path: Path | str, root: Path) -> str:
+    return os.path.relpath(Path(path).resolve(), root.resolve())
+
+
+def _gate_examples(ckpt_dir: Path, task: str, count: int = 6) -> list:
+    from attndeploy.checkpoint import read_checkpoint
+    from attndeploy.data import example_texts
+
+    ckpt = read_checkpoint(ckpt_dir)
+    texts = example_texts(task, count, seed=4242)
+    ids, mask = ckpt.tokenizer.encode_batch(texts, max_seq=ckpt.model_config.max_seq)
+    with torch.no_grad():
+        out = ckpt.model(ids, mask)
+    predictions = out["logits"].argmax(-1)
+    rows = []
+    for row, text in enumerate(texts):
+        length = int(mask[row].sum())
+        rows.append((text.split()[:length], out["gates"][row, :length].tolist(),
+                     ckpt.label_names[int(predictions[row])]))
+    return rows
+
+
+def _evolving_maps(ckpt_dir: Path, task: str) -> tuple[list, list[str]]:
+    from attndeploy.checkpoint import read_checkpoint
+    from attndeploy.data import example_texts
+
+    ckpt = read_checkpoint(ckpt_dir)
+    (text,) = example_texts(task, 1, seed=777)
+    ids, mask = ckpt.tokenizer.encode_batch([text], max_seq=ckpt.model_config.max_seq)
+    return figures.evolving_attention_maps(ckpt.model, ids, mask), text.split()
+
+
+def write_report(data: dict[str, Any], outcomes: list, work: Path, options: Any) -> dict[str, Path]:
+    """Write pictures and `report.md` into `work`; return the written files by name."""
+    work = Path(work)
+    pictures = work / "figures"
+    paths: dict[str, Path] = {}
+    lines = [
+        "# attndeploy quickstart report",
+        "",
+        f"Generated {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')} on the "
+        f"built-in task `{options.task}`: every variant trained, exported to ONNX (one "
+        "`attndeploy` node per attention layer), validated against PyTorch, packaged for Triton "
+        "(python and onnxruntime flavours), served by a local `tritonserver` and load-tested "
+        "over gRPC.",
+        "",
+        "## Timings",
+        "",
+        "| stage | seconds |",
+        "|---|---|",
+        *[f"| {stage} | {seconds:.1f} |" for stage, seconds in data["timings_s"].items()],
+        "",
+        "## Training (held-out set)",
+        "",
+        "| variant | accuracy | gate density | rescues | train s | checkpoint |",
+        "|---|---|---|---|---|---|",
+    ]
+    for o in outcomes:
+        m = o.metrics
+        lines.append(
+            f"| {o.variant} | {_fmt(m.get('accuracy'), '.4f')} | {_fmt(m.get('density'), '.3f')}"
+            f" | {_fmt(m.get('rescues'))} | "
+            f"{'reused' if o.reused_checkpoint else _fmt(o.train_seconds, '.1f')} "
+            f"| `{o.checkpoint}` |"
+        )
+    lines += [
+        "",
+        "## Export and parity",
+        "",
+        "PyTorch eager is the reference; max |Δ logits| over the shape grid per oracle.",
+        "",
+        "| variant | export s | validation | onnxruntime (all opt.) | onnxruntime (none) "
+        "| ONNX reference | report |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for o in outcomes:
+        v = o.validation
+        md = o.validation_files.get("markdown") or o.validation_files.get("md", "")
+        lines.append(
+            f"| {o.variant} | {'reused' if o.reused_export else _fmt(o.export_seconds, '.1f')} "
+            f"| {'passed' if v.get('passed') else '**FAILED**'} "
+            f"| {_fmt(_max_logit_error(v, 'onnxruntime[all]'))} "
+            f"| {_fmt(_max_logit_error(v, 'onnxruntime[none]'))} "
+            f"| {_fmt(_max_logit_error(v, 'onnx-reference'))} "
+            f"| {f'[{Path(md).name}]({_rel(md, work)})' if md else '–'} |"
+        )
+    lines.append("")
+    for o in outcomes:
+        png = o.validation_files.get("png") or o.validation_files.get("histogram")
+        if png:
+            lines += [f"**{o.variant}** parity errors:", "", f"![{o.variant} parity]"
+                      f"({_rel(png, work)})", ""]
+
+    served = [o for o in outcomes if o.loadtest]
+    if served:
+        curves = {}
+        lines += [
+            "## Serving (Triton python flavour, gRPC, batch 1, seq 32)",
+            "",
+            "| model | concurrency | infer/s | p50 ms | p95 ms | p99 ms | errors | avg batch "
+            "| checks |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for o in served:
+            points = []
+            for level in o.loadtest.get("levels", []):
+                lat, server = level["latency_ms"], level["server"]
+                checks = level.get("checks", {})
+                lines.append(
+                    f"| {o.served_model} | {level.get('concurrency')} "
+                    f"| {_fmt(level['throughput_infer_per_s'], '.0f')} | {_fmt(lat['p50'], '.2f')}"
+                    f" | {_fmt(lat['p95'], '.2f')} | {_fmt(lat['p99'], '.2f')} "
+                    f"| {level['error_count']} | {_fmt(server.get('avg_batch_size'), '.2f')} "
+                    f"| {checks.get('done', 0)} done, {checks.get('failed', 0)} failed |"
+                )
+                if level.get("concurrency") and level["throughput_infer_per_s"]:
+                    points.append({"throughput": level["throughput_infer_per_s"],
+                                   "p50_ms": lat["p50"], "p95_ms": lat["p95"],
+                                   "concurrency": level["concurrency"]})
+            curves[o.variant] = points
+        paths["latency_throughput"] = figures.plot_latency_throughput(
+            curves, pictures / "latency_throughput.png")
+        lines += ["", f"![latency vs throughput]({_rel(paths['latency_throughput'], work)})", ""]
+
+    by_variant = {o.variant: o for o in outcomes}
+    if "ganet" in by_variant:
+        examples = _gate_examples(by_variant["ganet"].checkpoint, options.task)
+        paths["gates"] = figures.plot_gates(
+            examples, pictures / "ganet_gates.png",
+            title="GA-Net hard gates on held-out examples (highlighted = open)")
+        lines += ["## GA-Net: which tokens the model attends to", "",
+                  "Hard gates decided on the gate logits (s > 0), as exported; the label is the "
+                  "model's prediction.", "", f"![GA-Net gates]({_rel(paths['gates'], work)})", ""]
+    if "evolving" in by_variant:
+        maps, words = _evolving_maps(by_variant["evolving"].checkpoint, options.task)
+        paths["evolving"] = figures.plot_evolving_maps(
+            maps, words, pictures / "evolving_maps.png",
+            title="Evolving attention: attention maps layer by layer (one example)")
+        lines += ["## Evolving attention across layers", "",
+                  "Each layer's logits are a residual mix of its own and a 3×3 convolution of "
+                  "the previous layer's.", "",
+                  f"![evolving attention maps]({_rel(paths['evolving'], work)})", ""]
+    lines += ["## Run data", "", "Everything above in machine-readable form: `report.json`.", ""]
+    paths["report"] = work / "report.md"
+    atomic_write_text(paths["report"], "\n".join(lines))
+    return paths
