@@ -22,6 +22,7 @@ COMMANDS = {
     "train": ("train", "command"),
     "info": ("info", "command"),
     "export": ("export", "command"),
+    "validate": ("validate", "command"),
     "package": ("package", "command"),
     "check-repo": ("check_repo", "command"),
     "serve": ("serve", "command"),

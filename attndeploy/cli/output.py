@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 console = Console()
 error_console = Console(stderr=True)
@@ -17,4 +18,4 @@ def print_json(data: Any) -> None:
 
 
 def print_error(stage: str, message: str) -> None:
-    error_console.print(f"[bold red]error[/] ({stage}): {message}", highlight=False)
+    error_console.print(f"[bold red]error[/] ({stage}): {escape(message)}", highlight=False)
