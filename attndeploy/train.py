@@ -25,7 +25,7 @@ IGNORE_INDEX = -100
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 600
+    steps: int = 300
     batch_size: int = 32
     learning_rate: float = 3e-3
     weight_decay: float = 0.01
@@ -50,6 +50,7 @@ class TrainResult:
     metrics: dict[str, Any]
     summary: dict[str, Any]
     history: list[dict[str, float]] = field(default_factory=list)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)  # with eval_every
 
 
 def task_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -111,8 +112,14 @@ def train(
     config: TrainConfig,
     *,
     progress: bool = True,
+    eval_every: int = 0,
 ) -> TrainResult:
-    """Train a fresh model; returns it in eval mode with held-out metrics."""
+    """Train a fresh model; returns it in eval mode with held-out metrics.
+
+    With `eval_every` > 0 the held-out set is also evaluated every that many steps; each entry
+    of `evaluations` records the step, the training time so far (evaluation time excluded) and
+    the metrics.
+    """
     torch.manual_seed(config.seed)
     model = build_model(model_config)
     model.train()
@@ -125,7 +132,9 @@ def train(
     density_weight = model_config.ganet.density_weight if model.is_gated else 0.0
     generator = torch.Generator().manual_seed(config.seed)
     history: list[dict[str, float]] = []
+    evaluations: list[dict[str, Any]] = []
     started = time.perf_counter()
+    paused = 0.0  # seconds spent in periodic evaluation, excluded from the training time
     step = 0
     bar = Progress(
         TextColumn(f"[bold]train {model_config.variant}"), BarColumn(),
@@ -154,12 +163,20 @@ def train(
                     record["soft_density"] = out["density_penalty"].item()
                 history.append(record)
                 bar.update(task, advance=1, status=f"loss {record['loss']:.3f}")
-                elapsed = time.perf_counter() - started
+                if eval_every and step % eval_every == 0:
+                    pause_start = time.perf_counter()
+                    train_seconds = pause_start - started - paused
+                    evaluations.append(
+                        {"step": step, "train_seconds": round(train_seconds, 3),
+                         **evaluate(model, eval_set)}
+                    )
+                    paused += time.perf_counter() - pause_start
+                elapsed = time.perf_counter() - started - paused
                 if step >= config.steps or (config.max_seconds and elapsed >= config.max_seconds):
                     break
-            if config.max_seconds and time.perf_counter() - started >= config.max_seconds:
+            if config.max_seconds and time.perf_counter() - started - paused >= config.max_seconds:
                 break
-    seconds = time.perf_counter() - started
+    seconds = time.perf_counter() - started - paused
     model.eval()
     metrics = evaluate(model, eval_set)
     summary = {
@@ -171,7 +188,7 @@ def train(
     }
     if history and "soft_density" in history[-1]:
         summary["final_soft_density"] = history[-1]["soft_density"]
-    return TrainResult(model, metrics, summary, history)
+    return TrainResult(model, metrics, summary, history, evaluations)
 
 
 # ----------------------------------------------------------------------------- data + checkpoint

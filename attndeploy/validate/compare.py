@@ -307,10 +307,12 @@ def compare_outputs(
 ) -> CompareResult:
     """Compare every model-level output; gates first (variants.md §3.6).
 
+    `tolerances`: one Tolerance, or {output name: Tolerance} with the key "*" as the default.
     `outputs` names what to compare (default: every output of `expected` except `gate_logits`,
     which only the PyTorch reference produces). An output missing from `actual` fails.
-    Examples whose only gate flips are accepted ones are excluded from the float comparisons:
-    a gate that legitimately decided the other way changes that example's logits.
+    When every gate flip is an accepted one, the examples with flips are left out of the float
+    comparisons (`excluded_examples`): a gate that legitimately decided the other way changes
+    that example's logits. With any refused flip nothing is left out.
     """
     names = outputs or tuple(n for n in expected if n != "gate_logits")
 

@@ -176,7 +176,8 @@ class OrtRunner(BaseRunner):
         if self.threads:
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
-        options.log_severity_level = 3
+        # FATAL only: a failing run is reported through RunnerError, not logged to stderr
+        options.log_severity_level = 4
         available = set(ort.get_available_providers())
         missing = [p for p in self.providers if p not in available]
         if missing:
@@ -204,8 +205,12 @@ class OrtRunner(BaseRunner):
     def infer(self, feed: Feed) -> Outputs:
         self._require_active()
         names = self.output_names
+        import onnxruntime as ort
+
+        run_options = ort.RunOptions()
+        run_options.log_severity_level = 4
         try:
-            values = self.session.run(names, dict(feed))
+            values = self.session.run(names, dict(feed), run_options)
         except Exception as exc:  # onnxruntime raises its own pybind types; keep the message
             message, unsupported = _ort_error(exc)
             raise RunnerError(self.name, message, unsupported=unsupported) from exc
