@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 console = Console()
-error_console = Console(stderr=True)
+error_console = Console(stderr=True, soft_wrap=True)  # one line per message, never wrapped
 
 
 def print_json(data: Any) -> None:

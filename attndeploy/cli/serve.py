@@ -33,6 +33,11 @@ def command(
     background: Annotated[
         bool, typer.Option("--background", help="Start detached; stop with `attndeploy stop`.")
     ] = False,
+    state_file: Annotated[
+        Path | None,
+        typer.Option(help="Where --background records the server [default: REPO/.attndeploy-"
+                          "server.json]."),
+    ] = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Start tritonserver on the repository, wait for every model, serve until stopped."""
@@ -40,14 +45,15 @@ def command(
     from attndeploy.serving.server import TritonServer, start_background
 
     models, skipped = servable_models(repo, model, tritonserver)
-    for name, reason in skipped.items():
-        console.print(f"[yellow]not serving[/] {name}: {reason}")
+    if not json_output:
+        for name, reason in skipped.items():
+            console.print(f"[yellow]not serving[/] {name}: {reason}")
     common = dict(grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port,
                   host=host, log_file=log_file, binary=tritonserver, models=models)
     if background:
-        state = start_background(repo, timeout_s=timeout, **common)
+        state = start_background(repo, timeout_s=timeout, state_path=state_file, **common)
         if json_output:
-            print_json(state)
+            print_json({**state, "not_served": skipped})
         else:
             console.print(f"serving {', '.join(models)} on grpc {state['grpc_url']} "
                           f"(pid {state['pid']}, log {state['log_path']}); stop with "
@@ -59,7 +65,8 @@ def command(
     with server:
         if json_output:
             print_json({"grpc_url": server.grpc_url, "http_url": server.http_url,
-                        "pid": server.pid, "models": models, "log_path": str(server.log_path)})
+                        "pid": server.pid, "models": models, "not_served": skipped,
+                        "log_path": str(server.log_path)})
         else:
             console.print(f"serving {', '.join(models)} on grpc {server.grpc_url}, http "
                           f"{server.http_url} (log {server.log_path}); Ctrl-C to stop")

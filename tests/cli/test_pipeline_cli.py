@@ -1,0 +1,164 @@
+"""export → validate → package → check-repo → serve → infer → loadtest → stop, as a person runs
+them: real subprocesses, a real tritonserver on free loopback ports, JSON parsed (never scraped).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from attndeploy.serving.server import free_port
+from tests.cli.test_train_cli import assert_one_line_error, parse_json, run_cli
+
+pytestmark = pytest.mark.integration
+
+TINY = ["--d-model", "16", "--heads", "2", "--layers", "2", "--d-ff", "32", "--steps", "3",
+        "--batch-size", "16", "--task", "sparse_evidence", "--n-train", "48", "--n-eval", "24",
+        "--max-seq", "64"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """Tiny GA-Net and standard checkpoints, exported, packaged (both flavours)."""
+    cwd = tmp_path_factory.mktemp("pipeline")
+    for variant in ("ganet", "standard"):
+        parse_json(run_cli("train", "--variant", variant, *TINY, "--out", variant, "--json",
+                           cwd=cwd))
+        parse_json(run_cli("export", variant, "--out", f"{variant}.onnx", "--json", cwd=cwd))
+    packaged = parse_json(run_cli("package", "ganet", "standard.onnx", "--repo", "repo",
+                                  "--flavor", "both", "--json", cwd=cwd))
+    assert {m["name"] for m in packaged["models"]} == {
+        "ganet_python", "ganet_onnxruntime", "standard_python", "standard_onnxruntime"}
+    return cwd
+
+
+@pytest.fixture(scope="module")
+def server(workdir):
+    """`serve --background` on free ports; stopped (and checked stopped) at the end."""
+    ports = [str(free_port()) for _ in range(3)]
+    started = parse_json(run_cli("serve", "--repo", "repo", "--background", "--grpc-port",
+                                 ports[0], "--http-port", ports[1], "--metrics-port", ports[2],
+                                 "--json", cwd=workdir))
+    yield started
+    stopped = run_cli("stop", "--repo", "repo", "--json", cwd=workdir)
+    if stopped.returncode == 0:
+        assert json.loads(stopped.stdout)["pid"] == started["pid"]
+
+
+def test_export_reports_one_custom_node_per_layer_and_the_pooling(workdir):
+    result = parse_json(run_cli("export", "ganet", "--out", "again.onnx", "--json", cwd=workdir))
+    assert result["custom_nodes"] == {"GatedAttention": 2, "GatedAttentionPooling": 1}
+    assert (workdir / "again.onnx").is_file()
+
+
+def test_validate_passes_and_writes_the_json_report(workdir):
+    result = run_cli("validate", "ganet", "ganet.onnx", "--json", "parity.json", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((workdir / "parity.json").read_text())
+    assert report["passed"] is True
+    assert report["gates"]["flips"] == 0
+
+
+def test_validate_refuses_an_onnx_file_of_another_checkpoint(workdir):
+    result = run_cli("validate", "standard", "ganet.onnx", cwd=workdir)
+    assert_one_line_error(result, "validation", "different checkpoint")
+
+
+def test_check_repo_passes_on_the_packaged_repository(workdir):
+    report = json.loads(run_cli("check-repo", "repo", "--json", cwd=workdir).stdout)
+    assert report["passed"] is True and len(report["models"]) == 4
+
+
+def test_package_refuses_to_overwrite_without_force(workdir):
+    result = run_cli("package", "ganet", "--repo", "repo", "--flavor", "both", cwd=workdir)
+    assert_one_line_error(result, "repository", "already exist")
+
+
+def test_serve_leaves_out_the_onnxruntime_flavour_and_serves_the_python_one(server):
+    assert sorted(server["models"]) == ["ganet_python", "standard_python"]
+    assert server["host"] == "127.0.0.1"
+
+
+def test_infer_text_returns_a_label_and_the_open_gate_tokens(workdir, server):
+    result = parse_json(run_cli("infer", "--model", "ganet_python", "--url", server["grpc_url"],
+                                "--repo", "repo", "--text", "w1 w2 alpha w3 amber", "--json",
+                                cwd=workdir))
+    assert result["tokens"] == ["w1", "w2", "alpha", "w3", "amber"]
+    assert result["label"] in result["scores"]
+    assert abs(sum(result["scores"].values()) - 1.0) < 1e-5
+    assert len(result["gates"]) == 5 and any(result["gates"])  # the rescue opens at least one
+    assert result["open_tokens"] == [t for t, g in zip(result["tokens"], result["gates"],
+                                                       strict=True) if g]
+
+
+def test_loadtest_json_reports_every_level_without_errors(workdir, server):
+    result = run_cli("loadtest", "--model", "standard_python", "--url", server["grpc_url"],
+                     "--repo", "repo", "--concurrency", "1,4", "--window", "0.5",
+                     "--max-windows", "3", "--warmup", "5", "--check-fraction", "0.2",
+                     "--json", "-", "--plot", "lt.png", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["passed"] is True
+    assert [level["concurrency"] for level in report["levels"]] == [1, 4]
+    for level in report["levels"]:
+        assert level["error_count"] == 0
+        assert level["checks"]["done"] > 0 and level["checks"]["failed"] == 0
+        for key in ("p50", "p90", "p95", "p99", "avg"):
+            assert level["latency_ms"][key] > 0
+        for key in ("queue_us", "compute_input_us", "compute_infer_us", "compute_output_us",
+                    "avg_batch_size"):
+            assert level["server"][key] is not None
+    assert (workdir / "lt.png").stat().st_size > 0
+
+
+def test_serve_refuses_a_port_that_is_in_use(workdir, server):
+    result = run_cli("serve", "--repo", "repo", "--grpc-port", str(server["grpc_port"]),
+                     "--http-port", str(free_port()), "--metrics-port", str(free_port()),
+                     cwd=workdir)
+    assert result.returncode == 1
+    assert f"port {server['grpc_port']}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_loadtest_ends_with_a_clear_error_when_the_server_dies(workdir):
+    ports = [str(free_port()) for _ in range(3)]
+    started = parse_json(run_cli("serve", "--repo", "repo", "--background", "--model",
+                                 "standard_python", "--state-file", "victim.json",
+                                 "--grpc-port", ports[0], "--http-port", ports[1],
+                                 "--metrics-port", ports[2], "--json", cwd=workdir))
+    test = subprocess.Popen(
+        [sys.executable, "-m", "attndeploy", "loadtest", "--model", "standard_python", "--url",
+         started["grpc_url"], "--concurrency", "4", "--window", "2", "--max-windows", "10",
+         "--repo", "repo"],
+        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3.0)
+    os.kill(started["pid"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    _, stderr = test.communicate(timeout=60)
+    assert test.returncode == 1
+    assert time.monotonic() - killed_at < 30
+    assert "error (server)" in stderr and "Traceback" not in stderr
+
+
+def test_infer_and_loadtest_fail_fast_when_no_server_answers(workdir):
+    url = f"127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    infer = run_cli("infer", "--model", "ganet_python", "--url", url, "--ids", "3,4", cwd=workdir)
+    load = run_cli("loadtest", "--model", "ganet_python", "--url", url, "--concurrency", "1",
+                   cwd=workdir)
+    assert time.monotonic() - started < 60
+    for result in (infer, load):
+        assert result.returncode == 1
+        assert "No Triton server answers" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_stop_without_a_recorded_server_is_a_clear_error(tmp_path):
+    (tmp_path / "repo").mkdir()
+    result = run_cli("stop", "--repo", "repo", cwd=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
