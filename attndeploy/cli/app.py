@@ -22,6 +22,7 @@ COMMANDS = {
     "train": ("train", "command"),
     "info": ("info", "command"),
     "export": ("export", "command"),
+    "inspect": ("inspect", "command"),
     "validate": ("validate", "command"),
     "package": ("package", "command"),
     "check-repo": ("check_repo", "command"),
