@@ -55,9 +55,14 @@ class PackageOptions:
       runs onnxruntime's CPU provider in-process, so `flavor=python, kind=gpu` is refused and
       `flavor=both, kind=gpu` gives the python model CPU instances.
     - `dynamic_batching`, `max_queue_delay_us`: Triton's dynamic batcher and how long it may hold
-      a request to form a larger batch. 500 µs by default: a quarter of the ~2 ms gRPC plus
-      python-backend overhead of one request, so single-request latency stays close to
-      unbatched while requests that arrive together share one onnxruntime call.
+      a request to form a larger batch. A lone request always waits the whole delay (at
+      concurrency 1 the p50 is the ~2 ms gRPC plus python-backend overhead plus the delay),
+      while under load the queue fills during each execution and batches form even with no
+      delay. 500 µs by default, with `max_batch_size` 8 and one instance: on the 2-core
+      reference machine (`benchmarks/serving.py`, which sweeps 0-2000 µs, batch 8/16/32 and 2
+      instances) it keeps concurrency 16 at >= 2.5x the throughput of concurrency 1 and the
+      concurrency-1 p50 within 3 ms of in-process onnxruntime, with similar margin on both;
+      100-250 µs fall short of 2.5x in some runs, 1000 µs and more near or break the 3 ms.
     - `warmup`: one warm-up request (batch 1, seq 8 or `max_seq` if smaller) per model.
     - `force`: replace an existing model folder (else RepositoryError naming it).
     - `threads`: onnxruntime intra-op threads (`ORT_THREADS` of the python flavour,
