@@ -142,7 +142,11 @@ def read_checkpoint(path: Path) -> Checkpoint:
         raise CheckpointError(f"{path} is not a checkpoint: {WEIGHTS_FILE} is missing")
     digest = file_sha256(weights_path)
     recorded = raw.get("weights_sha256")
-    if recorded and recorded != digest:
+    if not isinstance(recorded, str) or not recorded:
+        raise CheckpointError(
+            f"{path / CONFIG_FILE} records no weights_sha256, so {WEIGHTS_FILE} cannot be verified"
+        )
+    if recorded != digest:
         raise CheckpointError(
             f"{weights_path} does not match the SHA-256 recorded in {CONFIG_FILE}: "
             "the file is corrupt or was replaced"

@@ -16,6 +16,24 @@ FAMILIES = ("transformer", "bilstm")
 HEADS = ("classification", "tagging")
 
 
+_SCALAR_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)
+}
+
+
+def _check_types(obj: Any) -> None:
+    """Scalar fields must hold their annotated type (a corrupt config.json must not slip through
+    as a TypeError later); bools are not accepted as numbers."""
+    for f in dataclasses.fields(obj):
+        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        valid = _SCALAR_TYPES.get(annotation)
+        if valid is None:
+            continue
+        value = getattr(obj, f.name)
+        if not isinstance(value, valid) or (isinstance(value, bool) and bool not in valid):
+            raise ConfigError(f"{f.name} must be of type {annotation}, got {value!r}")
+
+
 def _choice(name: str, value: str, valid: tuple[str, ...]) -> None:
     if value not in valid:
         raise ConfigError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
@@ -39,6 +57,7 @@ class QVIConfig:
     pairwise_chunk: int = 64
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _choice("qvi form", self.form, ("pooled", "pairwise"))
         _positive("pairwise_chunk", self.pairwise_chunk)
 
@@ -57,6 +76,7 @@ class GANetConfig:
     gather_open_keys: bool = False
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _choice("ganet aux network", self.aux, ("mlp", "conv", "bilstm"))
         _choice("gate_mode", self.gate_mode, ("threshold", "sample"))
         _positive("aux_hidden", self.aux_hidden)
@@ -74,6 +94,7 @@ class EvolvingConfig:
     negative_slope: float = 0.0
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _unit_interval("alpha", self.alpha)
         _unit_interval("beta", self.beta)
         if self.negative_slope < 0:
@@ -104,6 +125,11 @@ class ModelConfig:
     def __post_init__(self) -> None:
         from attndeploy.variants.registry import variant_names
 
+        _check_types(self)
+        for name, sub_cls in (("qvi", QVIConfig), ("ganet", GANetConfig),
+                              ("evolving", EvolvingConfig)):
+            if not isinstance(getattr(self, name), sub_cls):
+                raise ConfigError(f"{name} must be a {sub_cls.__name__}")
         _choice("variant", self.variant, variant_names())
         _choice("model family", self.family, FAMILIES)
         _choice("head", self.head, HEADS)
@@ -169,4 +195,4 @@ def _sub_from_dict(sub_cls: type, raw: Any, key: str) -> Any:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ConfigError(f"unknown {key} config keys: {', '.join(unknown)}")
-    return sub_cls(**raw)
+    return sub_cls(**raw)  # missing keys take their defaults; types are checked on construction

@@ -4,7 +4,7 @@ forward(input_ids [B,T] int64, attention_mask [B,T] int64) -> dict with
   "logits": [B, C] (classification) or [B, T, C] (tagging),
   "gates": bool [B, T] (GA-Net only; hard gates, also reported in training for statistics),
 and, with details=True (training and evaluation), "density_penalty" (GA-Net training) and
-"gate_logits" (GA-Net).
+"gate_logits" (GA-Net: the logits the gates were decided on; s + noise in `sample` mode).
 """
 
 from __future__ import annotations
@@ -44,13 +44,15 @@ class AttnModel(nn.Module):
         """The `gates` output (and training extras) of a GA-Net model; {} otherwise."""
         if state is None:
             return {}
+        # The logits the gates were decided on: s in training and in `threshold` mode, s + L in
+        # `sample` mode, so that `gates == hard_gates(gate_logits)` and rescues are countable.
+        decision = state.raw_logits if self.training else state.gate_logits
         if applied is None:  # training, or a head that applies no pooling op
-            decision = state.raw_logits if self.training else state.gate_logits
             with torch.no_grad():
                 applied = hard_gates(decision, mask)
         out = {"gates": applied}
         if details:
-            out["gate_logits"] = state.raw_logits
+            out["gate_logits"] = decision
             if state.soft_gates is not None:
                 out["density_penalty"] = soft_density(state.soft_gates, mask)
         return out

@@ -119,7 +119,10 @@ def _relaxed_probs(scores: Tensor, context: LayerContext, broadcast: tuple) -> T
     if context.hard_gates is None:
         return soft
     hard = masked_softmax(scores, context.hard_gates[broadcast])
-    return hard + soft - soft.detach()
+    # Forward: the hard weights; backward: the soft path only (variants.md §3.5 "backward through
+    # the soft path"). Written as soft + stopgrad(hard - soft) so that no gradient reaches Q·Kᵀ
+    # through the hard softmax as well (hard + soft - stopgrad(soft) would count it twice).
+    return soft + (hard - soft).detach()
 
 
 @register_variant("ganet")

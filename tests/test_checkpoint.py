@@ -1,0 +1,281 @@
+"""Checkpoints: save -> load is bit-identical for every case; every broken checkpoint fails with a
+CheckpointError that says what is wrong; loading never unpickles."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from attndeploy import checkpoint as ckpt_module
+from attndeploy.checkpoint import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    file_sha256,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
+from attndeploy.data import WordTokenizer
+from attndeploy.errors import CheckpointError
+from attndeploy.models import build_model
+from tests.cases import CASES_BY_ID, TINY_LABELS, TINY_VOCAB, case_params
+from tests.helpers import token_batch
+
+pytestmark = pytest.mark.usefixtures("torch_defaults")
+
+LABELS = tuple(f"label{i}" for i in range(TINY_LABELS))
+TOKENIZER = WordTokenizer([WordTokenizer.PAD, WordTokenizer.UNK,
+                           *(f"w{i}" for i in range(TINY_VOCAB - 2))])
+
+
+def _save(model, path, **kwargs):
+    return save_checkpoint(model, path, label_names=LABELS, tokenizer=TOKENIZER,
+                           data={"task": "unit"}, metrics={"accuracy": 0.5}, **kwargs)
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A saved ganet_mlp checkpoint directory (with a non-trivial gate network)."""
+    model = build_model(CASES_BY_ID["ganet_mlp"].config())
+    return _save(model, tmp_path / "ckpt")
+
+
+def _rewrite_weights(path, tensors) -> None:
+    """Replace the weights file and record its new SHA-256, so only the tensors are wrong."""
+    save_file(tensors, str(path / WEIGHTS_FILE))
+    config = json.loads((path / CONFIG_FILE).read_text())
+    config["weights_sha256"] = file_sha256(path / WEIGHTS_FILE)
+    (path / CONFIG_FILE).write_text(json.dumps(config))
+
+
+def _edit_config(path, **changes) -> None:
+    config = json.loads((path / CONFIG_FILE).read_text())
+    config.update(changes)
+    (path / CONFIG_FILE).write_text(json.dumps(config))
+
+
+# ----------------------------------------------------------------------------- round trip
+
+
+@pytest.mark.parametrize("case", case_params("checkpoint"))
+def test_save_then_load_gives_bit_identical_outputs(case, tmp_path):
+    model = build_model(case.config())
+    with torch.no_grad():  # move every parameter off its init so nothing passes by accident
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    model.eval()
+    ids, am = token_batch([9, 4, 1], seed=6)
+    expected = model(ids, am, details=True)
+    _save(model, tmp_path / "ckpt")
+    loaded = read_checkpoint(tmp_path / "ckpt")
+    assert not loaded.model.training
+    assert loaded.model_config == model.config
+    assert loaded.label_names == LABELS and loaded.tokenizer == TOKENIZER
+    got = loaded.model(ids, am, details=True)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        assert torch.equal(got[key], expected[key]), key
+
+
+def test_config_records_metadata_and_the_weights_sha256(saved):
+    config = json.loads((saved / CONFIG_FILE).read_text())
+    assert config["format"] == "attndeploy-checkpoint" and config["format_version"] == 1
+    assert config["labels"] == list(LABELS)
+    assert config["model"]["variant"] == "ganet"
+    assert config["metrics"] == {"accuracy": 0.5} and config["data"] == {"task": "unit"}
+    assert config["weights_sha256"] == file_sha256(saved / WEIGHTS_FILE)
+    assert read_checkpoint(saved).weights_sha256 == config["weights_sha256"]
+
+
+def test_load_checkpoint_returns_the_model_in_eval_mode(saved):
+    model = load_checkpoint(saved)
+    assert not model.training and model.is_gated
+
+
+def test_loading_never_unpickles(saved, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("checkpoint loading must not unpickle")
+
+    monkeypatch.setattr(torch, "load", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "Unpickler", refuse)
+    loaded = read_checkpoint(saved)
+    assert loaded.model.is_gated
+
+
+# ----------------------------------------------------------------------------- saving
+
+
+def test_an_existing_output_directory_is_refused_without_force(saved):
+    before = file_sha256(saved / WEIGHTS_FILE)
+    other = build_model(CASES_BY_ID["ganet_mlp"].config())
+    with pytest.raises(CheckpointError, match="already exists; pass --force"):
+        _save(other, saved)
+    assert file_sha256(saved / WEIGHTS_FILE) == before
+
+
+def test_force_replaces_an_existing_checkpoint(saved):
+    torch.manual_seed(99)
+    other = build_model(CASES_BY_ID["standard"].config())
+    _save(other, saved, force=True)
+    assert read_checkpoint(saved).model_config.variant == "standard"
+    assert sorted(p.name for p in saved.parent.iterdir()) == ["ckpt"]  # no temp folders left
+
+
+def test_label_count_must_match_the_model(tmp_path):
+    model = build_model(CASES_BY_ID["standard"].config())
+    with pytest.raises(CheckpointError, match="2 label names for a model with 3 labels"):
+        save_checkpoint(model, tmp_path / "ckpt", label_names=("a", "b"))
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_a_failed_save_leaves_no_partial_directory(tmp_path, monkeypatch):
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ckpt_module, "save_file", fail)
+    model = build_model(CASES_BY_ID["standard"].config())
+    with pytest.raises(OSError, match="disk full"):
+        _save(model, tmp_path / "ckpt")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- broken checkpoints
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        read_checkpoint(tmp_path / "nowhere")
+
+
+def test_missing_config_json(saved):
+    (saved / CONFIG_FILE).unlink()
+    with pytest.raises(CheckpointError, match="config.json is missing"):
+        read_checkpoint(saved)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("{not json", "is not valid JSON"),
+        (b"\xff\xfe\x00garbage", "is not valid JSON"),
+        ('["a list"]', "not an attndeploy checkpoint config"),
+        ('{"format": "something-else"}', "not an attndeploy checkpoint config"),
+        ('{"format": "attndeploy-checkpoint", "format_version": 2}', "format_version 2"),
+    ],
+    ids=["truncated-json", "binary", "list", "wrong-format", "future-version"],
+)
+def test_corrupt_config_json(saved, text, message):
+    target = saved / CONFIG_FILE
+    target.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(CheckpointError, match=message):
+        read_checkpoint(saved)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"model": None}, "must be a JSON object"),
+        ({"model": {"vocab_size": 50}}, "incomplete"),
+        ({"model": "ganet"}, "must be a JSON object"),
+        ({"labels": ["only-one"]}, "1 labels for 3 classes"),
+        ({"tokenizer": {"type": "bpe"}}, "unknown tokenizer type"),
+    ],
+    ids=["no-model", "incomplete-model", "model-string", "label-count", "tokenizer"],
+)
+def test_config_json_that_does_not_describe_a_model(saved, changes, message):
+    _edit_config(saved, **changes)
+    with pytest.raises(CheckpointError, match=message):
+        read_checkpoint(saved)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("d_model", "wide", "d_model must be of type int"),
+        ("n_heads", 3, "divisible by n_heads"),
+        ("variant", "flash", "unknown variant 'flash'"),
+        ("ganet", {"temperature": "hot"}, "temperature must be of type float"),
+    ],
+)
+def test_invalid_model_fields_in_config_json(saved, field, value, message):
+    config = json.loads((saved / CONFIG_FILE).read_text())
+    config["model"][field] = value
+    (saved / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=message):
+        read_checkpoint(saved)
+
+
+def test_missing_weights_file(saved):
+    (saved / WEIGHTS_FILE).unlink()
+    with pytest.raises(CheckpointError, match="model.safetensors is missing"):
+        read_checkpoint(saved)
+
+
+def test_truncated_weights_fail_the_sha256_check(saved):
+    data = (saved / WEIGHTS_FILE).read_bytes()
+    (saved / WEIGHTS_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="does not match the SHA-256"):
+        read_checkpoint(saved)
+
+
+@pytest.mark.parametrize("cut", [0, 7, 100, -16], ids=["empty", "header-cut", "body-cut",
+                                                         "tail-cut"])
+def test_truncated_weights_with_a_matching_sha256_are_reported_corrupt(saved, cut):
+    data = (saved / WEIGHTS_FILE).read_bytes()
+    (saved / WEIGHTS_FILE).write_bytes(data[:cut])
+    _edit_config(saved, weights_sha256=file_sha256(saved / WEIGHTS_FILE))
+    with pytest.raises(CheckpointError, match="is corrupt"):
+        read_checkpoint(saved)
+
+
+def test_weights_of_another_model_fail_the_sha256_check(saved, tmp_path):
+    torch.manual_seed(7)
+    other = _save(build_model(CASES_BY_ID["ganet_mlp"].config()), tmp_path / "other")
+    (saved / WEIGHTS_FILE).write_bytes((other / WEIGHTS_FILE).read_bytes())
+    with pytest.raises(CheckpointError, match="does not match the SHA-256 recorded"):
+        read_checkpoint(saved)
+
+
+def test_a_tensor_with_the_wrong_shape_is_named(saved):
+    tensors = load_file(str(saved / WEIGHTS_FILE))
+    tensors["blocks.1.ffn.0.weight"] = torch.zeros(5, 5)
+    _rewrite_weights(saved, tensors)
+    with pytest.raises(CheckpointError, match=r"'blocks\.1\.ffn\.0\.weight' has shape \[5, 5\]"):
+        read_checkpoint(saved)
+
+
+def test_a_tensor_with_the_wrong_dtype_is_named(saved):
+    tensors = load_file(str(saved / WEIGHTS_FILE))
+    tensors["head.classify.bias"] = tensors["head.classify.bias"].double()
+    _rewrite_weights(saved, tensors)
+    with pytest.raises(CheckpointError, match=r"'head\.classify\.bias' .* torch\.float64"):
+        read_checkpoint(saved)
+
+
+def test_a_missing_tensor_is_named(saved):
+    tensors = load_file(str(saved / WEIGHTS_FILE))
+    del tensors["gates.network.score.weight"]
+    _rewrite_weights(saved, tensors)
+    with pytest.raises(CheckpointError, match=r"'gates\.network\.score\.weight' is missing"):
+        read_checkpoint(saved)
+
+
+def test_an_unexpected_tensor_is_named(saved):
+    tensors = load_file(str(saved / WEIGHTS_FILE))
+    tensors["blocks.9.extra"] = torch.zeros(2)
+    _rewrite_weights(saved, tensors)
+    with pytest.raises(CheckpointError, match=r"'blocks\.9\.extra' is not part of"):
+        read_checkpoint(saved)
+
+
+@pytest.mark.parametrize("value", [None, "", 42], ids=["null", "empty", "number"])
+def test_a_config_without_a_weights_sha256_is_refused(saved, value):
+    _edit_config(saved, weights_sha256=value)
+    with pytest.raises(CheckpointError, match="records no weights_sha256"):
+        read_checkpoint(saved)
