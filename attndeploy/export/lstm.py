@@ -5,19 +5,20 @@ Letters: b batch, t position, f input features, h hidden size.
 torch.export unrolls `nn.LSTM` over time and pins `seq` to the example's length. While the
 exporter traces, `attndeploy.variants._recurrent.override_lstm` routes each direction run to the
 torch custom op `attndeploy_std::lstm` (its own namespace: the op is standard ONNX, not part of
-the `attndeploy` domain of ops.md), which `translate_lstm` turns into one `LSTM` node with
-`layout=1` (batch first; opset >= 14), symbolic batch and seq, zero initial state and no
-`sequence_lens`: padding never reaches the states of real tokens because the backward direction
-reverses each sequence within its own length (`_recurrent.reverse_within_length`).
+the `attndeploy` domain of ops.md), which `translate_lstm` turns into one `LSTM` node (time-major
+between two Transposes: onnxruntime's CPU kernel refuses the batch-first `layout=1`), with
+symbolic batch and seq, zero initial state and no `sequence_lens`: padding never reaches the
+states of real tokens, because the forward direction reads them before any padding and the
+backward one reverses each sequence within its own length (`_recurrent.reverse_within_length`).
 
 Weights enter in ONNX layout, converted once before tracing (`onnx_lstm_weights`) and held as
 buffers of `LSTMWeights`, so the graph holds them as plain initializers (no Split/Concat left to
 fold, whatever their size). ONNX orders the gates i, o, f, c where torch has i, f, g(=c), o, and
 takes one bias `B = concat(W_b, R_b)` [1, 8h].
 
-The LSTM always computes in float32: for an fp16 model the node's input is cast up and its output
-back down (onnxruntime's CPU provider has no float16 `LSTM` kernel; the weights were rounded to
-fp16 by `model.half()` and are exact in fp32).
+The node has the model's float type (float16 after `--fp16`, like the weights); onnxruntime 1.32's
+CPU provider runs a float16 `LSTM` (measured). The eager op computes in float32 whatever the input
+type and returns the input's type.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import re
 
 import torch
-from onnxscript import FLOAT, ir
 from onnxscript import opset18 as op
 from torch import Tensor, nn
 
@@ -38,7 +38,7 @@ NAMESPACE = "attndeploy_std"
 ONNX_GATES_FROM_TORCH = (0, 3, 1, 2)
 # And back: torch gate k is ONNX block TORCH_GATES_FROM_ONNX[k].
 TORCH_GATES_FROM_ONNX = (0, 2, 3, 1)
-COMPUTE_DTYPE = torch.float32
+EAGER_DTYPE = torch.float32  # the eager op's compute type
 
 
 def _reorder_gates(weight: Tensor, blocks: tuple[int, ...]) -> Tensor:
@@ -50,11 +50,11 @@ def _reorder_gates(weight: Tensor, blocks: tuple[int, ...]) -> Tensor:
 def onnx_lstm_weights(lstm: nn.LSTM) -> tuple[Tensor, Tensor, Tensor]:
     """The ONNX `LSTM` inputs W [1, 4h, f], R [1, 4h, h], B [1, 8h] of a one-layer forward LSTM.
 
-    Float32 whatever the module's dtype. Refuses configurations the export route does not
-    cover (several layers, bidirectional, projections, no bias, not batch-first).
+    In the module's dtype. Refuses configurations the export route does not cover (several
+    layers, bidirectional, projections, no bias, not batch-first).
     """
     unsupported = {
-        "num_layers": lstm.num_layers != 1,
+        "num_layers>1": lstm.num_layers != 1,
         "bidirectional": lstm.bidirectional,
         "proj_size": lstm.proj_size != 0,
         "bias=False": not lstm.bias,
@@ -67,11 +67,11 @@ def onnx_lstm_weights(lstm: nn.LSTM) -> tuple[Tensor, Tensor, Tensor]:
             "unidirectional, batch-first LSTMs with biases"
         )
     with torch.no_grad():
-        w = _reorder_gates(lstm.weight_ih_l0.to(COMPUTE_DTYPE), ONNX_GATES_FROM_TORCH)  # [4h, f]
-        r = _reorder_gates(lstm.weight_hh_l0.to(COMPUTE_DTYPE), ONNX_GATES_FROM_TORCH)  # [4h, h]
+        w = _reorder_gates(lstm.weight_ih_l0, ONNX_GATES_FROM_TORCH)  # [4h, f]
+        r = _reorder_gates(lstm.weight_hh_l0, ONNX_GATES_FROM_TORCH)  # [4h, h]
         b = torch.cat([
-            _reorder_gates(lstm.bias_ih_l0.to(COMPUTE_DTYPE), ONNX_GATES_FROM_TORCH),
-            _reorder_gates(lstm.bias_hh_l0.to(COMPUTE_DTYPE), ONNX_GATES_FROM_TORCH),
+            _reorder_gates(lstm.bias_ih_l0, ONNX_GATES_FROM_TORCH),
+            _reorder_gates(lstm.bias_hh_l0, ONNX_GATES_FROM_TORCH),
         ])  # [8h]
     return w[None].contiguous(), r[None].contiguous(), b[None].contiguous()
 
@@ -83,8 +83,8 @@ def onnx_lstm_weights(lstm: nn.LSTM) -> tuple[Tensor, Tensor, Tensor]:
 def lstm(x: Tensor, w: Tensor, r: Tensor, b: Tensor, hidden_size: int) -> Tensor:
     """lstm(x [B,T,f], W [1,4h,f], R [1,4h,h], B [1,8h]; hidden_size) -> Y [B,T,h]
 
-    ONNX `LSTM` (layout=1, one forward direction, zero initial state) evaluated with
-    `torch.lstm`, in float32; Y has x's dtype. Gates i, o, f, c as ONNX orders them.
+    ONNX `LSTM` on batch-first tensors (one forward direction, zero initial state) evaluated with
+    `torch.lstm` in float32; Y has x's dtype. Gates i, o, f, c as ONNX orders them.
     """
     weights = [
         _reorder_gates(w[0], TORCH_GATES_FROM_ONNX),  # weight_ih [4h, f]
@@ -92,12 +92,13 @@ def lstm(x: Tensor, w: Tensor, r: Tensor, b: Tensor, hidden_size: int) -> Tensor
         _reorder_gates(b[0, : 4 * hidden_size], TORCH_GATES_FROM_ONNX),  # bias_ih [4h]
         _reorder_gates(b[0, 4 * hidden_size :], TORCH_GATES_FROM_ONNX),  # bias_hh [4h]
     ]
-    state = x.new_zeros((1, x.shape[0], hidden_size), dtype=w.dtype)  # [1, B, h]
+    weights = [weight.to(EAGER_DTYPE) for weight in weights]
+    state = x.new_zeros((1, x.shape[0], hidden_size), dtype=EAGER_DTYPE)  # [1, B, h]
     y, _, _ = torch.lstm(
-        x.to(w.dtype), (state, state), weights,
+        x.to(EAGER_DTYPE), (state, state), weights,
         True, 1, 0.0, False, False, True,  # has_biases, layers, dropout, train, bidir, batch_first
     )
-    return y.to(x.dtype)  # [B, T, h]
+    return y.to(x.dtype).contiguous()  # [B, T, h] (torch.lstm's batch-first output is a view)
 
 
 @lstm.register_fake
@@ -105,16 +106,17 @@ def _(x, w, r, b, hidden_size):
     return x.new_empty((x.shape[0], x.shape[1], hidden_size))  # [B, T, h]
 
 
-def translate_lstm(x: TFloat, w: FLOAT, r: FLOAT, b: FLOAT, hidden_size: int) -> TFloat:
-    """Emit one ONNX `LSTM` node (layout=1); Y [B,T,1,h] squeezed to [B,T,h].
+def translate_lstm(x: TFloat, w: TFloat, r: TFloat, b: TFloat, hidden_size: int) -> TFloat:
+    """Emit one ONNX `LSTM` node, time-major (`layout=0`) between two Transposes.
 
-    A float16/bfloat16 `x` is cast to float32 around the node (see the module docstring).
+    onnxruntime's CPU LSTM refuses `layout=1` ("Batchwise recurrent operations (layout == 1) are
+    not supported", onnxruntime 1.32), so the batch-first tensors are transposed around the
+    node: [B,T,f] -> [T,B,f] -> LSTM -> Y [T,1,B,h] -> [B,T,h].
     """
-    narrow = getattr(x, "dtype", None) != ir.DataType.FLOAT
-    x32 = op.Cast(x, to=FLOAT.dtype) if narrow else x
-    y, _, _ = op.LSTM(x32, w, r, b, hidden_size=hidden_size, layout=1)  # [B, T, 1, h]
-    y = op.Squeeze(y, op.Constant(value_ints=[2]))  # [B, T, h]
-    return op.CastLike(y, x) if narrow else y
+    x_tbf = op.Transpose(x, perm=[1, 0, 2])  # [T, B, f]
+    y, _, _ = op.LSTM(x_tbf, w, r, b, hidden_size=hidden_size)  # [T, 1, B, h]
+    y = op.Squeeze(y, op.Constant(value_ints=[1]))  # [T, B, h]
+    return op.Transpose(y, perm=[1, 0, 2])  # [B, T, h]
 
 
 def custom_translation_table() -> dict[torch._ops.OpOverload, object]:
