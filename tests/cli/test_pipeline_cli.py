@@ -138,7 +138,8 @@ def test_loadtest_ends_with_a_clear_error_when_the_server_dies(workdir):
          "--repo", "repo"],
         cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(3.0)
-    os.kill(started["pid"], signal.SIGKILL)
+    # The server leads its own process group; killing the group takes its backend stubs too.
+    os.killpg(started["pid"], signal.SIGKILL)
     killed_at = time.monotonic()
     _, stderr = test.communicate(timeout=60)
     assert test.returncode == 1
