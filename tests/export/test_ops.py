@@ -58,6 +58,7 @@ LAYOUTS = (
     Layout(1, (1, 0)),  # T = 1 with a fully padded row
     Layout(5, (5, 3, 1, 5)),  # odd T, mixed padding
     Layout(6, (6, 0, 2, 4)),  # a fully padded row among padded ones
+    Layout(4, (4, 4, 4)),  # no padding at all (the bodies' unpadded fast paths)
 )
 
 
@@ -260,7 +261,11 @@ def single_node_model(case: OpCase, dtype: type, opset: int = _registry.DEFAULT_
 @functools.cache
 def runner(op: str, runner_name: str, dtype: type, opset: int = _registry.DEFAULT_OPSET):
     """`infer(feed) -> list of outputs` for one op, built once per (op, runner, dtype, opset)."""
-    case = CASE_BY_OP[op]
+    return make_runner(CASE_BY_OP[op], runner_name, dtype, opset)
+
+
+def make_runner(case: OpCase, runner_name: str, dtype: type, opset: int = 18):
+    """`infer(feed) -> list of outputs` for one case (its attributes), not cached."""
     model = single_node_model(case, dtype, opset)
     if runner_name == "reference":
         if case.reference_inlines_because:
@@ -306,10 +311,23 @@ def compare(case: OpCase, got: list[np.ndarray], want: dict[str, np.ndarray], dt
     assert not failures, "\n".join(failures)
 
 
-def run_case(case: OpCase, layout: Layout, runner_name: str, dtype: type, opset: int = 18):
+def _op_types(graph_nodes) -> list[str]:
+    """Op types of the nodes, subgraphs (If branches) included."""
+    found = []
+    for node in graph_nodes:
+        found.append(node.op_type)
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                found += _op_types(attr.g.node)
+    return found
+
+
+def run_case(
+    case: OpCase, layout: Layout, runner_name: str, dtype: type, opset: int = 18, infer=None
+):
     rng = np.random.default_rng(zlib.crc32(f"{case.op}/{layout}".encode()))
     inputs = _cast_inputs(case.make_inputs(rng, layout), dtype)
-    got = runner(case.op, runner_name, dtype, opset)(inputs)
+    got = (infer or runner(case.op, runner_name, dtype, opset))(inputs)
     compare(case, got, case.reference(inputs), dtype)
 
 
@@ -371,20 +389,74 @@ def test_an_unsupported_opset_is_refused():
 def test_gated_attention_gathers_open_keys_and_never_decides_on_sigmoid():
     body = _registry.op_spec("GatedAttention").function_proto()
     op_types = [n.op_type for n in body.node]
-    assert "TopK" in op_types and op_types.count("GatherElements") >= 2
+    assert "TopK" in op_types and op_types.count("GatherND") == 2  # keys and values, by row
+    gather_nd = [n for n in body.node if n.op_type == "GatherND"]
+    assert all(a.i == 2 for n in gather_nd for a in n.attribute if a.name == "batch_dims")
     assert "Sigmoid" not in op_types
     assert "Sigmoid" not in [n.op_type for n in _registry.op_spec("GatedAttentionPooling")
                              .function_proto().node]
 
 
+def test_gated_layers_sharing_gate_logits_compute_the_gates_once_in_onnxruntime(tmp_path):
+    """Two GatedAttention nodes and the pooling read one gate vector (as in a GA-Net model):
+    after inlining, onnxruntime's common-subexpression elimination leaves one gate decision
+    and one TopK, because the body derives them from gate_logits and the mask alone."""
+    spec, pooling = _registry.op_spec("GatedAttention"), _registry.op_spec("GatedAttentionPooling")
+    f32, boolean = onnx.TensorProto.FLOAT, onnx.TensorProto.BOOL
+    inputs = [
+        onnx.helper.make_tensor_value_info(f"{n}{i}", f32, ["B", HEADS, "T", HEAD_DIM])
+        for i in range(2) for n in ("q", "k", "v")
+    ] + [
+        onnx.helper.make_tensor_value_info("values", f32, ["B", "T", MODEL_DIM]),
+        onnx.helper.make_tensor_value_info("scores", f32, ["B", "T"]),
+        onnx.helper.make_tensor_value_info("mask", boolean, ["B", "T"]),
+        onnx.helper.make_tensor_value_info("gate_logits", f32, ["B", "T"]),
+    ]
+    nodes = [
+        onnx.helper.make_node(
+            "GatedAttention", [f"q{i}", f"k{i}", f"v{i}", "mask", "gate_logits"],
+            [f"out{i}", f"gates{i}"], domain="attndeploy", scale=SCALE,
+        )
+        for i in range(2)
+    ] + [
+        onnx.helper.make_node(
+            "GatedAttentionPooling", ["values", "scores", "mask", "gate_logits"],
+            ["context", "gates_pool"], domain="attndeploy",
+        )
+    ]
+    outputs = [onnx.helper.make_tensor_value_info(n, f32, None) for n in ("out0", "out1")] + [
+        onnx.helper.make_tensor_value_info("context", f32, None)
+    ]
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(nodes, "two_layers", inputs, outputs),
+        opset_imports=[onnx.helper.make_opsetid("", 18), onnx.helper.make_opsetid("attndeploy", 1)],
+        functions=[spec.function_proto(), pooling.function_proto()], ir_version=10,
+    )
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    op_types = _op_types(onnx.load(options.optimized_model_filepath).graph.node)
+    assert op_types.count("ArgMax") == 1 and op_types.count("TopK") == 1
+    assert op_types.count("GatherND") == 4
+
+
 def test_masked_softmax_uses_the_most_negative_finite_value_not_inf():
-    for proto in _registry.function_protos():
-        for node in proto.node:
+    def constants(nodes):  # every tensor/float attribute, If branches included
+        for node in nodes:
             for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.TENSOR:
-                    assert np.isfinite(onnx.numpy_helper.to_array(attr.t)).all()
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    yield from constants(attr.g.node)
+                elif attr.type == onnx.AttributeProto.TENSOR:
+                    yield onnx.numpy_helper.to_array(attr.t)
                 elif attr.type == onnx.AttributeProto.FLOAT:
-                    assert np.isfinite(attr.f)
+                    yield np.float32(attr.f)
+
+    for proto in _registry.function_protos():
+        values = list(constants(proto.node))
+        assert all(np.isfinite(v).all() for v in values), proto.name
+        if "Softmax" in _op_types(proto.node):
+            assert any((v == np.float32(-3.4028234663852886e38)).any() for v in values), proto.name
 
 
 # ----------------------------------------------------------------------------- torch ops
@@ -423,6 +495,50 @@ def test_op_body_in_fp16_matches_the_fp32_reference(case, runner_name):
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op_runs_in_onnxruntime_at_every_supported_opset(case, opset):
     run_case(case, LAYOUTS[3], "ort_all", np.float32, opset)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("runner_name", RUNNERS)
+@pytest.mark.parametrize("alpha, beta", [(0.3, 1.0), (0.0, 1.0), (1.0, 0.0), (0.5, 0.0)])
+def test_evolving_attention_at_edge_weights_matches_the_reference(alpha, beta, runner_name, dtype):
+    """beta = 1 takes the body's conv-only branch (an If on the attribute, which onnxruntime
+    folds away); alpha 0/1 and beta 0 reach the ends of the mixing and residual weights."""
+    base = CASE_BY_OP["EvolvingAttention"]
+    case = dataclasses.replace(base, attributes={**base.attributes, "alpha": alpha, "beta": beta})
+    infer = make_runner(case, runner_name, dtype)
+    layouts = LAYOUTS if dtype is np.float32 else LAYOUTS[2:]
+    for layout in layouts:
+        run_case(case, layout, runner_name, dtype, infer=infer)
+
+
+def test_evolving_attention_zeroes_the_pads_of_the_score_maps_twice_and_only_when_padded():
+    """Z(alpha·prev) + Z((1-alpha)·S) is written as one Z of the mix, so the body holds two
+    [B, H, T, T] Wheres (A_in and A), each in the padded branch of an If (an unpadded batch
+    skips them: Z is the identity), plus the small additive-mask Where of the softmax."""
+    body = _registry.op_spec("EvolvingAttention").function_proto()
+    top = [n.op_type for n in body.node]
+    assert "Where" not in top and top.count("If") == 4  # 2 ZeroPads, beta, MaskedSoftmax
+    assert _op_types(body.node).count("Where") == 3
+
+
+def test_evolving_attention_body_folds_the_conv_only_branch_in_onnxruntime(tmp_path):
+    base = CASE_BY_OP["EvolvingAttention"]
+    op_types = {}
+    for beta in (1.0, 0.7):
+        case = dataclasses.replace(base, attributes={**base.attributes, "beta": beta})
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(tmp_path / f"beta{beta}.onnx")
+        ort.InferenceSession(
+            single_node_model(case, np.float32).SerializeToString(), options,
+            providers=["CPUExecutionProvider"],
+        )
+        op_types[beta] = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+    # the If on beta is gone; the three left check for padding at run time (2 ZeroPads, the
+    # softmax mask)
+    assert op_types[1.0].count("If") == 3 and op_types[0.7].count("If") == 3
+    # the general branch keeps beta·C + (1 - beta)·A_in; the conv-only branch does not
+    assert op_types[0.7].count("Mul") > op_types[1.0].count("Mul")
 
 
 def test_hard_gates_open_the_largest_logit_when_all_closed():

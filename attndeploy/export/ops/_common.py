@@ -43,13 +43,20 @@ def MaskedSoftmax(scores: TFloat, allowed: BOOL) -> TFloat:
 
     softmax_{last axis}(float32(scores) + M) cast back to T, M = 0 where `allowed` (broadcast
     against `scores`), the most negative finite fp32 value elsewhere (never -inf): a row with no
-    allowed entry is uniform, not NaN. Equals `functional.masked_softmax`.
+    allowed entry is uniform, not NaN. Equals `functional.masked_softmax`. When everything is
+    allowed M is 0 and x + 0 = x, so the Add (a full pass over the scores) is skipped.
     """
     scores32 = op.Cast(scores, to=FLOAT.dtype)
-    zero = op.Constant(value_float=0.0)
-    most_negative = op.Constant(value_float=FP32_MOST_NEGATIVE)
-    additive_mask = op.Where(allowed, zero, most_negative)  # shape of `allowed`
-    probs32 = op.Softmax(op.Add(scores32, additive_mask), axis=-1)
+    all_allowed = op.Equal(
+        op.ReduceMin(op.Cast(allowed, to=INT64.dtype), keepdims=0), op.Constant(value_int=1)
+    )  # scalar
+    if all_allowed:
+        probs32 = op.Softmax(scores32, axis=-1)
+    else:
+        zero = op.Constant(value_float=0.0)
+        most_negative = op.Constant(value_float=FP32_MOST_NEGATIVE)
+        additive_mask = op.Where(allowed, zero, most_negative)  # shape of `allowed`
+        probs32 = op.Softmax(op.Add(scores32, additive_mask), axis=-1)
     probs = op.CastLike(probs32, scores)
     return probs
 
@@ -70,11 +77,21 @@ def ZeroPads(x: TFloat, key_padding_mask: BOOL) -> TFloat:
     """ZeroPads(x: T [B,H,T,T], key_padding_mask: bool [B,T]) -> T [B,H,T,T]
 
     Z(X): rows of padded queries and columns of padded keys set to 0, with Where (never by
-    multiplying, so nothing non-finite can leak).
+    multiplying, so nothing non-finite can leak). A batch without padding returns X as is: Z is
+    then the identity, and onnxruntime's CPU Where costs about four Adds and runs on one thread
+    (0.8-0.9 ms vs 0.2 ms for an Add on [8, 4, 128, 128]), so the check (a reduction over
+    [B, T] and an If) pays for itself on every unpadded batch, e.g. every batch-1 request.
     """
-    rows = op.Unsqueeze(key_padding_mask, [1, 3])  # [B, 1, T, 1]
-    cols = op.Unsqueeze(key_padding_mask, [1, 2])  # [B, 1, 1, T]
-    zeroed = op.Where(op.And(rows, cols), x, op.CastLike(0.0, x))  # [B, H, T, T]
+    no_padding = op.Equal(
+        op.ReduceMin(op.Cast(key_padding_mask, to=INT64.dtype), keepdims=0),
+        op.Constant(value_int=1),
+    )  # scalar; an empty batch counts as unpadded (ReduceMin's identity is the largest int)
+    if no_padding:
+        zeroed = op.Identity(x)
+    else:
+        rows = op.Unsqueeze(key_padding_mask, [1, 3])  # [B, 1, T, 1]
+        cols = op.Unsqueeze(key_padding_mask, [1, 2])  # [B, 1, 1, T]
+        zeroed = op.Where(op.And(rows, cols), x, op.CastLike(0.0, x))  # [B, H, T, T]
     return zeroed
 
 

@@ -79,19 +79,30 @@ def EvolvingAttention(
 
     PyTorch: `attndeploy.variants.functional.evolving_attention`.
     """
-    current = ZeroPads(ScaledScores(query, key, scale=scale), key_padding_mask)  # [B, H, T, T]
-    previous = ZeroPads(prev_logits, key_padding_mask)  # [B, H, T, T]
     one = op.CastLike(1.0, query)
     alpha_t = op.CastLike(alpha, query)
     beta_t = op.CastLike(beta, query)
-    mixed = op.Add(
-        op.Mul(alpha_t, previous), op.Mul(op.Sub(one, alpha_t), current)
-    )  # [B, H, T, T]
+    # Z is a Where per element, so alpha·Z(prev) + (1-alpha)·Z(S) = Z(alpha·prev + (1-alpha)·S)
+    # exactly (valid entries: the same two products and sum; padded ones: +0 either way). One
+    # Where instead of two, and (1-alpha)·scale folds into one FusedMatMul in onnxruntime.
+    current = ScaledScores(query, key, scale=scale)  # [B, H, T, T], not yet zeroed
+    mixed = ZeroPads(
+        op.Add(op.Mul(alpha_t, prev_logits), op.Mul(op.Sub(one, alpha_t), current)),
+        key_padding_mask,
+    )  # [B, H, T, T]: A_in
     conv = op.Conv(
         mixed, conv_weight, conv_bias, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1]
     )  # [B, H, T, T]: channels = heads
-    activated = op.LeakyRelu(conv, alpha=negative_slope)  # [B, H, T, T]
-    combined = op.Add(op.Mul(beta_t, activated), op.Mul(op.Sub(one, beta_t), mixed))
+    activated = op.LeakyRelu(conv, alpha=negative_slope)  # [B, H, T, T]: C
+    # beta = 1 (the default) is the conv branch alone: 1·C + 0·A_in = C for finite A_in. The
+    # condition is a constant once the attribute is bound: onnxruntime's constant folding keeps
+    # only the taken branch (two full [B, H, T, T] passes fewer); other runtimes pick it at run
+    # time.
+    conv_only = op.Equal(op.Constant(value_float=beta), op.Constant(value_float=1.0))
+    if conv_only:
+        combined = op.Identity(activated)
+    else:
+        combined = op.Add(op.Mul(beta_t, activated), op.Mul(op.Sub(one, beta_t), mixed))
     logits = ZeroPads(combined, key_padding_mask)  # [B, H, T, T]
     probs = MaskedSoftmax(logits, op.Unsqueeze(key_padding_mask, [1, 2]))  # [B, H, T, T]
     output = op.MatMul(probs, value)  # [B, H, T, d]

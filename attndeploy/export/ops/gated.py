@@ -68,12 +68,15 @@ def GatedAttention(
 
     PyTorch: `attndeploy.variants.functional.gated_attention` (either gather_open_keys).
     """
+    # Everything up to `slots` reads only gate_logits and key_padding_mask (Tk included), so in
+    # a model whose layers share one gate vector onnxruntime's common-subexpression elimination
+    # computes the gates, N and the slots once for all layers and the pooling.
     gates = HardGates(gate_logits, key_padding_mask)  # [B, Tk]
     gates_int = op.Cast(gates, to=INT64.dtype)  # [B, Tk]
     open_count = op.ReduceSum(gates_int, [1], keepdims=0)  # [B]
     slot_count = op.ReduceMax(open_count, [0], keepdims=1)  # [1]: N
 
-    num_keys = op.Shape(key, start=2, end=3)  # [1]: Tk
+    num_keys = op.Shape(gate_logits, start=1, end=2)  # [1]: Tk
     positions = op.Range(
         op.Constant(value_int=0), op.Squeeze(num_keys, [0]), op.Constant(value_int=1)
     )  # [Tk]
@@ -82,16 +85,14 @@ def GatedAttention(
     _, slots = op.TopK(order, slot_count, axis=1, largest=1, sorted=1)  # [B, N]
     slot_ok = op.GatherElements(gates, slots, axis=1)  # [B, N]
 
-    slot_index = op.Unsqueeze(slots, [1, 3])  # [B, 1, N, 1]
-    batch_heads = op.Shape(key, start=0, end=2)  # [2]: B, H
-    key_index = op.Expand(
-        slot_index, op.Concat(batch_heads, slot_count, op.Shape(key, start=3, end=4), axis=0)
-    )  # [B, H, N, d]
-    value_index = op.Expand(
-        slot_index, op.Concat(batch_heads, slot_count, op.Shape(value, start=3, end=4), axis=0)
-    )  # [B, H, N, d_v]
-    open_keys = op.GatherElements(key, key_index, axis=2)  # [B, H, N, d]
-    open_values = op.GatherElements(value, value_index, axis=2)  # [B, H, N, d_v]
+    # Gather whole rows: GatherND over the Tk axis with (b, h) as batch dims, one [B, H, N, 1]
+    # index for keys and values (GatherElements would need a [B, H, N, d] index per tensor).
+    row_index = op.Expand(
+        op.Unsqueeze(slots, [1, 3]),
+        op.Concat(op.Shape(key, start=0, end=2), slot_count, op.Constant(value_ints=[1]), axis=0),
+    )  # [B, H, N, 1]
+    open_keys = op.GatherND(key, row_index, batch_dims=2)  # [B, H, N, d]
+    open_values = op.GatherND(value, row_index, batch_dims=2)  # [B, H, N, d_v]
 
     scores = ScaledScores(query, open_keys, scale=scale)  # [B, H, Tq, N]
     probs = MaskedSoftmax(scores, op.Unsqueeze(slot_ok, [1, 2]))  # [B, H, Tq, N]
