@@ -236,38 +236,50 @@ def test_classifier_logits_carry_label_names_with_class_count(served: Served) ->
 
 
 @pytest.mark.slow
-def test_an_exported_ganet_checkpoint_serves_like_onnxruntime(tmp_path: Path) -> None:
-    """Checkpoint -> export -> package -> serve, with the real exporter (~15 s)."""
+@pytest.mark.parametrize("case_id", ["standard", "qvi_pooled", "ganet_mlp", "evolving"])
+def test_an_exported_checkpoint_of_every_variant_serves_like_onnxruntime(
+    tmp_path: Path, case_id: str
+) -> None:
+    """Checkpoint -> export -> package -> serve, with the real exporter (~15 s per variant):
+    a request alone is bit-identical to in-process onnxruntime on the same model.onnx; requests
+    batched by the server agree within the validation tolerance (gates exactly)."""
     import tritonclient.grpc as grpcclient
 
     from attndeploy.checkpoint import save_checkpoint
-    from attndeploy.config import ModelConfig
     from attndeploy.models import build_model as build_torch_model
     from attndeploy.serving.check_repo import check_repository
+    from tests.cases import CASES_BY_ID
 
-    config = ModelConfig(vocab_size=50, num_labels=3, variant="ganet", d_model=16, n_heads=2,
-                         n_layers=1, d_ff=32, max_seq=24)
+    config = CASES_BY_ID[case_id].config(max_seq=24)
     checkpoint = save_checkpoint(build_torch_model(config), tmp_path / "ckpt",
                                  label_names=["neg", "neu", "pos"])
     (model,) = package_model(checkpoint, tmp_path / "repo")
-    assert model.name == "ganet" and model.gated
+    assert model.name == config.variant and model.gated == (config.variant == "ganet")
     assert check_repository(tmp_path / "repo")
     session = ort.InferenceSession(str(model.path / "1" / "model.onnx"),
                                    providers=["CPUExecutionProvider"])
+    outputs = [o.name for o in session.get_outputs()]
     server = start_server(tmp_path / "repo", tmp_path / "server.log")
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         rng = np.random.default_rng(0)
         requests = [random_request(rng, int(rng.integers(1, 3)), int(rng.integers(1, 25)), 50)
                     for _ in range(16)]
-        results = infer_concurrently(client, "ganet", requests)
+        ids, mask = requests[0]
+        (alone, error), = infer_concurrently(client, model.name, [requests[0]])
+        assert error is None, error
+        expected = session.run(outputs, {"input_ids": ids, "attention_mask": mask})
+        for name, want in zip(outputs, expected, strict=True):
+            np.testing.assert_array_equal(alone.as_numpy(name), want)
+        results = infer_concurrently(client, model.name, requests)
         for (ids, mask), (result, error) in zip(requests, results, strict=True):
             assert error is None, error
-            logits, gates = session.run(["logits", "gates"],
-                                        {"input_ids": ids, "attention_mask": mask})
-            np.testing.assert_array_equal(result.as_numpy("gates"), gates)
-            # observed bit-identical on CPU; the contract is the validation tolerance
-            np.testing.assert_allclose(result.as_numpy("logits"), logits, rtol=1e-4, atol=1e-5)
+            expected = dict(zip(outputs, session.run(
+                outputs, {"input_ids": ids, "attention_mask": mask}), strict=True))
+            if "gates" in expected:
+                np.testing.assert_array_equal(result.as_numpy("gates"), expected["gates"])
+            np.testing.assert_allclose(result.as_numpy("logits"), expected["logits"],
+                                       rtol=1e-4, atol=1e-5)
     finally:
         client.close()
         server.stop()
