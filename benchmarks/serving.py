@@ -322,7 +322,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from rich.console import Console
 
     from attndeploy.serving.loadtest import vocab_from_onnx
-    from attndeploy.serving.server import TritonServer, free_port
+    from attndeploy.serving.server import TritonServer, free_ports
 
     console = Console(stderr=True)
     log = console.log
@@ -350,11 +350,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     order_log: list[list[str]] = []
 
-    ports = []
-    while len(ports) < 3:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
+    ports = free_ports(3)
     log(f"starting tritonserver with {len(configs)} models")
     t0 = time.perf_counter()
     server = TritonServer(repo, grpc_port=ports[0], http_port=ports[1], metrics_port=ports[2],

@@ -204,9 +204,9 @@ def _package(outcomes: list[VariantOutcome], options: QuickstartOptions, log: Lo
 def _serve_and_load(outcomes: list[VariantOutcome], options: QuickstartOptions, log: Log,
                     progress: bool) -> None:
     from attndeploy.serving.loadtest import LoadTestConfig, run_load_test
-    from attndeploy.serving.server import TritonServer, free_port
+    from attndeploy.serving.server import TritonServer, free_ports
 
-    grpc, http, metrics = options.ports or (free_port(), free_port(), free_port())
+    grpc, http, metrics = options.ports or free_ports(3)
     models = [o.served_model for o in outcomes if o.served_model]
     work = Path(options.workdir)
     server = TritonServer(options.repo, grpc_port=grpc, http_port=http, metrics_port=metrics,

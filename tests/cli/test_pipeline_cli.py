@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from attndeploy.serving.server import free_port
+from attndeploy.serving.server import free_port, free_ports
 from tests.cli.test_train_cli import assert_one_line_error, parse_json, run_cli
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ def workdir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(workdir):
     """`serve --background` on free ports; stopped (and checked stopped) at the end."""
-    ports = [str(free_port()) for _ in range(3)]
+    ports = [str(port) for port in free_ports(3)]
     started = parse_json(run_cli("serve", "--repo", "repo", "--background", "--grpc-port",
                                  ports[0], "--http-port", ports[1], "--metrics-port", ports[2],
                                  "--json", cwd=workdir))
@@ -127,7 +127,7 @@ def test_serve_refuses_a_port_that_is_in_use(workdir, server):
 
 
 def test_loadtest_ends_with_a_clear_error_when_the_server_dies(workdir):
-    ports = [str(free_port()) for _ in range(3)]
+    ports = [str(port) for port in free_ports(3)]
     started = parse_json(run_cli("serve", "--repo", "repo", "--background", "--model",
                                  "standard_python", "--state-file", "victim.json",
                                  "--grpc-port", ports[0], "--http-port", ports[1],

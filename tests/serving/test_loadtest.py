@@ -38,7 +38,7 @@ from attndeploy.serving.loadtest import (
     run_load_test,
     vocab_from_onnx,
 )
-from attndeploy.serving.server import TritonServer, free_port
+from attndeploy.serving.server import TritonServer, free_port, free_ports
 
 from .loadtest_fixtures import TINY_MODEL, TINY_VOCAB, build_tiny_onnx, tiny_onnx_path
 from .loadtest_fixtures import write_tiny_repository as _write_repo
@@ -394,9 +394,8 @@ def tiny_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_server(tiny_repo: Path) -> Iterator[TritonServer]:
-    with TritonServer(
-        tiny_repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port()
-    ) as server:
+    grpc, http, metrics = free_ports(3)
+    with TritonServer(tiny_repo, grpc_port=grpc, http_port=http, metrics_port=metrics) as server:
         yield server
 
 

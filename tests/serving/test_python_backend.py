@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 from attndeploy.serving.repository import PackageOptions, package_model
-from attndeploy.serving.server import TritonServer, free_port
+from attndeploy.serving.server import TritonServer, free_ports
 
 from .onnx_fixtures import build_model, random_request, save_model
 
@@ -38,15 +38,6 @@ class Served:
     sessions: dict[str, ort.InferenceSession]
 
 
-def distinct_free_ports(n: int = 3) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < n:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
-
-
 def counts(client: Any, model: str) -> tuple[int, int]:
     """(inference_count, execution_count) of `model`; inference_count counts batch rows."""
     stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
@@ -54,7 +45,7 @@ def counts(client: Any, model: str) -> tuple[int, int]:
 
 
 def start_server(repo: Path, log_file: Path) -> TritonServer:
-    grpc, http, metrics = distinct_free_ports()
+    grpc, http, metrics = free_ports()
     server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics,
                           log_file=log_file)
     server.__enter__()

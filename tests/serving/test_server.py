@@ -25,6 +25,7 @@ from attndeploy.serving.server import (
     default_state_path,
     find_tritonserver,
     free_port,
+    free_ports,
     prepare_backend_dir,
     start_background,
     stop_background,
@@ -82,15 +83,6 @@ def write_python_model(repo: Path, name: str, model_py: str) -> None:
     (repo / name / "1" / "model.py").write_text(model_py)
 
 
-def distinct_free_ports(n: int = 3) -> list[int]:
-    ports: list[int] = []
-    while len(ports) < n:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
-
-
 def port_is_listening(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
@@ -114,7 +106,7 @@ def identity_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def server_on_free_ports(identity_repo: Path, tmp_path: Path) -> Iterator[TritonServer]:
-    grpc, http, metrics = distinct_free_ports()
+    grpc, http, metrics = free_ports()
     server = TritonServer(
         identity_repo,
         grpc_port=grpc,
@@ -166,7 +158,7 @@ def test_a_busy_port_is_named_before_anything_starts(identity_repo: Path) -> Non
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        grpc, metrics = distinct_free_ports(2)
+        grpc, metrics = free_ports(2)
         server = TritonServer(identity_repo, grpc_port=grpc, http_port=port, metrics_port=metrics)
         with pytest.raises(ServerError, match=str(port)):
             server.start()
@@ -224,7 +216,7 @@ def test_server_serves_grpc_inference_then_stops_and_frees_its_port(
 def test_a_model_failing_at_initialize_is_named_by_wait_ready(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_python_model(repo, "broken", BROKEN_MODEL)
-    grpc, http, metrics = distinct_free_ports()
+    grpc, http, metrics = free_ports()
     server = TritonServer(
         repo, grpc_port=grpc, http_port=http, metrics_port=metrics, log_file=tmp_path / "log"
     )
@@ -244,7 +236,7 @@ def test_a_model_failing_at_initialize_is_named_by_wait_ready(tmp_path: Path) ->
 def test_wait_ready_gives_up_after_its_timeout_and_stops_the_server(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_python_model(repo, "slow", SLOW_MODEL)
-    grpc, http, metrics = distinct_free_ports()
+    grpc, http, metrics = free_ports()
     server = TritonServer(
         repo, grpc_port=grpc, http_port=http, metrics_port=metrics, log_file=tmp_path / "log"
     )
@@ -261,7 +253,7 @@ def test_wait_ready_gives_up_after_its_timeout_and_stops_the_server(tmp_path: Pa
 
 @pytest.mark.integration
 def test_background_start_records_the_server_and_stop_removes_it(identity_repo: Path) -> None:
-    grpc, http, metrics = distinct_free_ports()
+    grpc, http, metrics = free_ports()
     state_path = default_state_path(identity_repo)
     state = start_background(
         identity_repo, grpc_port=grpc, http_port=http, metrics_port=metrics, timeout_s=60
