@@ -8,6 +8,7 @@ before and after its own requests, so test order does not matter.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,21 @@ def counts(client: Any, model: str) -> tuple[int, int]:
     """(inference_count, execution_count) of `model`; inference_count counts batch rows."""
     stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
     return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+
+def counts_once_settled(client: Any, model: str, inferences: int,
+                        timeout_s: float = 10.0) -> tuple[int, int]:
+    """`counts` once inference_count has reached `inferences`, or as it stands after `timeout_s`.
+
+    The server records an execution's statistics after its responses have left, so a client
+    can hold every answer a moment before the counts include them.
+    """
+    deadline = time.monotonic() + timeout_s
+    current = counts(client, model)
+    while current[0] < inferences and time.monotonic() < deadline:
+        time.sleep(0.05)
+        current = counts(client, model)
+    return current
 
 
 def start_server(repo: Path, log_file: Path) -> TritonServer:
@@ -135,7 +151,8 @@ def test_concurrent_same_shape_requests_are_batched(served: Served) -> None:
     requests = [random_request(rng, 1, 8, VOCAB) for _ in range(32)]
     inferences, executions = counts(served.client, "cls")
     results = infer_concurrently(served.client, "cls", requests)
-    inferences_after, executions_after = counts(served.client, "cls")
+    inferences_after, executions_after = counts_once_settled(served.client, "cls",
+                                                             inferences + 32)
     for (ids, mask), (result, error) in zip(requests, results, strict=True):
         assert error is None, error
         assert_same_as_alone(served, "cls", ids, mask, result)
@@ -155,7 +172,8 @@ def test_concurrent_requests_of_different_lengths_equal_each_alone(
     rows = sum(ids.shape[0] for ids, _ in requests)
     inferences, executions = counts(served.client, model)
     results = infer_concurrently(served.client, model, requests)
-    inferences_after, executions_after = counts(served.client, model)
+    inferences_after, executions_after = counts_once_settled(served.client, model,
+                                                             inferences + rows)
     for (ids, mask), (result, error) in zip(requests, results, strict=True):
         assert error is None, error
         assert_same_as_alone(served, model, ids, mask, result)
