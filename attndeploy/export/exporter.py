@@ -46,7 +46,7 @@ from torch import nn
 from attndeploy import __version__
 from attndeploy.checkpoint import Checkpoint, read_checkpoint
 from attndeploy.errors import ExportError
-from attndeploy.export import lstm
+from attndeploy.export import gelu, lstm
 from attndeploy.export._registry import (
     DEFAULT_OPSET,
     SUPPORTED_OPSETS,
@@ -154,9 +154,13 @@ class _InterfaceWrapper(nn.Module):
             yield
 
 
-def translation_table() -> dict[Any, Any]:
-    """Every torch custom op the exporter translates: the `attndeploy` ops and the LSTM."""
-    return {**custom_translation_table(), **lstm.custom_translation_table()}
+def translation_table(opset: int) -> dict[Any, Any]:
+    """Every torch op the exporter translates itself: the `attndeploy` ops, the LSTM, and GELU
+    below opset 20 (in the order onnxruntime fuses, `attndeploy.export.gelu`)."""
+    return {
+        **custom_translation_table(), **lstm.custom_translation_table(),
+        **gelu.translation_table(opset),
+    }
 
 
 # ----------------------------------------------------------------------------- contract
@@ -335,7 +339,7 @@ def _onnx_registry(opset: int) -> Any | None:
     if not hasattr(_core, "export") or not hasattr(_registration, "ONNXRegistry"):
         return None
     registry = _registration.ONNXRegistry.from_torchlib(opset_version=opset)
-    for torch_op, translate in translation_table().items():
+    for torch_op, translate in translation_table(opset).items():
         registry.register_op(torch_op, translate, is_complex=False)
     return registry
 
@@ -353,7 +357,7 @@ def _to_onnx(program: torch.export.ExportedProgram, opset: int, names: ModelInte
 
         return _core.export(program, registry=registry, **kwargs)
     return torch.onnx.export(
-        program, (), dynamo=True, custom_translation_table=translation_table(), **kwargs
+        program, (), dynamo=True, custom_translation_table=translation_table(opset), **kwargs
     )
 
 
