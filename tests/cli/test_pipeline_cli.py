@@ -126,6 +126,24 @@ def test_serve_refuses_a_port_that_is_in_use(workdir, server):
     assert f"port {server['grpc_port']}" in result.stderr and "Traceback" not in result.stderr
 
 
+def wait_until_requests_arrive(url: str, model: str, timeout_s: float = 120.0) -> None:
+    """Return once `model` has run more than its warm-up request: the load test is under way
+    (a fixed sleep can end before a slow machine has even imported the client)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            stats = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+            if int(stats.get("inference_count", 0)) > 1:
+                return
+            time.sleep(0.1)
+    finally:
+        client.close()
+    raise AssertionError(f"no request reached {model} within {timeout_s} s")
+
+
 def test_loadtest_ends_with_a_clear_error_when_the_server_dies(workdir):
     ports = [str(port) for port in free_ports(3)]
     started = parse_json(run_cli("serve", "--repo", "repo", "--background", "--model",
@@ -137,7 +155,7 @@ def test_loadtest_ends_with_a_clear_error_when_the_server_dies(workdir):
          started["grpc_url"], "--concurrency", "4", "--window", "2", "--max-windows", "10",
          "--repo", "repo"],
         cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3.0)
+    wait_until_requests_arrive(started["grpc_url"], "standard_python")
     # The server leads its own process group; killing the group takes its backend stubs too.
     os.killpg(started["pid"], signal.SIGKILL)
     killed_at = time.monotonic()
