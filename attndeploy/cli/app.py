@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import typer
 
@@ -38,15 +39,46 @@ for name, (module, function) in COMMANDS.items():
 
 
 def main() -> None:
-    """Entry point: an AttnDeployError becomes one message and exit code 1, never a traceback.
+    """Entry point: every error is one line on stderr and an exit code, never a traceback.
 
-    Typer's standalone mode handles usage errors (exit 2), --help and typer.Exit itself.
+    An AttnDeployError exits 1. A usage error (an unknown option or choice, a missing argument)
+    exits 2, as Click's own handler would, but as one line instead of Click's usage block.
     """
     try:
-        app()
+        # Returns the exit code of typer.Exit and --help. One program name in every message,
+        # however it was started (`python -m attndeploy` included).
+        code = app(standalone_mode=False, prog_name="attndeploy")
     except AttnDeployError as exc:
         print_error(exc.stage, str(exc))
         raise SystemExit(1) from None
-    except KeyboardInterrupt:
+    except (typer.Abort, KeyboardInterrupt):
         print_error("attndeploy", "interrupted")
         raise SystemExit(130) from None
+    except Exception as exc:
+        if not is_click_error(exc):
+            raise
+        if type(exc).__name__ != "NoArgsIsHelpError":  # that one has printed the help already
+            print_error("usage" if is_usage_error(exc) else "attndeploy", click_message(exc))
+        raise SystemExit(exc.exit_code) from None  # type: ignore[attr-defined]
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
+# Click's errors are matched by shape: recent Typer versions vendor Click privately, older ones
+# use the `click` package, and both raise these with `format_message()` and an int `exit_code`.
+def is_click_error(exc: BaseException) -> bool:
+    return callable(getattr(exc, "format_message", None)) and isinstance(
+        getattr(exc, "exit_code", None), int
+    )
+
+
+def is_usage_error(exc: BaseException) -> bool:
+    return any(cls.__name__ == "UsageError" for cls in type(exc).__mro__)
+
+
+def click_message(exc: Any) -> str:
+    """Click's message on one line, plus where to read more for a usage error."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    if is_usage_error(exc) and ctx is not None:
+        return f"{message.rstrip('.')}; see '{ctx.command_path} --help'"
+    return message

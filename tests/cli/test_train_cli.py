@@ -140,10 +140,13 @@ def test_unknown_variant_fails_listing_the_valid_names(failures):
     assert all(f"'{name}'" in flat for name in VARIANT_NAMES), flat
 
 
-@pytest.mark.xfail(strict=True, reason="Typer prints usage errors in a multi-line rich box "
-                   "(attndeploy/cli/app.py builds the app with rich usage errors)")
-def test_usage_errors_are_one_line(failures):
-    assert len(failures["unknown-variant"].stderr.strip().splitlines()) == 1
+def test_usage_errors_are_one_line_with_exit_code_2(failures):
+    result = failures["unknown-variant"]
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error (usage): Invalid value for '--variant'"), lines[0]
+    assert lines[0].endswith("see 'attndeploy train --help'"), lines[0]
 
 
 def test_unknown_task_fails_listing_the_valid_names(failures):
