@@ -6,11 +6,13 @@ A failure part-way never leaves a half-written file or directory at the target p
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -29,6 +31,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_png(figure: Any, path: Path, **savefig_kwargs: Any) -> Path:
+    """Render a matplotlib figure as PNG in memory, then write it like `atomic_write_bytes`."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", **savefig_kwargs)
+    atomic_write_bytes(Path(path), buffer.getvalue())
+    return Path(path)
 
 
 @contextlib.contextmanager

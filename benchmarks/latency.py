@@ -82,6 +82,7 @@ from attndeploy.export.ops._common import (
     ScaledScores,
     TFloat,
 )
+from attndeploy.fsutil import atomic_write_png
 from attndeploy.models import build_model
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -589,7 +590,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.suptitle(f"attndeploy latency, {results['environment']['threads']} threads "
                  f"({results['environment']['cpu']})", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_write_png(fig, path, dpi=110)
     plt.close(fig)
 
 

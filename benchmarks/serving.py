@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python benchmarks/serving.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
+from attndeploy.fsutil import atomic_write_png  # noqa: E402
 from attndeploy.serving.options import PackageOptions  # noqa: E402
 
 VARIANT = "standard"
@@ -491,7 +492,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
                  f"({report['model']['variant']} model); medians over "
                  f"{report['settings']['rounds']} interleaved rounds", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_write_png(fig, path, dpi=110)
     plt.close(fig)
 
 

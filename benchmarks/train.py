@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attndeploy.config import ModelConfig  # noqa: E402
-from attndeploy.fsutil import atomic_write_bytes, atomic_write_text  # noqa: E402
+from attndeploy.fsutil import atomic_write_png, atomic_write_text  # noqa: E402
 from attndeploy.train import TrainConfig, load_training_data, train  # noqa: E402
 
 VARIANTS = ("standard", "qvi", "ganet", "evolving")
@@ -78,8 +78,6 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def plot(report: dict, path: Path) -> None:
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,9 +95,7 @@ def plot(report: dict, path: Path) -> None:
     ax.set_title("sparse_evidence: accuracy vs training time (2 threads)")
     ax.grid(alpha=0.3)
     ax.legend()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    atomic_write_bytes(path, buffer.getvalue())
+    atomic_write_png(fig, path, dpi=110, bbox_inches="tight")
 
 
 def main() -> None:

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,16 +17,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from attndeploy.fsutil import atomic_write_bytes  # noqa: E402
+from attndeploy.fsutil import atomic_write_png  # noqa: E402
 from attndeploy.variants.functional import masked_softmax  # noqa: E402
 
 
 def save_figure(fig: Any, path: Path) -> Path:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    written = atomic_write_png(fig, path, dpi=110, bbox_inches="tight")
     plt.close(fig)
-    atomic_write_bytes(Path(path), buffer.getvalue())
-    return Path(path)
+    return written
 
 
 def plot_gates(

@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import LoadTestError
-from attndeploy.fsutil import atomic_write_bytes, atomic_write_text
+from attndeploy.fsutil import atomic_write_png, atomic_write_text
 
 SCHEMA = "attndeploy.loadtest/1"
 COUNT_AGREEMENT = 0.05  # server vs client inference count: above this a warning
@@ -285,10 +285,7 @@ class LoadTestReport:
         axes.grid(True, alpha=0.3)
         if points:
             axes.legend()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png")
-        atomic_write_bytes(Path(path), buffer.getvalue())
-        return Path(path)
+        return atomic_write_png(figure, path)
 
     def write_all(self, directory: Path, stem: str = "loadtest") -> dict[str, Path]:
         """`<stem>.json`, `<stem>.csv` and `<stem>.png` in `directory`; returns them by kind."""

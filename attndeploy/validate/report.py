@@ -56,7 +56,6 @@ a pass: without a result there is no parity evidence, so `passed` is false and t
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import platform
@@ -68,7 +67,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import ValidationError
-from attndeploy.fsutil import atomic_write_bytes, atomic_write_text
+from attndeploy.fsutil import atomic_write_png, atomic_write_text
 from attndeploy.validate.compare import CompareResult, Tolerance, json_float
 from attndeploy.validate.grid import Shape
 from attndeploy.validate.padding import PaddingCase
@@ -431,10 +430,7 @@ class ValidationReport:
         if drawn:
             axes.legend(fontsize=8)
         figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png")
-        atomic_write_bytes(Path(path), buffer.getvalue())
-        return Path(path)
+        return atomic_write_png(figure, path)
 
     def write(self, directory: Path, stem: str = "validation") -> dict[str, Path]:
         """JSON, Markdown and the PNG histogram into `directory`."""
