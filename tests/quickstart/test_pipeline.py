@@ -1,0 +1,77 @@
+"""The quickstart (attndeploy/quickstart/pipeline.py), end to end with a real tritonserver: every
+variant trained, exported, validated, packaged, served and load-tested; one report whose every
+picture exists; a second run reuses the checkpoints and the ONNX files.
+
+Few training steps and short load-test windows keep it inside CI time; the default run is
+`make quickstart`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from matplotlib.image import imread
+
+from attndeploy.quickstart.pipeline import VARIANTS, QuickstartOptions, run_quickstart
+
+pytestmark = pytest.mark.integration
+
+
+def options(tmp_path: Path, **overrides: Any) -> QuickstartOptions:
+    settings: dict[str, Any] = {
+        "workdir": tmp_path / "quickstart", "repo": tmp_path / "model_repository", "steps": 30,
+        "concurrency": (1, 4), "load_window_s": 0.5, "load_max_windows": 3,
+    }
+    return QuickstartOptions(**{**settings, **overrides})
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    tmp_path = tmp_path_factory.mktemp("quickstart")
+    return tmp_path, run_quickstart(options(tmp_path), log=lambda _: None, progress=False)
+
+
+def test_every_stage_passes_for_every_variant(first_run):
+    _, data = first_run
+    assert data["passed"] is True
+    assert [v["variant"] for v in data["variants"]] == list(VARIANTS)
+    for variant in data["variants"]:
+        assert variant["validation_passed"] is True and variant["loadtest_passed"] is True
+        assert variant["served_model"] == f"{variant['variant']}_python"
+        assert not variant["reused_checkpoint"] and not variant["reused_export"]
+    assert set(data["timings_s"]) >= {"train", "export", "validate", "package",
+                                      "serve_and_loadtest", "report", "total"}
+
+
+def test_the_repository_holds_both_flavours_of_every_variant(first_run):
+    tmp_path, _ = first_run
+    repo = tmp_path / "model_repository"
+    assert sorted(p.name for p in repo.iterdir()) == sorted(
+        f"{v}_{flavour}" for v in VARIANTS for flavour in ("python", "onnxruntime"))
+
+
+def test_the_report_links_only_pictures_that_exist_and_read_back(first_run):
+    tmp_path, data = first_run
+    work = tmp_path / "quickstart"
+    report = (work / "report.md").read_text()
+    assert json.loads((work / "report.json").read_text())["variants"] == data["variants"]
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", report)
+    # parity per variant, GA-Net gates, Evolving maps, latency-throughput curves
+    assert len(links) >= len(VARIANTS) + 3, links
+    for link in links:
+        assert imread(work / link).size > 0, link
+    for variant in VARIANTS:
+        assert f"| {variant} |" in report
+
+
+def test_a_second_run_reuses_checkpoints_and_exports(first_run):
+    tmp_path, data = first_run
+    again = run_quickstart(options(tmp_path, serve=False), log=lambda _: None, progress=False)
+    for before, after in zip(data["variants"], again["variants"], strict=True):
+        assert after["reused_checkpoint"] and after["reused_export"]
+        assert after["metrics"] == before["metrics"]
+        assert after["validation_passed"] is True
