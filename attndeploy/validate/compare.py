@@ -179,12 +179,8 @@ def compare_arrays(
     expected = np.asarray(expected)
     shape = tuple(int(d) for d in actual.shape)
     if actual.shape != expected.shape:
-        return OutputComparison(
-            name, "float", False, shape, 0, 0,
-            message=f"shape {list(actual.shape)} differs from the reference's "
-                    f"{list(expected.shape)}",
-            atol=tolerance.atol, rtol=tolerance.rtol,
-        )
+        return _shape_mismatch(name, "float", actual, expected,
+                               atol=tolerance.atol, rtol=tolerance.rtol)
     if examples is not None:
         actual, expected = actual[examples], expected[examples]
         valid = None if valid is None else valid[examples]
@@ -251,12 +247,8 @@ def compare_gates(
     expected = np.asarray(expected)
     shape = tuple(int(d) for d in actual.shape)
     if actual.shape != expected.shape:
-        return OutputComparison(
-            name, "gates", False, shape, 0, 0,
-            message=f"shape {list(actual.shape)} differs from the reference's "
-                    f"{list(expected.shape)}",
-            flips=None, flip_tolerance=flip_tolerance,
-        )
+        return _shape_mismatch(name, "gates", actual, expected,
+                               flips=None, flip_tolerance=flip_tolerance)
     a = actual.astype(bool)
     b = expected.astype(bool)
     real = np.ones(a.shape, bool) if valid is None else valid.astype(bool)
@@ -355,6 +347,15 @@ def compare_outputs(
         )
     ordered = {name: results[name] for name in names if name in results}
     return CompareResult(ordered, excluded)
+
+
+def _shape_mismatch(name: str, kind: str, actual: np.ndarray, expected: np.ndarray,
+                    **fields: Any) -> OutputComparison:
+    return OutputComparison(
+        name, kind, False, tuple(int(d) for d in actual.shape), 0, 0,
+        message=f"shape {list(actual.shape)} differs from the reference's {list(expected.shape)}",
+        **fields,
+    )
 
 
 def _missing(name: str, kind: str) -> OutputComparison:

@@ -193,3 +193,13 @@ def test_default_tolerances_by_dtype_and_json_floats():
     assert [json_float(x) for x in (math.inf, -math.inf, math.nan, 1.5)] == [
         "inf", "-inf", "nan", 1.5,
     ]
+
+
+def test_a_shape_that_differs_from_the_reference_fails_and_says_both_shapes():
+    logits = compare_arrays("logits", np.zeros((2, 3)), np.zeros((2, 4)), F32)
+    assert not logits and logits.kind == "float" and logits.shape == (2, 3)
+    assert logits.message == "shape [2, 3] differs from the reference's [2, 4]"
+    assert (logits.atol, logits.rtol) == (F32.atol, F32.rtol)
+    gates = compare_gates("gates", np.zeros((1, 5), bool), np.zeros((2, 5), bool), None)
+    assert not gates and gates.kind == "gates" and gates.flips is None
+    assert gates.message == "shape [1, 5] differs from the reference's [2, 5]"
