@@ -12,7 +12,6 @@ config.json (format "attndeploy-checkpoint", format_version 1):
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from attndeploy import __version__
 from attndeploy.config import ModelConfig
 from attndeploy.errors import AttnDeployError, CheckpointError
-from attndeploy.fsutil import atomic_directory
+from attndeploy.fsutil import atomic_directory, file_sha256
 from attndeploy.models import AttnModel, build_model
 
 FORMAT = "attndeploy-checkpoint"
@@ -45,14 +44,6 @@ class Checkpoint:
     tokenizer: Any  # attndeploy.data.WordTokenizer or None
     weights_sha256: str
     metadata: dict[str, Any] = field(repr=False)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def save_checkpoint(

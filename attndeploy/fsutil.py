@@ -6,6 +6,7 @@ A failure part-way never leaves a half-written file or directory at the target p
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import shutil
@@ -13,6 +14,15 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 from matplotlib.image import imread
 
-from attndeploy.fsutil import atomic_write_bytes, atomic_write_png
+from attndeploy.fsutil import atomic_write_bytes, atomic_write_png, file_sha256
 
 
 def test_bytes_replace_the_target_and_leave_no_temporary_file(tmp_path: Path):
@@ -39,3 +39,12 @@ def test_a_figure_that_fails_to_render_leaves_the_old_file_untouched(tmp_path: P
         atomic_write_png(Broken(), target)
     assert target.read_bytes() == b"previous"
     assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
+
+
+def test_file_sha256_is_the_digest_of_the_whole_file(tmp_path: Path):
+    import hashlib
+
+    data = bytes(range(256)) * 5000  # more than one 1 MiB block
+    target = tmp_path / "blob"
+    target.write_bytes(data)
+    assert file_sha256(target) == hashlib.sha256(data).hexdigest()

@@ -82,7 +82,7 @@ def _train_or_reuse(variant: str, ckpt_dir: Path, options: QuickstartOptions, lo
 
 def _export_or_reuse(variant: str, ckpt_dir: Path, onnx_path: Path, log: Log
                      ) -> tuple[bool, float | None]:
-    from attndeploy.checkpoint import file_sha256
+    from attndeploy.fsutil import file_sha256
     from attndeploy.export.exporter import export_checkpoint, read_metadata
 
     if onnx_path.is_file():

@@ -19,7 +19,6 @@ with `force`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import RepositoryError
-from attndeploy.fsutil import atomic_directory
+from attndeploy.fsutil import atomic_directory, file_sha256
 from attndeploy.serving.model_config import (
     CONFIG_FILE,
     MODEL_FILE,
@@ -82,14 +81,6 @@ class PackagedModel:
             "max_batch_size": self.max_batch_size,
             "onnx_sha256": self.onnx_sha256,
         }
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @contextlib.contextmanager
@@ -180,7 +171,7 @@ def package_model(
                 f"model folder(s) {', '.join(existing)} already exist; pass force to replace "
                 "them or choose another name."
             )
-        sha256 = _sha256(onnx_path)
+        sha256 = file_sha256(onnx_path)
         with contextlib.ExitStack() as stack:  # commit every flavour only when all are written
             for flavor, target in targets.items():
                 staging = stack.enter_context(atomic_directory(target, replace=options.force))

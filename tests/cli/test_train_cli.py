@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from attndeploy.checkpoint import WEIGHTS_FILE, file_sha256
+from attndeploy.checkpoint import WEIGHTS_FILE
+from attndeploy.fsutil import file_sha256
 from attndeploy.variants.registry import VARIANT_NAMES
 
 TINY = ["--d-model", "16", "--heads", "2", "--layers", "2", "--d-ff", "32", "--steps", "3",

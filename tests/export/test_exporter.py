@@ -22,11 +22,11 @@ import pytest
 import torch
 
 from attndeploy import __version__
-from attndeploy.checkpoint import file_sha256
 from attndeploy.config import GANetConfig, ModelConfig
 from attndeploy.errors import ExportError
 from attndeploy.export import exporter
 from attndeploy.export.exporter import ExportOptions, check_structure, export_checkpoint
+from attndeploy.fsutil import file_sha256
 from tests.cases import TINY_MAX_SEQ, case_params
 from tests.export.conftest import ALL_CASE_IDS, Exports
 from tests.helpers import assert_close, token_batch
