@@ -1,4 +1,4 @@
-"""Atomic writes: a temp file or folder beside the target, then one rename.
+"""Files: atomic writes (a temp file or folder beside the target, then one rename) and digests.
 
 A failure part-way never leaves a half-written file or directory at the target path.
 """
