@@ -13,6 +13,12 @@ class AttnDeployError(Exception):
     stage = "attndeploy"
 
 
+class OutputError(AttnDeployError):
+    """An output path that cannot be written (read-only, a folder where a file goes, too long)."""
+
+    stage = "output"
+
+
 class ConfigError(AttnDeployError):
     """A configuration or hyperparameter that cannot work (says what to change)."""
 

@@ -1,6 +1,14 @@
 """Files: atomic writes (a temp file or folder beside the target, then one rename) and digests.
 
-A failure part-way never leaves a half-written file or directory at the target path.
+A failure part-way never leaves a half-written file or directory at the target path. Temporaries
+are named `.<target>.<pid>.<random>.tmp` (folders being replaced: `.old`), so the next write to
+the same target removes those of a process that no longer runs (one killed mid-write), and never
+those of a writer still at work. What is written gets the modes the umask gives (as `open` and
+`mkdir` do), not the 0600/0700 of `mkstemp`/`mkdtemp`: a server running as another user (an
+NGC container) must be able to read a model repository.
+
+Every OS error becomes an `OutputError` naming the path and the reason; `check_output_file` and
+`check_output_dir` let a command refuse an unusable output before it starts its work.
 """
 
 from __future__ import annotations
@@ -9,11 +17,16 @@ import contextlib
 import hashlib
 import io
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from attndeploy.errors import OutputError
+
+NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
 
 
 def file_sha256(path: Path) -> str:
@@ -25,17 +38,150 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+# --------------------------------------------------------------------------- modes and errors
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where /proc allows (Linux ≥ 4.7)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _give_umask_mode(path: Path, *, directory: bool) -> None:
+    os.chmod(path, (0o777 if directory else 0o666) & ~current_umask())
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def output_error(path: Path, exc: OSError, what: str = "write") -> OutputError:
+    """One message shape for every file-system failure on an output."""
+    return OutputError(f"cannot {what} {path}: {_reason(exc)}")
+
+
+# --------------------------------------------------------------------------- stale temporaries
+
+
+def _temp_prefix(target: Path) -> str:
+    return f".{target.name}.{os.getpid()}."
+
+
+def _temp_pattern(target: Path) -> re.Pattern[str]:
+    return re.compile(rf"^\.{re.escape(target.name)}\.(\d+)\.[^.]+\.(tmp|old)$")
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Remove the temporaries of `target` left by writers that no longer run; return them."""
+    target = Path(target)
+    pattern = _temp_pattern(target)
+    removed: list[Path] = []
+    try:
+        entries = list(target.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.match(entry.name)
+        if match is None or _pid_running(int(match.group(1))):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        removed.append(entry)
+    return removed
+
+
+def is_staging_name(name: str) -> bool:
+    """Whether a folder entry is one of this module's temporaries (or any hidden entry)."""
+    return name.startswith(".")
+
+
+# --------------------------------------------------------------------------- checks up front
+
+
+def _check_name(path: Path) -> None:
+    # the temporary adds ".<pid>.<random>.tmp" and a leading dot to the name
+    if len(os.fsencode(path.name)) + 32 > NAME_MAX:
+        raise OutputError(
+            f"cannot write {path}: the name is {len(path.name)} characters; keep it under "
+            f"{NAME_MAX - 32}"
+        )
+
+
+def _check_parent(path: Path) -> None:
+    parent = path.parent
+    for ancestor in [parent, *parent.parents]:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise OutputError(f"cannot write {path}: {ancestor} is not a folder")
+            if not os.access(ancestor, os.W_OK | os.X_OK):
+                raise OutputError(f"cannot write {path}: {ancestor} is not writable")
+            return
+
+
+def check_output_file(path: Path) -> Path:
+    """Refuse, before any work, a file output that cannot be written; return it."""
+    path = Path(path)
+    _check_name(path)
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder; give a file name")
+    _check_parent(path)
+    return path
+
+
+def check_output_dir(path: Path) -> Path:
+    """Refuse, before any work, a folder output that cannot be created or replaced; return it."""
+    path = Path(path)
+    _check_name(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a file, not a folder")
+    _check_parent(path)
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {path}: it is not writable")
+    return path
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    check_output_file(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise output_error(path, exc) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        _give_umask_mode(Path(tmp), directory=False)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise output_error(path, exc) from exc
         raise
 
 
@@ -56,23 +202,43 @@ def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
     """Yield a fresh temp folder beside `target`; on success it becomes `target`.
 
     With `replace`, an existing `target` is swapped out only after the new one is complete.
-    The caller checks whether `target` may be overwritten before entering.
+    The caller checks whether `target` may be overwritten before entering. A parent folder this
+    call creates is removed again when the write fails (no empty folders left behind).
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    check_output_dir(target)
+    missing = [p for p in [target.parent, *target.parent.parents] if not p.exists()]
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(target)
+        staging = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".tmp",
+                                        dir=target.parent))
+        _give_umask_mode(staging, directory=True)
+    except OSError as exc:
+        _remove_empty(missing)
+        raise output_error(target, exc) from exc
     try:
         yield staging
         if target.exists():
             if not replace:
                 raise FileExistsError(target)
-            trash = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old",
+            trash = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".old",
                                           dir=target.parent))
             os.replace(target, trash / "old")
             os.replace(staging, target)
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.replace(staging, target)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        _remove_empty(missing)
+        if isinstance(exc, OSError) and not isinstance(exc, FileExistsError):
+            raise output_error(target, exc) from exc
         raise
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders a failed write created (deepest first), if they are still empty."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
