@@ -3,12 +3,14 @@
 A failure part-way never leaves a half-written file or directory at the target path. Temporaries
 are named `.<target>.<pid>.<random>.tmp` (folders being replaced: `.old`), so the next write to
 the same target removes those of a process that no longer runs (one killed mid-write), and never
-those of a writer still at work. What is written gets the modes the umask gives (as `open` and
+those of a writer still at work (`remove_stale_temporaries_in` does so for every target of a
+folder, such as a model repository). What is written gets the modes the umask gives (as `open` and
 `mkdir` do), not the 0600/0700 of `mkstemp`/`mkdtemp`: a server running as another user (an
 NGC container) must be able to read a model repository.
 
-Every OS error becomes an `OutputError` naming the path and the reason; `check_output_file` and
-`check_output_dir` let a command refuse an unusable output before it starts its work.
+Every OS error becomes an `OutputError` naming the path and the reason; `check_output_file`,
+`check_output_dir` and `check_not_an_input` let a command refuse an unusable output (or one that
+would overwrite its own input) before it starts its work.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,7 @@ def _give_umask_mode(path: Path, *, directory: bool) -> None:
 
 
 def _reason(exc: OSError) -> str:
-    return exc.strerror or type(exc).__name__
+    return exc.strerror or str(exc) or type(exc).__name__
 
 
 def output_error(path: Path, exc: OSError, what: str = "write") -> OutputError:
@@ -74,8 +76,15 @@ def _temp_prefix(target: Path) -> str:
     return f".{target.name}.{os.getpid()}."
 
 
-def _temp_pattern(target: Path) -> re.Pattern[str]:
-    return re.compile(rf"^\.{re.escape(target.name)}\.(\d+)\.[^.]+\.(tmp|old)$")
+# `.<target>.<pid>.<random>.tmp|.old`; mkstemp's random part has no dots, so the greedy target
+# name backtracks to the last two dot-separated fields before the suffix.
+_TEMPORARY = re.compile(r"^\.(?P<target>.+)\.(?P<pid>\d+)\.[^.]+\.(?:tmp|old)$")
+
+
+def parse_temporary_name(name: str) -> tuple[str, int] | None:
+    """The target name and writer pid of one of this module's temporaries; None for any other."""
+    match = _TEMPORARY.match(name)
+    return None if match is None else (match["target"], int(match["pid"]))
 
 
 def _pid_running(pid: int) -> bool:
@@ -88,18 +97,23 @@ def _pid_running(pid: int) -> bool:
     return True
 
 
-def remove_stale_temporaries(target: Path) -> list[Path]:
-    """Remove the temporaries of `target` left by writers that no longer run; return them."""
-    target = Path(target)
-    pattern = _temp_pattern(target)
+def is_stale_temporary(name: str) -> bool:
+    """Whether `name` is a temporary whose writer no longer runs (killed mid-write)."""
+    parsed = parse_temporary_name(name)
+    return parsed is not None and not _pid_running(parsed[1])
+
+
+def _remove_stale(folder: Path, target_name: str | None) -> list[Path]:
     removed: list[Path] = []
     try:
-        entries = list(target.parent.iterdir())
+        entries = list(folder.iterdir())
     except OSError:
         return removed
     for entry in entries:
-        match = pattern.match(entry.name)
-        if match is None or _pid_running(int(match.group(1))):
+        parsed = parse_temporary_name(entry.name)
+        if parsed is None or (target_name is not None and parsed[0] != target_name):
+            continue
+        if _pid_running(parsed[1]):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
@@ -108,6 +122,22 @@ def remove_stale_temporaries(target: Path) -> list[Path]:
                 entry.unlink()
         removed.append(entry)
     return removed
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Remove the temporaries of `target` left by writers that no longer run; return them."""
+    target = Path(target)
+    return _remove_stale(target.parent, target.name)
+
+
+def remove_stale_temporaries_in(folder: Path) -> list[Path]:
+    """Remove every temporary in `folder` (of any target) whose writer no longer runs.
+
+    For a folder of many outputs written one by one, such as a model repository: a writer
+    killed while staging one model leaves its temporary, and the next write may be of another.
+    Temporaries of writers still at work are kept.
+    """
+    return _remove_stale(Path(folder), None)
 
 
 def is_staging_name(name: str) -> bool:
@@ -157,6 +187,28 @@ def check_output_dir(path: Path) -> Path:
     _check_parent(path)
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write {path}: it is not writable")
+    return path
+
+
+def same_path(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same inode where both exist (hard and symbolic
+    links, `..`), else the same absolute path once symbolic links are followed."""
+    a, b = Path(a), Path(b)
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def check_not_an_input(path: Path, inputs: Iterable[Path]) -> Path:
+    """Refuse an output that is one of the command's inputs (writing it would destroy it)."""
+    path = Path(path)
+    for source in inputs:
+        if same_path(path, source):
+            raise OutputError(
+                f"cannot write {path}: it is an input of this command ({source}); "
+                "give another output path"
+            )
     return path
 
 

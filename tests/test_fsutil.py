@@ -126,3 +126,96 @@ def test_an_overlong_name_is_refused_and_a_failed_write_leaves_no_empty_parents(
     with pytest.raises(KeyError), atomic_directory(tmp_path / "a" / "b" / "model"):
         raise KeyError("failed")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    """The pid of a process that has exited (what a writer killed mid-write leaves behind)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def test_an_os_error_without_an_errno_keeps_its_message(tmp_path: Path):
+    from attndeploy.errors import OutputError
+    from attndeploy.fsutil import atomic_directory
+
+    with pytest.raises(OutputError, match="disk full"), atomic_directory(tmp_path / "m"):
+        raise OSError("disk full")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, parsed", [
+    (".cls.4242.a1b2c3d4.tmp", ("cls", 4242)),
+    (".model.v1.onnx.17.x_9.old", ("model.v1.onnx", 17)),  # dots and digits in the target name
+    (".7.7.7.tmp", ("7", 7)),
+    ("cls", None),
+    (".attndeploy-server.json", None),
+    (".cls.tmp", None),
+    (".cls.pid.abc.tmp", None),
+    (".cls.12.abc.bak", None),
+])
+def test_a_temporary_name_gives_its_target_and_writer(name: str, parsed):
+    from attndeploy.fsutil import parse_temporary_name
+
+    assert parse_temporary_name(name) == parsed
+
+
+def test_stale_temporaries_of_every_target_in_a_folder_are_removed(tmp_path: Path, dead_pid):
+    import os
+
+    from attndeploy.fsutil import is_stale_temporary, remove_stale_temporaries_in
+
+    staging = tmp_path / f".other_model.{dead_pid}.k3j4h5g6.tmp"  # a killed `package --force`
+    staging.mkdir()
+    (staging / "config.pbtxt").write_text("name: 'other_model'")
+    trash = tmp_path / f".cls.{dead_pid}.zz.old"
+    trash.mkdir()
+    half_file = tmp_path / f".labels.txt.{dead_pid}.q1.tmp"
+    half_file.write_text("half")
+    live = tmp_path / f".cls.{os.getpid()}.ab12.tmp"  # a writer at work: never touched
+    live.mkdir()
+    kept = [tmp_path / "cls", tmp_path / ".attndeploy-server.json", tmp_path / ".cache"]
+    kept[0].mkdir()
+    kept[1].write_text("{}")
+    kept[2].mkdir()
+    assert is_stale_temporary(staging.name) and not is_stale_temporary(live.name)
+    assert not is_stale_temporary(".cache")
+    removed = remove_stale_temporaries_in(tmp_path)
+    assert sorted(removed) == sorted([staging, trash, half_file])
+    assert sorted(tmp_path.iterdir()) == sorted([live, *kept])
+    assert remove_stale_temporaries_in(tmp_path / "absent") == []
+
+
+def test_remove_stale_temporaries_keeps_those_of_other_targets(tmp_path: Path, dead_pid):
+    from attndeploy.fsutil import remove_stale_temporaries
+
+    mine = tmp_path / f".out.bin.{dead_pid}.aa.tmp"
+    other = tmp_path / f".out.bin2.{dead_pid}.bb.tmp"  # a prefix of its name is not enough
+    mine.write_bytes(b"x")
+    other.write_bytes(b"x")
+    assert remove_stale_temporaries(tmp_path / "out.bin") == [mine]
+    assert [p.name for p in tmp_path.iterdir()] == [other.name]
+
+
+def test_an_output_that_is_an_input_is_refused_however_it_is_spelled(tmp_path: Path):
+    import os
+
+    from attndeploy.errors import OutputError
+    from attndeploy.fsutil import check_not_an_input, same_path
+
+    weights = tmp_path / "ckpt" / "model.safetensors"
+    weights.parent.mkdir()
+    weights.write_bytes(b"weights")
+    os.symlink(weights, tmp_path / "alias")
+    os.link(weights, tmp_path / "hardlink")
+    for spelling in [weights, tmp_path / "ckpt" / ".." / "ckpt" / "model.safetensors",
+                     tmp_path / "alias", tmp_path / "hardlink"]:
+        with pytest.raises(OutputError, match="it is an input of this command"):
+            check_not_an_input(spelling, [tmp_path / "ckpt", weights])
+    assert check_not_an_input(tmp_path / "out.onnx", [weights]) == tmp_path / "out.onnx"
+    assert same_path(tmp_path / "new" / ".." / "x", tmp_path / "x")  # neither exists
+    assert not same_path(tmp_path / "x", tmp_path / "y")
