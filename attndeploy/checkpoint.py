@@ -8,6 +8,11 @@ config.json (format "attndeploy-checkpoint", format_version 1):
   training     the TrainConfig used and the training summary (steps, seconds)
   metrics      held-out metrics (accuracy; GA-Net: density, rescues, rescue_rate)
   weights_sha256  SHA-256 of model.safetensors (exported ONNX files record it too)
+
+config.json is not covered by the weights hash, so reading trusts none of it: the model sizes
+are bounded (`MODEL_LIMITS`) before anything is built, and the safetensors header's tensor names,
+shapes and dtypes are compared with those of the configured model built on the meta device (no
+memory) before the weights are loaded and the real model is allocated.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from attndeploy import __version__
@@ -31,6 +36,39 @@ FORMAT = "attndeploy-checkpoint"
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+
+# Generous but finite bounds on what a config.json may ask for, checked before anything is
+# built: far above what attndeploy trains (d_model 64, word vocabularies of 20 000), far below
+# sizes whose meta model alone would take minutes to build (a million layers) or whose real one
+# cannot fit in memory. A checkpoint whose tensors really are this large is as large on disk.
+MODEL_LIMITS: dict[str, int] = {
+    "vocab_size": 10_000_000,
+    "num_labels": 1_000_000,
+    "d_model": 65_536,
+    "n_heads": 1_024,
+    "n_layers": 1_024,
+    "d_ff": 262_144,
+    "max_seq": 1_048_576,
+    "pool_hidden": 65_536,
+    "lstm_hidden": 65_536,
+}
+SUB_LIMITS: dict[tuple[str, str], int] = {
+    ("ganet", "aux_hidden"): 65_536,
+    ("qvi", "pairwise_chunk"): 1_048_576,
+}
+# config.json holds the vocabulary (words of at most 100 characters, data/tokenizer.py) and the
+# label names; a million words fit in a few tens of MB.
+MAX_CONFIG_BYTES = 64 * 1024 * 1024
+# The safetensors JSON header: about 150 bytes per tensor, ~20 tensors per layer; 16 MiB holds
+# the largest model MODEL_LIMITS allows many times over (safetensors' own bound is 100 MB).
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+
+# safetensors dtype codes -> torch dtypes, to name a tensor's dtype the way torch does.
+_SAFETENSORS_DTYPES = {
+    "BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16,
+    "I32": torch.int32, "I64": torch.int64, "F16": torch.float16, "BF16": torch.bfloat16,
+    "F32": torch.float32, "F64": torch.float64,
+}
 
 
 @dataclass(frozen=True)
@@ -92,6 +130,12 @@ def read_config(path: Path) -> dict[str, Any]:
     config_path = path / CONFIG_FILE
     if not config_path.is_file():
         raise CheckpointError(f"{path} is not a checkpoint: {CONFIG_FILE} is missing")
+    size = config_path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise CheckpointError(
+            f"{config_path} is {size:,} bytes, more than the {MAX_CONFIG_BYTES:,} a checkpoint "
+            "config may take; it is corrupt or not an attndeploy config"
+        )
     try:
         raw = json.loads(config_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -106,18 +150,80 @@ def read_config(path: Path) -> dict[str, Any]:
     return raw
 
 
-def _check_tensors(model: AttnModel, tensors: dict[str, torch.Tensor], source: Path) -> None:
-    expected = model.state_dict()
-    for name, ref in expected.items():
-        if name not in tensors:
-            raise CheckpointError(f"{source}: tensor {name!r} is missing (the config expects it)")
-        got = tensors[name]
-        if tuple(got.shape) != tuple(ref.shape) or got.dtype != ref.dtype:
+def _check_model_limits(raw: Any, source: Path) -> None:
+    """Refuse sizes beyond MODEL_LIMITS before any model is built (types: ModelConfig's job)."""
+    if not isinstance(raw, dict):
+        return  # ModelConfig.from_dict says what is wrong
+
+    def check(name: str, value: Any, limit: int) -> None:
+        if isinstance(value, int) and not isinstance(value, bool) and value > limit:
             raise CheckpointError(
-                f"{source}: tensor {name!r} has shape {list(got.shape)} {got.dtype}, the config "
-                f"expects {list(ref.shape)} {ref.dtype}"
+                f"{source}: model {name} is {value:,}, above the limit of {limit:,}; the config "
+                "is corrupt or was edited"
             )
-    extra = sorted(set(tensors) - set(expected))
+
+    for name, limit in MODEL_LIMITS.items():
+        check(name, raw.get(name), limit)
+    for (section, name), limit in SUB_LIMITS.items():
+        sub = raw.get(section)
+        if isinstance(sub, dict):
+            check(f"{section}.{name}", sub.get(name), limit)
+
+
+TensorSpec = tuple[tuple[int, ...], str]  # shape and dtype name ("torch.float32")
+
+
+def _dtype_name(code: str) -> str:
+    dtype = _SAFETENSORS_DTYPES.get(code)
+    return str(dtype) if dtype is not None else code
+
+
+def _expected_tensors(config: ModelConfig) -> dict[str, TensorSpec]:
+    """Names, shapes and dtypes of the configured model's state dict, with no memory used."""
+    with torch.device("meta"):
+        model = build_model(config)
+    return {name: (tuple(t.shape), str(t.dtype)) for name, t in model.state_dict().items()}
+
+
+def _header_tensors(weights_path: Path) -> dict[str, TensorSpec]:
+    """Names, shapes and dtypes from the safetensors header; nothing is loaded."""
+    try:
+        with open(weights_path, "rb") as handle:
+            prefix = handle.read(8)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {weights_path}: {exc.strerror}") from exc
+    if len(prefix) == 8:
+        header_bytes = int.from_bytes(prefix, "little")
+        if header_bytes > MAX_HEADER_BYTES:
+            raise CheckpointError(
+                f"{weights_path} is corrupt: its header claims {header_bytes:,} bytes, more than "
+                f"the {MAX_HEADER_BYTES:,} any attndeploy model needs"
+            )
+    try:
+        with safe_open(str(weights_path), framework="pt") as weights:
+            found = {}
+            for name in weights.keys():
+                piece = weights.get_slice(name)
+                found[name] = (tuple(piece.get_shape()), _dtype_name(piece.get_dtype()))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{weights_path} is corrupt: {exc}") from exc
+    return found
+
+
+def _check_tensors(
+    expected: dict[str, TensorSpec], found: dict[str, TensorSpec], source: Path
+) -> None:
+    """The first missing, mismatched or unexpected tensor, named (expected order, then sorted)."""
+    for name, (shape, dtype) in expected.items():
+        if name not in found:
+            raise CheckpointError(f"{source}: tensor {name!r} is missing (the config expects it)")
+        got_shape, got_dtype = found[name]
+        if got_shape != shape or got_dtype != dtype:
+            raise CheckpointError(
+                f"{source}: tensor {name!r} has shape {list(got_shape)} {got_dtype}, the config "
+                f"expects {list(shape)} {dtype}"
+            )
+    extra = sorted(set(found) - set(expected))
     if extra:
         raise CheckpointError(f"{source}: tensor {extra[0]!r} is not part of the configured model")
 
@@ -142,6 +248,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
             f"{weights_path} does not match the SHA-256 recorded in {CONFIG_FILE}: "
             "the file is corrupt or was replaced"
         )
+    _check_model_limits(raw.get("model"), path / CONFIG_FILE)
     try:
         model_config = ModelConfig.from_dict(raw.get("model"))
         labels = tuple(str(x) for x in raw.get("labels") or ())
@@ -152,12 +259,19 @@ def read_checkpoint(path: Path) -> Checkpoint:
         raise CheckpointError(
             f"{path / CONFIG_FILE}: {len(labels)} labels for {model_config.num_labels} classes"
         )
+    if tokenizer is not None and len(tokenizer) > model_config.vocab_size:
+        raise CheckpointError(
+            f"{path / CONFIG_FILE}: the tokenizer has {len(tokenizer)} words, more than the "
+            f"model's vocab_size {model_config.vocab_size}"
+        )
+    # Names and shapes first, from the header and a meta-device model: a config that asks for a
+    # model the weights do not hold fails here, before either is allocated.
+    _check_tensors(_expected_tensors(model_config), _header_tensors(weights_path), weights_path)
     try:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"{weights_path} is corrupt: {exc}") from exc
     model = build_model(model_config)
-    _check_tensors(model, tensors, weights_path)
     model.load_state_dict(tensors, strict=True)
     model.eval()
     return Checkpoint(path, model, model_config, labels, tokenizer, digest, raw)

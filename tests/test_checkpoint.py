@@ -20,7 +20,7 @@ from attndeploy.checkpoint import (
     save_checkpoint,
 )
 from attndeploy.data import WordTokenizer
-from attndeploy.errors import CheckpointError
+from attndeploy.errors import CheckpointError, OutputError
 from attndeploy.models import build_model
 from tests.cases import CASES_BY_ID, TINY_LABELS, TINY_VOCAB, case_params
 from tests.helpers import token_batch
@@ -140,7 +140,7 @@ def test_a_failed_save_leaves_no_partial_directory(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ckpt_module, "save_file", fail)
     model = build_model(CASES_BY_ID["standard"].config())
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OutputError, match="disk full"):
         _save(model, tmp_path / "ckpt")
     assert list(tmp_path.iterdir()) == []
 
@@ -278,4 +278,107 @@ def test_an_unexpected_tensor_is_named(saved):
 def test_a_config_without_a_weights_sha256_is_refused(saved, value):
     _edit_config(saved, weights_sha256=value)
     with pytest.raises(CheckpointError, match="records no weights_sha256"):
+        read_checkpoint(saved)
+
+
+# ----------------------------------------------------------------------------- tampered sizes
+# config.json is not covered by the weights hash: its sizes are bounded before anything is built,
+# and the weights' header is compared with a meta-device model before anything is allocated.
+
+
+def _refuse_loading(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("the weights must not be loaded before their shapes are checked")
+
+    monkeypatch.setattr(ckpt_module, "load_file", refuse)
+
+
+def _set_model_field(path, field, value) -> None:
+    config = json.loads((path / CONFIG_FILE).read_text())
+    section, _, name = field.rpartition(".")
+    (config["model"][section] if section else config["model"])[name] = value
+    (path / CONFIG_FILE).write_text(json.dumps(config))
+
+
+def test_a_vocab_size_beyond_the_limit_fails_before_any_model_is_built(saved, monkeypatch):
+    _refuse_loading(monkeypatch)
+    monkeypatch.setattr(ckpt_module, "build_model", _refuse_loading)  # not even on meta
+    _set_model_field(saved, "vocab_size", 10**12)
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(saved)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "model vocab_size is 1,000,000,000,000, above the limit of 10,000,000" in message
+
+
+def test_a_tampered_vocab_size_within_the_limit_fails_on_the_header_before_allocating(
+    saved, monkeypatch
+):
+    _refuse_loading(monkeypatch)
+    _set_model_field(saved, "vocab_size", 10**7)
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(saved)
+    message = str(info.value)
+    assert "\n" not in message
+    assert (f"tensor 'embed.weight' has shape [{TINY_VOCAB}, 16] torch.float32, the config "
+            "expects [10000000, 16] torch.float32") in message
+
+
+@pytest.mark.parametrize(
+    "field", [*ckpt_module.MODEL_LIMITS, *(".".join(key) for key in ckpt_module.SUB_LIMITS)]
+)
+def test_every_model_size_is_bounded_naming_the_field_and_the_limit(saved, monkeypatch, field):
+    monkeypatch.setattr(ckpt_module, "build_model", _refuse_loading)
+    limits = {**ckpt_module.MODEL_LIMITS,
+              **{".".join(key): value for key, value in ckpt_module.SUB_LIMITS.items()}}
+    _set_model_field(saved, field, limits[field] + 1)
+    with pytest.raises(CheckpointError,
+                       match=rf"model {field} is [\d,]+, above the limit of {limits[field]:,}"):
+        read_checkpoint(saved)
+
+
+def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused(saved):
+    config = json.loads((saved / CONFIG_FILE).read_text())
+    config["tokenizer"]["vocab"].append("one-word-too-many")
+    (saved / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=rf"{TINY_VOCAB + 1} words, more than the model's "
+                                              rf"vocab_size {TINY_VOCAB}"):
+        read_checkpoint(saved)
+
+
+def test_an_oversized_config_json_is_refused_before_it_is_parsed(saved, monkeypatch):
+    size = (saved / CONFIG_FILE).stat().st_size
+    monkeypatch.setattr(ckpt_module, "MAX_CONFIG_BYTES", size - 1)
+    monkeypatch.setattr(json, "loads", _refuse_loading)
+    with pytest.raises(CheckpointError, match=rf"is {size:,} bytes, more than the {size - 1:,}"):
+        read_checkpoint(saved)
+
+
+def _replace_header(path, header: bytes, length: int | None = None) -> None:
+    body = (length if length is not None else len(header)).to_bytes(8, "little") + header
+    (path / WEIGHTS_FILE).write_bytes(body)
+    _edit_config(path, weights_sha256=file_sha256(path / WEIGHTS_FILE))
+
+
+def test_a_weights_header_claiming_an_absurd_size_is_refused(saved, monkeypatch):
+    _refuse_loading(monkeypatch)
+    _replace_header(saved, b"{}", length=1 << 40)
+    with pytest.raises(CheckpointError, match=r"header claims 1,099,511,627,776 bytes, more than"):
+        read_checkpoint(saved)
+
+
+def test_a_weights_header_that_is_not_json_is_reported_corrupt(saved, monkeypatch):
+    _refuse_loading(monkeypatch)
+    _replace_header(saved, b"not json at all")
+    with pytest.raises(CheckpointError, match="model.safetensors is corrupt: .*JSON"):
+        read_checkpoint(saved)
+
+
+def test_shape_checks_read_the_header_only(saved, monkeypatch):
+    """A wrong shape is found from the header: neither the weights nor the real model exist."""
+    tensors = load_file(str(saved / WEIGHTS_FILE))
+    tensors["blocks.1.ffn.0.weight"] = torch.zeros(5, 5)
+    _rewrite_weights(saved, tensors)
+    _refuse_loading(monkeypatch)
+    with pytest.raises(CheckpointError, match=r"'blocks\.1\.ffn\.0\.weight' has shape \[5, 5\]"):
         read_checkpoint(saved)
