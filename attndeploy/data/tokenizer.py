@@ -3,6 +3,10 @@
 Ids 0 and 1 are always `<pad>` and `<unk>`. Text is lowercased and split into runs of word
 characters and single punctuation marks, so "Hello, world!" -> ["hello", ",", "world", "!"].
 Batches are right-padded (variants.md §1.2): the attention mask of a row reads 1…1 0…0.
+
+A token longer than `MAX_TOKEN_CHARS` (a base64 blob, a run of digits, a file pasted into a
+field) never enters a built vocabulary, so it encodes as `<unk>` in training and inference alike;
+one such token would otherwise be a "word" of megabytes in every checkpoint's config.json.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from attndeploy.errors import DataError
 
 # A word is a run of letters, digits or underscores; any other non-space character is its own token.
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+# Longer tokens are not words: they stay out of the vocabulary and encode as <unk>. English words
+# stop far below 100 characters; a limit this high lets any real word or identifier through.
+MAX_TOKEN_CHARS = 100
 
 
 def pad_batch(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,6 +61,14 @@ class WordTokenizer:
         bad = [word for word in vocab if not isinstance(word, str) or not word]
         if bad:
             raise DataError(f"vocabulary entries must be non-empty strings; got {bad[:5]!r}")
+        # A vocabulary holds no over-long token, so encode maps every one to <unk>: whatever
+        # built the vocabulary, training and inference treat such tokens alike.
+        long = next((i for i, word in enumerate(vocab) if len(word) > MAX_TOKEN_CHARS), None)
+        if long is not None:
+            raise DataError(
+                f"vocabulary word {long} is {len(vocab[long]):,} characters long; a token may "
+                f"have at most {MAX_TOKEN_CHARS} (longer ones encode as {self.UNK!r})"
+            )
         counts = Counter(vocab)
         duplicates = sorted(word for word, count in counts.items() if count > 1)
         if duplicates:
@@ -66,8 +82,8 @@ class WordTokenizer:
     ) -> WordTokenizer:
         """A vocabulary of the most frequent words of `texts` (ties alphabetical).
 
-        `max_vocab` counts the two special tokens; words seen fewer than `min_freq` times are
-        left out and will encode as `<unk>`.
+        `max_vocab` counts the two special tokens; words seen fewer than `min_freq` times, and
+        tokens longer than `MAX_TOKEN_CHARS`, are left out and will encode as `<unk>`.
         """
         if max_vocab < 2:
             raise DataError(f"max_vocab must be at least 2 (for <pad> and <unk>); got {max_vocab}")
@@ -79,7 +95,8 @@ class WordTokenizer:
         for special in (cls.PAD, cls.UNK):
             counts.pop(special, None)
         ranked = sorted(
-            (word for word, count in counts.items() if count >= min_freq),
+            (word for word, count in counts.items()
+             if count >= min_freq and len(word) <= MAX_TOKEN_CHARS),
             key=lambda word: (-counts[word], word),
         )
         return cls([cls.PAD, cls.UNK, *ranked[: max_vocab - 2]])
@@ -90,7 +107,8 @@ class WordTokenizer:
         return _TOKEN_RE.findall(text.lower())
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`; unknown words become 1 (`<unk>`)."""
+        """Token ids of `text`; unknown words become 1 (`<unk>`), tokens longer than
+        `MAX_TOKEN_CHARS` included (no vocabulary holds one)."""
         return [self._ids.get(token, self.UNK_ID) for token in self.tokenize(text)]
 
     def encode_batch(

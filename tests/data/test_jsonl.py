@@ -115,3 +115,13 @@ def test_a_file_that_is_not_utf8_fails(tmp_path):
     path.write_bytes('{"text": "caf\xe9", "label": "a"}\n'.encode("latin-1"))
     with pytest.raises(DataError, match="not UTF-8"):
         read_jsonl(path)
+
+
+def test_a_10_mb_single_token_text_trains_as_unk_and_keeps_the_vocabulary_small(tmp_path):
+    blob = "a" * 10_000_000
+    path = write(tmp_path, [json.dumps({"text": blob, "label": "pos"}),
+                            json.dumps({"text": "dull film", "label": "neg"})])
+    dataset, tokenizer = load_jsonl(path)
+    assert tokenizer.vocab == ("<pad>", "<unk>", "dull", "film")
+    assert len(json.dumps(tokenizer.to_dict())) < 100  # what config.json will hold
+    assert dataset.input_ids[0, :1].tolist() == [WordTokenizer.UNK_ID]

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from attndeploy.data import WordTokenizer
+from attndeploy.data.tokenizer import MAX_TOKEN_CHARS
 from attndeploy.errors import DataError
 
 
@@ -95,3 +96,37 @@ def test_from_dict_rejects_bad_content(raw, message):
 def test_decode_rejects_an_id_outside_the_vocabulary(tokenizer):
     with pytest.raises(DataError, match="outside the vocabulary"):
         tokenizer.decode([len(tokenizer)])
+
+
+# ----------------------------------------------------------------------------- over-long tokens
+
+
+def test_a_token_longer_than_the_limit_stays_out_of_the_vocabulary():
+    blob = "x" * (MAX_TOKEN_CHARS + 1)
+    tok = WordTokenizer.build([f"the {blob} cat", blob, blob])  # the most frequent "word"
+    assert tok.vocab == ("<pad>", "<unk>", "cat", "the")
+    assert len(json.dumps(tok.to_dict())) < 100
+
+
+def test_a_token_at_the_limit_is_still_a_word():
+    word = "y" * MAX_TOKEN_CHARS
+    tok = WordTokenizer.build([word])
+    assert word in tok.vocab and tok.encode(word) == [2]
+
+
+def test_an_over_long_token_encodes_as_unk_in_training_and_inference_alike():
+    blob = "z" * 10_000_000  # a 10 MB single-token training text
+    tok = WordTokenizer.build([blob, "short words"])
+    assert len(json.dumps(tok.to_dict())) < 100
+    assert tok.encode(f"short {blob} words") == [2, WordTokenizer.UNK_ID, 3]
+    reloaded = WordTokenizer.from_dict(json.loads(json.dumps(tok.to_dict())))  # a checkpoint's
+    assert reloaded.encode(f"short {blob} words") == [2, WordTokenizer.UNK_ID, 3]
+    ids, mask = reloaded.encode_batch([blob], max_seq=4)
+    assert ids.tolist() == [[WordTokenizer.UNK_ID]] and mask.tolist() == [[1]]
+
+
+def test_a_vocabulary_holding_an_over_long_token_is_refused():
+    vocab = ["<pad>", "<unk>", "ok", "w" * (MAX_TOKEN_CHARS + 1)]
+    with pytest.raises(DataError, match=rf"vocabulary word 3 is 101 characters long; a token may "
+                                        rf"have at most {MAX_TOKEN_CHARS}"):
+        WordTokenizer.from_dict({"type": "word", "vocab": vocab})
