@@ -157,14 +157,33 @@ def _check_name(path: Path) -> None:
         )
 
 
+def _check_writable(path: Path, folder: Path) -> None:
+    """Refuse `path` when no entry can be created in `folder`.
+
+    Permission bits are not enough: root may write anywhere they forbid, yet not in /proc or
+    /sys, nor on a read-only mount. So an empty file is created and removed (named like a
+    temporary: a probe cut short is removed with the stale temporaries).
+    """
+    where = "it" if folder == path else str(folder)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {path}: {where} is not writable")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".probe.{os.getpid()}.", suffix=".tmp", dir=folder)
+    except OSError as exc:  # /proc says "no such file", which would only confuse
+        reason = "" if isinstance(exc, FileNotFoundError) else f" ({_reason(exc)})"
+        raise OutputError(f"cannot write {path}: {where} is not writable{reason}") from exc
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+
+
 def _check_parent(path: Path) -> None:
     parent = path.parent
     for ancestor in [parent, *parent.parents]:
         if ancestor.exists():
             if not ancestor.is_dir():
                 raise OutputError(f"cannot write {path}: {ancestor} is not a folder")
-            if not os.access(ancestor, os.W_OK | os.X_OK):
-                raise OutputError(f"cannot write {path}: {ancestor} is not writable")
+            _check_writable(path, ancestor)
             return
 
 
@@ -185,8 +204,8 @@ def check_output_dir(path: Path) -> Path:
     if path.exists() and not path.is_dir():
         raise OutputError(f"cannot write {path}: it is a file, not a folder")
     _check_parent(path)
-    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write {path}: it is not writable")
+    if path.is_dir():  # files are written inside it (a repository) as well as beside it
+        _check_writable(path, path)
     return path
 
 

@@ -219,3 +219,25 @@ def test_an_output_that_is_an_input_is_refused_however_it_is_spelled(tmp_path: P
     assert check_not_an_input(tmp_path / "out.onnx", [weights]) == tmp_path / "out.onnx"
     assert same_path(tmp_path / "new" / ".." / "x", tmp_path / "x")  # neither exists
     assert not same_path(tmp_path / "x", tmp_path / "y")
+
+
+@pytest.mark.parametrize("where", ["/proc/attndeploy-out", "/sys/attndeploy-out",
+                                   "/proc/new/deeper/out"])
+def test_places_that_refuse_new_entries_are_refused_up_front_even_for_root(where: str):
+    """Root passes every permission bit (os.access), yet cannot create entries in /proc."""
+    from attndeploy.errors import OutputError
+    from attndeploy.fsutil import check_output_dir, check_output_file
+
+    for check in (check_output_file, check_output_dir):
+        with pytest.raises(OutputError, match=r"cannot write .*: /(proc|sys) is not writable"):
+            check(Path(where))
+
+
+def test_checking_a_writable_output_leaves_nothing_behind(tmp_path: Path):
+    from attndeploy.fsutil import check_output_dir, check_output_file
+
+    (tmp_path / "repo").mkdir()
+    assert check_output_dir(tmp_path / "repo") == tmp_path / "repo"
+    assert check_output_file(tmp_path / "new" / "report.json") == tmp_path / "new" / "report.json"
+    assert [p.name for p in tmp_path.iterdir()] == ["repo"]
+    assert list((tmp_path / "repo").iterdir()) == []
