@@ -23,6 +23,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy import __version__
 from attndeploy.errors import RepositoryError
+from attndeploy.fsutil import is_staging_name, is_stale_temporary, parse_temporary_name
 from attndeploy.serving import model_config as cfgmod
 from attndeploy.serving.interface import ATTENTION_MASK
 from attndeploy.serving.model_template import generate_model_py, parse_header, template_digest
@@ -117,21 +118,19 @@ def check_repository(repo: Path) -> RepoReport:
     """Check every model folder of `repo` (see the module docstring); never starts a server.
 
     Raises RepositoryError only when `repo` is not a directory; everything else is a finding.
-    Hidden entries (names starting with '.', e.g. a packager's staging folder or a server state
-    file) and plain files are not models; a leftover staging folder is a warning.
+    Plain files (a server state file, labels kept beside) are not models and are skipped. A
+    hidden folder (name starting with '.') is an error: Triton takes every folder for a model,
+    and one left by a packager killed while staging is a broken one.
     """
     repo = Path(repo)
     if not repo.is_dir():
         raise RepositoryError(f"Model repository {repo} is not a directory.")
     report = RepoReport(repo=repo)
     for path in sorted(repo.iterdir()):
-        if path.name.startswith("."):
-            if path.is_dir() and path.name.endswith((".tmp", ".old")):
-                report.findings.append(Finding(
-                    "", "warning", f"leftover staging folder {path.name}; delete it"
-                ))
-            continue
         if not path.is_dir():
+            continue
+        if is_staging_name(path.name):
+            report.findings.append(Finding("", "error", _hidden_folder_message(path.name)))
             continue
         model = _Model(path)
         _check_model(model)
@@ -140,6 +139,20 @@ def check_repository(repo: Path) -> RepoReport:
     if not report.models:
         report.findings.append(Finding("", "error", "the repository holds no model folder"))
     return report
+
+
+def _hidden_folder_message(name: str) -> str:
+    staged = parse_temporary_name(name)
+    if staged is None:
+        return (f"hidden folder {name} is not a model folder (Triton would try to load it); "
+                "remove it or move it out of the repository")
+    model, pid = staged
+    if is_stale_temporary(name):
+        return (f"staging folder {name} was left by an interrupted write of {model} (process "
+                f"{pid} no longer runs); remove it, or re-run `attndeploy package`, which "
+                "removes it")
+    return (f"staging folder {name}: process {pid} is still writing {model}; check again when "
+            "it has finished (if it hangs, stop it and remove the folder)")
 
 
 # --------------------------------------------------------------------------- one model

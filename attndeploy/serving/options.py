@@ -14,6 +14,9 @@ from pathlib import Path
 from attndeploy.errors import RepositoryError
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# Longest model name: a folder name, plus `_onnxruntime` with both flavours and the staging
+# folder's `.<name>.<pid>.<random>.tmp`, must stay under the 255-byte limit of file systems.
+MAX_NAME_LENGTH = 128
 
 
 class Flavor(str, Enum):
@@ -41,13 +44,29 @@ def _enum(cls: type[Enum], value: object, what: str) -> Enum:
         raise RepositoryError(f"unknown {what} {value!r}; valid: {valid}") from None
 
 
+def _check_name(name: str) -> None:
+    if not name:
+        raise RepositoryError("the model name is empty; give a name, or none for the default one")
+    if len(name) > MAX_NAME_LENGTH:
+        raise RepositoryError(
+            f"model name {name[:24]}... is {len(name)} characters long; use at most "
+            f"{MAX_NAME_LENGTH}"
+        )
+    if not _NAME.fullmatch(name):
+        raise RepositoryError(
+            f"model name {name!r} must start with a letter or digit and contain only "
+            "letters, digits, '_', '.' and '-'."
+        )
+
+
 @dataclass(frozen=True)
 class PackageOptions:
     """Options of `package_model`.
 
     - `flavor`: see `Flavor`. With `both`, the two models are `<name>_python` and
       `<name>_onnxruntime`; with one flavour the model is named `<name>` exactly.
-    - `name`: model name; default the variant recorded in the ONNX metadata (e.g. `ganet`).
+    - `name`: model name; default the variant recorded in the ONNX metadata (e.g. `ganet`). At
+      most `MAX_NAME_LENGTH` characters: letters, digits, '_', '.' and '-'; never empty.
     - `version`: the version folder written (the config serves exactly this version).
     - `max_batch_size`: Triton's largest batch (sum of the batch dims of one execution).
     - `instances`: model instances (`instance_group.count`).
@@ -91,11 +110,8 @@ class PackageOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "flavor", _enum(Flavor, self.flavor, "flavor"))
         object.__setattr__(self, "kind", _enum(Kind, self.kind, "instance kind"))
-        if self.name is not None and not _NAME.fullmatch(self.name):
-            raise RepositoryError(
-                f"model name {self.name!r} must start with a letter or digit and contain only "
-                "letters, digits, '_', '.' and '-'."
-            )
+        if self.name is not None:
+            _check_name(self.name)
         for field_name in ("version", "max_batch_size", "instances", "threads"):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import RepositoryError
-from attndeploy.fsutil import atomic_directory, file_sha256
+from attndeploy.fsutil import (
+    atomic_directory,
+    check_output_dir,
+    file_sha256,
+    remove_stale_temporaries_in,
+)
 from attndeploy.serving.model_config import (
     CONFIG_FILE,
     MODEL_FILE,
@@ -156,10 +161,16 @@ def package_model(
     labels) or a checkpoint directory, exported first (default `ExportOptions`) with
     `attndeploy.export.exporter.export_checkpoint` into a temp file.
     Raises RepositoryError (and writes nothing) if the source is not an attndeploy model, its
-    graph breaks the model-level interface, or a model folder exists and `options.force` is off.
+    graph breaks the model-level interface, or a model folder exists and `options.force` is off;
+    OutputError, before any export, if `repo` cannot be written (a file, read-only). Stale
+    staging folders in `repo` (of any model, left by a killed packager) are removed first.
     """
     options = options if options is not None else PackageOptions()
     source, repo = Path(source), Path(repo)
+    check_output_dir(repo)  # before exporting a checkpoint: a repo that is a file, read-only...
+    # A packager killed while staging (any model) leaves `.<model>.<pid>.<random>.tmp`, which
+    # Triton and check-repo would take for a broken model folder.
+    remove_stale_temporaries_in(repo)
     with _onnx_source(source) as onnx_path:
         info = _check_source(onnx_path)
         max_seq = effective_max_seq(info, options)
@@ -168,8 +179,8 @@ def package_model(
         existing = [str(path) for path in targets.values() if path.exists()]
         if existing and not options.force:
             raise RepositoryError(
-                f"model folder(s) {', '.join(existing)} already exist; pass force to replace "
-                "them or choose another name."
+                f"model folder(s) {', '.join(existing)} already exist; pass --force (force=True) "
+                "to replace them, or choose another name."
             )
         sha256 = file_sha256(onnx_path)
         with contextlib.ExitStack() as stack:  # commit every flavour only when all are written

@@ -13,7 +13,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from attndeploy.errors import RepositoryError
+from attndeploy.errors import OutputError, RepositoryError
 from attndeploy.export import exporter
 from attndeploy.serving import repository
 from attndeploy.serving.check_repo import RepoReport, check_repository
@@ -88,7 +88,7 @@ def test_an_existing_model_is_replaced_only_with_force(classifier: Path, tmp_pat
     package_model(classifier, repo, PackageOptions(name="cls"))
     marker = repo / "cls" / "marker"
     marker.write_text("old")
-    with pytest.raises(RepositoryError, match=r"cls already exist.*force"):
+    with pytest.raises(RepositoryError, match=r"cls already exist.*pass --force"):
         package_model(classifier, repo, PackageOptions(name="cls", threads=2))
     assert marker.exists()
     package_model(classifier, repo, PackageOptions(name="cls", threads=2, force=True))
@@ -115,7 +115,7 @@ def test_a_failure_mid_build_leaves_no_model_folder(
     repo = tmp_path / "repo"
     repo.mkdir()
     monkeypatch.setattr(repository, "generate_model_py", broken)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OutputError, match="disk full"):
         package_model(classifier, repo, PackageOptions(name="m", flavor=flavor))
     assert list(repo.iterdir()) == []
 
@@ -131,7 +131,7 @@ def test_a_failed_forced_rebuild_keeps_the_old_model(
         raise OSError("copy failed")
 
     monkeypatch.setattr(repository.shutil, "copyfile", broken)
-    with pytest.raises(OSError, match="copy failed"):
+    with pytest.raises(OutputError, match="copy failed"):
         package_model(classifier, repo, PackageOptions(name="cls", threads=3, force=True))
     assert (repo / "cls" / "config.pbtxt").read_text() == before
     assert no_hidden_leftovers(repo)
@@ -315,3 +315,110 @@ def test_raise_for_errors_lists_every_error(packaged: Path) -> None:
     assert "2 error(s)" in str(info.value)
     assert "parameter HEAD is 'tagging'" in str(info.value)
     assert "labels.txt has 1 line(s)" in str(info.value)
+
+
+# --------------------------------------------------------------------------- unusable outputs
+
+
+@pytest.fixture
+def dead_pid() -> int:
+    """The pid of a process that has exited, like a `package --force` killed while staging."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_a_repo_that_cannot_be_written_is_refused_before_exporting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    calls: list[Path] = []
+    monkeypatch.setattr(exporter, "export_checkpoint", lambda ckpt, out: calls.append(ckpt))
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    repo = tmp_path / "repo" if where == "file" else Path("/proc/attndeploy-repo")
+    if where == "file":
+        repo.write_text("not a folder")
+    with pytest.raises(OutputError, match="is a file" if where == "file" else "cannot write"):
+        package_model(checkpoint, repo)
+    assert calls == []
+
+
+def test_an_empty_or_overlong_model_name_is_refused_clearly() -> None:
+    with pytest.raises(RepositoryError, match="the model name is empty"):
+        PackageOptions(name="")
+    with pytest.raises(RepositoryError, match="is 300 characters long; use at most 128"):
+        PackageOptions(name="a" * 300)
+    assert PackageOptions(name="a" * 128, flavor="both").name == "a" * 128
+
+
+def test_the_longest_name_packages_with_both_flavours(classifier: Path, tmp_path: Path) -> None:
+    models = package_model(classifier, tmp_path / "repo",
+                           PackageOptions(name="a" * 128, flavor="both"))
+    assert [m.path.is_dir() for m in models] == [True, True]
+
+
+@pytest.mark.parametrize("existed", [False, True], ids=["created", "existing"])
+def test_a_failed_run_removes_the_repository_it_created_and_only_that(
+    classifier: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existed: bool
+) -> None:
+    def broken() -> str:
+        raise OSError("disk full")
+
+    repo = tmp_path / "deep" / "repo"
+    if existed:
+        repo.mkdir(parents=True)
+    monkeypatch.setattr(repository, "generate_model_py", broken)
+    with pytest.raises(OutputError, match="disk full"):
+        package_model(classifier, repo, PackageOptions(name="m", flavor="both"))
+    assert repo.is_dir() == existed
+    assert not (tmp_path / "deep").exists() or existed
+    assert not repo.exists() or list(repo.iterdir()) == []
+
+
+def test_stale_staging_folders_of_any_model_are_removed_by_the_next_package(
+    classifier: Path, tmp_path: Path, dead_pid: int
+) -> None:
+    import os
+
+    repo = tmp_path / "repo"
+    killed = repo / f".other.{dead_pid}.k3j4h5g6.tmp"  # `package --force` killed while staging
+    killed.mkdir(parents=True)
+    (killed / "config.pbtxt").write_text("name: 'other'")
+    running = repo / f".third.{os.getpid()}.ab12cd34.tmp"  # a packager still at work
+    running.mkdir()
+    package_model(classifier, repo, PackageOptions(name="cls"))
+    assert sorted(p.name for p in repo.iterdir()) == sorted(["cls", running.name])
+
+
+# --------------------------------------------------------------------------- check-repo: leftovers
+
+
+def test_check_repo_reports_a_killed_packagers_staging_folder_as_an_error(
+    packaged: Path, dead_pid: int
+) -> None:
+    staging = packaged.parent / f".other.{dead_pid}.k3j4h5g6.tmp"
+    staging.mkdir()
+    (staging / "config.pbtxt").write_text("name: 'other'")
+    report = check_repository(packaged.parent)
+    assert not report and report.models == ["cls"]
+    (finding,) = report.errors
+    assert finding.model == "" and staging.name in finding.message
+    assert "interrupted write of other" in finding.message
+    assert "remove it, or re-run `attndeploy package`" in finding.message
+
+
+def test_check_repo_reports_hidden_folders_and_skips_hidden_files(packaged: Path) -> None:
+    import os
+
+    (packaged.parent / ".cache").mkdir()
+    (packaged.parent / ".attndeploy-server.json").write_text("{}")  # the server's state file
+    (packaged.parent / f".cls.{os.getpid()}.ab12cd34.tmp").mkdir()  # a write in progress
+    found = messages(check_repository(packaged.parent))
+    assert len(found) == 2, found
+    assert any(m.startswith("hidden folder .cache is not a model folder") and "remove it" in m
+               for m in found)
+    assert any(f"process {os.getpid()} is still writing cls" in m for m in found)
