@@ -1,7 +1,18 @@
 """The entry point `attndeploy.cli.app.main`, in process: every error is one line on stderr and
-an exit code (usage 2, attndeploy errors 1), --help and success exit 0."""
+an exit code (usage 2, attndeploy errors 1, bugs 1 with a saved traceback, Ctrl-C 130), --help
+and success exit 0. One real Ctrl-C is sent to a training subprocess."""
 
 from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +68,168 @@ def test_only_clicks_errors_are_turned_into_usage_messages():
 
     assert cli_app.is_click_error(Shaped()) and not cli_app.is_usage_error(Shaped())
     assert not cli_app.is_click_error(ValueError("x"))
+
+
+# ----------------------------------------------------------------------------- help text
+
+
+def test_defaults_written_in_help_strings_are_shown(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = run_main(monkeypatch, capsys, "export", "--help")
+    assert code == 0 and err == []
+    text = " ".join(out.split())  # however the help is wrapped
+    assert "ONNX file to write [default: CKPT/model.onnx]." in text
+    assert "Largest seq the graph accepts [default: the model's]." in text
+
+
+# ----------------------------------------------------------------------------- bugs and OS errors
+
+
+def replace_command(monkeypatch, name: str, callback) -> None:
+    """Make `attndeploy <name>` (no arguments) run `callback` instead."""
+    (info,) = [c for c in cli_app.app.registered_commands if c.name == name]
+    monkeypatch.setattr(info, "callback", callback)
+
+
+def raising(exc: BaseException):
+    def command() -> None:
+        raise exc
+
+    return command
+
+
+def test_an_unexpected_exception_is_one_line_naming_the_saved_traceback(
+    monkeypatch, capsys, tmp_path
+):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    replace_command(monkeypatch, "info", raising(ValueError("boom\n  on two lines")))
+    code, out, err = run_main(monkeypatch, capsys, "info")
+    assert code == 1 and out == ""
+    assert len(err) == 1, err
+    prefix = ("error (bug): ValueError: boom on two lines — this is a bug in attndeploy; the "
+              "traceback is in ")
+    assert err[0].startswith(prefix), err[0]
+    log = Path(err[0][len(prefix):])
+    assert log.parent == tmp_path / "state" / "attndeploy"
+    assert log.name.startswith("crash-") and log.name.endswith(f"-{os.getpid()}.log")
+    text = log.read_text()
+    assert "command: attndeploy info" in text
+    assert "Traceback (most recent call last)" in text and "ValueError: boom" in text
+    assert [p.name for p in log.parent.iterdir()] == [log.name]  # no temporaries left
+
+
+def test_a_bug_report_falls_back_to_the_temp_folder(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("XDG_STATE_HOME", "/proc/attndeploy-state")  # cannot be created
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    replace_command(monkeypatch, "info", raising(KeyError("k")))
+    code, _, err = run_main(monkeypatch, capsys, "info")
+    assert code == 1 and len(err) == 1
+    assert err[0].startswith("error (bug): KeyError: 'k' — this is a bug in attndeploy; ")
+    log = Path(err[0].split("the traceback is in ", 1)[1])
+    assert log.parent == tmp_path / "attndeploy" and "KeyError" in log.read_text()
+
+
+def test_a_bug_whose_traceback_cannot_be_saved_is_still_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("XDG_STATE_HOME", "/proc/attndeploy-state")
+    monkeypatch.setattr(tempfile, "tempdir", "/proc/attndeploy-tmp")
+    replace_command(monkeypatch, "info", raising(RuntimeError("x" * 1000)))
+    code, _, err = run_main(monkeypatch, capsys, "info")
+    assert code == 1 and len(err) == 1
+    assert err[0].startswith("error (bug): RuntimeError: xxx")
+    assert "its traceback could not be saved (cannot write /proc/attndeploy-tmp" in err[0]
+    assert len(err[0]) < cli_app.MAX_BUG_MESSAGE + 250  # the message is cut, not the line
+
+
+def test_an_exception_of_another_package_is_named_with_its_module(monkeypatch, capsys, tmp_path):
+    from json import JSONDecodeError
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    replace_command(monkeypatch, "info", raising(JSONDecodeError("bad", "{", 0)))
+    _, _, err = run_main(monkeypatch, capsys, "info")
+    assert err[0].startswith("error (bug): json.decoder.JSONDecodeError: bad: line 1 column 1")
+
+
+@pytest.mark.parametrize(
+    "exc, expected",
+    [
+        (PermissionError(13, "Permission denied", "/data/x"), "/data/x: Permission denied"),
+        (OSError(28, "No space left on device"), "No space left on device"),
+        (FileExistsError(17, "File exists", "a", None, "b"), "a -> b: File exists"),
+        (ConnectionResetError("peer went away"), "peer went away"),
+    ],
+    ids=["path", "no-path", "two-paths", "no-errno"],
+)
+def test_an_os_error_reaching_main_is_one_line_and_exits_1(monkeypatch, capsys, exc, expected):
+    replace_command(monkeypatch, "info", raising(exc))
+    code, _, err = run_main(monkeypatch, capsys, "info")
+    assert code == 1
+    assert err == [f"error (system): {expected}"]
+
+
+# ----------------------------------------------------------------------------- Ctrl-C
+
+
+def interrupt_self() -> None:
+    os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, delivered to this (the main) thread
+    time.sleep(10)
+    raise AssertionError("SIGINT did not interrupt the command")
+
+
+@pytest.mark.parametrize("command", [interrupt_self, raising(KeyboardInterrupt())],
+                         ids=["sigint", "keyboard-interrupt"])
+def test_ctrl_c_prints_interrupted_and_exits_130(monkeypatch, capsys, command):
+    replace_command(monkeypatch, "info", command)
+    code, out, err = run_main(monkeypatch, capsys, "info")
+    assert code == 130
+    assert err == ["error (attndeploy): interrupted"]
+
+
+def test_ctrl_c_handled_by_a_command_is_not_an_interruption(monkeypatch, capsys):
+    """`serve` stops its server on Ctrl-C and returns normally: exit 0, no message."""
+    def serve_like() -> None:
+        try:
+            interrupt_self()
+        except KeyboardInterrupt:
+            print("stopping the server")
+
+    replace_command(monkeypatch, "info", serve_like)
+    code, out, err = run_main(monkeypatch, capsys, "info")
+    assert (code, out, err) == (0, "stopping the server\n", [])
+
+
+@pytest.mark.integration
+def test_ctrl_c_during_training_prints_interrupted_and_exits_130(tmp_path):
+    # stdout is a terminal, so the progress bar shows when training has started.
+    master, slave = pty.openpty()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TERM": "xterm", "COLUMNS": "120"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "attndeploy", "train", "--task", "sparse_evidence", "--steps",
+         "1000000", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "16",
+         "--n-train", "64", "--n-eval", "16", "--out", "ckpt"],
+        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=env,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 240
+        while b"steps" not in seen:
+            assert time.monotonic() < deadline and process.poll() is None, seen[-500:]
+            if select.select([master], [], [], 0.5)[0]:
+                seen += os.read(master, 65536)
+        process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:  # keep the pty drained
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    os.read(master, 65536)
+                except OSError:
+                    break
+        stderr = process.communicate(timeout=60)[1].decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines() == ["error (attndeploy): interrupted"]
+    assert not (tmp_path / "ckpt").exists()
