@@ -50,15 +50,18 @@ def command(
 ) -> None:
     """Package models into a Triton repository (config.pbtxt, model.onnx, model.py, labels)."""
     from attndeploy.errors import RepositoryError
+    from attndeploy.fsutil import check_output_dir
     from attndeploy.serving.options import PackageOptions
     from attndeploy.serving.repository import package_model
 
     if name is not None and len(sources) > 1:
         raise RepositoryError("--name names one model; give one source per call, or no --name")
+    check_output_dir(repo)  # a file or read-only folder fails now, not after exporting
     written = []
     for source in sources:
-        options = PackageOptions(
-            flavor=flavor, name=name or default_model_name(source), version=version,
+        options = PackageOptions(  # `--name ''` is refused there, not taken for "no name"
+            flavor=flavor, name=default_model_name(source) if name is None else name,
+            version=version,
             max_batch_size=max_batch_size, instances=instances, kind=kind,
             dynamic_batching=dynamic_batching, max_queue_delay_us=max_queue_delay_us,
             warmup=warmup, force=force, threads=threads,

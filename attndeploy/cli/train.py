@@ -66,10 +66,12 @@ def command(
     """Train a model of one variant and save a checkpoint (config.json + model.safetensors)."""
     from attndeploy.config import EvolvingConfig, GANetConfig, ModelConfig, QVIConfig
     from attndeploy.errors import ConfigError
+    from attndeploy.fsutil import check_output_dir
     from attndeploy.train import TrainConfig, load_training_data, train_checkpoint
 
     if task is not None and data is not None:
         raise ConfigError("give either --task or --data, not both")
+    check_output_dir(out)  # a file in the way, a read-only place: refused before training
     if family is Family.bilstm:
         aux = AuxNetwork.bilstm  # the paper's model always gates with a BiLSTM
     ganet = GANetConfig(

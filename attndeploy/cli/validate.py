@@ -33,6 +33,9 @@ def command(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attndeploy.errors import ValidationError
+
+    check_inputs_and_outputs(checkpoint, model, [json_path, markdown])
+
     from attndeploy.validate.validator import ValidationOptions, validate_model
 
     progress = Progress(TextColumn("[bold]validate"), BarColumn(),
@@ -63,3 +66,27 @@ def command(
             f"{first.get('message', '')})" + (f"; report: {json_path}" if json_path else "")
         )
     console.print("[bold green]validation passed[/]")
+
+
+def check_inputs_and_outputs(checkpoint: Path, model: Path, reports: list[Path | None]) -> None:
+    """Before the work: the ONNX model is a file, and each report path can be written without
+    destroying an input (the model, the checkpoint's files) or the other report."""
+    from attndeploy.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+    from attndeploy.cli.export import DEFAULT_NAME
+    from attndeploy.errors import OutputError, ValidationError
+    from attndeploy.fsutil import check_not_an_input, check_output_file, same_path
+
+    if model.is_dir():
+        inside = model / DEFAULT_NAME
+        hint = f" (did you mean {inside}?)" if inside.is_file() else ""
+        raise ValidationError(
+            f"{model} is a folder; give the ONNX file exported from the checkpoint{hint}"
+        )
+    inputs = [model, checkpoint, checkpoint / CONFIG_FILE, checkpoint / WEIGHTS_FILE]
+    written: list[Path] = []
+    for path in (p for p in reports if p is not None):
+        check_output_file(path)
+        check_not_an_input(path, inputs)
+        if any(same_path(path, other) for other in written):
+            raise OutputError(f"cannot write {path}: --json and --markdown name the same file")
+        written.append(path)

@@ -186,3 +186,36 @@ def test_a_missing_checkpoint_fails_with_one_line(failures):
 def test_a_long_error_message_stays_on_one_line(failures):
     """rich must not wrap it at the 80 columns it assumes when stderr is not a terminal."""
     assert_one_line_error(failures["long-message"], "checkpoint", "does not exist")
+
+
+# ------------------------------------------------------------------- output checked up front
+
+
+@pytest.mark.parametrize("out, fragment", [
+    ("/proc/attndeploy-ckpt", "/proc is not writable"),
+    ("a_file", "it is a file, not a folder"),
+    ("a_file/ckpt", "a_file is not a folder"),
+    ("c" * 300, "characters; keep it under"),
+])
+def test_an_unusable_out_is_refused_before_loading_data_or_training(
+    monkeypatch, capsys, tmp_path, out, fragment
+):
+    """In process: the data loader is replaced by one that fails the test if it is reached."""
+    from attndeploy import train
+    from attndeploy.cli import app as cli_app
+
+    def never(**kwargs):
+        raise AssertionError("the data was loaded although --out is unusable")
+
+    monkeypatch.setattr(train, "load_training_data", never)
+    monkeypatch.setattr(train, "train_checkpoint", never)
+    (tmp_path / "a_file").write_text("not a checkpoint")
+    target = out if out.startswith("/") else str(tmp_path / out)
+    monkeypatch.setattr("sys.argv", ["attndeploy", "train", *TINY, *TINY_TASK, "--out", target,
+                                     "--force"])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 1 and len(err) == 1, err
+    assert err[0].startswith("error (output): cannot write") and fragment in err[0], err[0]
+    assert (tmp_path / "a_file").read_text() == "not a checkpoint"
