@@ -224,8 +224,9 @@ def check_not_an_input(path: Path, inputs: Iterable[Path]) -> Path:
     path = Path(path)
     for source in inputs:
         if same_path(path, source):
+            alias = "" if Path(source) == path else f" ({source})"
             raise OutputError(
-                f"cannot write {path}: it is an input of this command ({source}); "
+                f"cannot write {path}: it is an input of this command{alias}; "
                 "give another output path"
             )
     return path
