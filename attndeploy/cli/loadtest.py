@@ -48,7 +48,12 @@ def command(
     csv_path: Annotated[Path | None, typer.Option("--csv", help="Write a CSV here.")] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG here.")] = None,
 ) -> None:
-    """Run concurrency or request-rate levels; report throughput, latency and server split."""
+    """Run concurrency or request-rate levels; report throughput, latency and server split.
+
+    If the server dies (or the test stops otherwise) part-way, --json still receives what was
+    measured, marked "partial": true with the reason, and the command exits 1.
+    """
+    from attndeploy.fsutil import check_output_file
     from attndeploy.serving.launch import find_model_onnx
     from attndeploy.serving.loadtest import LoadTestConfig, parse_number_list, run_load_test
 
@@ -64,7 +69,19 @@ def command(
         onnx_path=onnx or (find_model_onnx(repo, model) if repo.is_dir() else None), seed=seed,
     )
     to_stdout = json_path is not None and str(json_path) == "-"
-    report = run_load_test(config, progress=not to_stdout)
+    # Outputs are checked before the load test, not found unwritable after minutes of it.
+    for path in (None if to_stdout else json_path, csv_path, plot_path):
+        if path is not None:
+            check_output_file(path)
+
+    def write_partial(report) -> None:
+        if to_stdout:
+            print_json(report.to_dict())
+        elif json_path is not None:
+            report.write_json(json_path)
+
+    report = run_load_test(config, progress=not to_stdout,
+                           on_partial=write_partial if json_path is not None else None)
     if json_path is not None and not to_stdout:
         report.write_json(json_path)
     if csv_path is not None:

@@ -7,6 +7,8 @@ the name says otherwise, `null` where nothing was measured:
     {
       "schema": "attndeploy.loadtest/1",
       "passed": bool,                 # every level: measured, no errors, no failed checks
+      "partial": bool,                # an error ended the test part-way; the levels measured
+      "partial_reason": str | null,   #   until then, the interrupted one last ("aborted")
       "failures": [str],              # why not passed (empty when passed)
       "warnings": [str],              # unstable levels, skipped checks, count disagreement > 5 %
       "url": str, "model": str,
@@ -19,7 +21,7 @@ the name says otherwise, `null` where nothing was measured:
         "concurrency": int | null, "request_rate": float | null, "distribution": str | null,
         "batch": int, "seq_lengths": [int],
         "stable": bool,               # last `stable_windows` windows within the threshold
-        "stop_reason": "stable" | "max_windows" | "time_limit" | "all_failed",
+        "stop_reason": "stable" | "max_windows" | "time_limit" | "all_failed" | "aborted",
         "windows": [{"index", "duration_s", "requests", "errors", "throughput_rps",
                      "p50_ms", "p95_ms", "measured"}],
         "measured_windows": int, "measured_s": float,
@@ -197,10 +199,16 @@ class LoadTestReport:
     config: dict[str, Any]
     levels: list[LevelResult]
     notes: list[str] = field(default_factory=list)
+    partial_reason: str | None = None  # set when an error ended the test part-way
+
+    @property
+    def partial(self) -> bool:
+        return self.partial_reason is not None
 
     @property
     def failures(self) -> list[str]:
-        return [failure for level in self.levels for failure in level.failures]
+        stopped = [f"the load test stopped early: {self.partial_reason}"] if self.partial else []
+        return stopped + [failure for level in self.levels for failure in level.failures]
 
     @property
     def passed(self) -> bool:
@@ -230,6 +238,8 @@ class LoadTestReport:
         body = {
             "schema": SCHEMA,
             "passed": self.passed,
+            "partial": self.partial,
+            "partial_reason": self.partial_reason,
             "failures": self.failures,
             "warnings": self.warnings,
             "url": self.url,

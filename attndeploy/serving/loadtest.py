@@ -14,7 +14,11 @@ schema); the CLI only builds the config, calls it and writes the report. For eac
 
 Every wait is bounded: requests carry a gRPC deadline, each level stops after `max_level_s`, and
 consecutive connection errors (or deadlines) trigger a liveness probe that turns a dead server
-into a `ServerError` within a few seconds.
+into a `ServerError` within a few seconds. What cannot work is refused before any load: a
+sequence length above the model's `max_seq` (from the ONNX file's metadata or the served
+config's `MAX_SEQ` parameter) would only fail every request. When a test stops part-way (the
+server died, a level stalled, Ctrl-C), `on_partial` receives what was measured until then, as a
+report marked partial, before the error propagates.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from attndeploy.errors import LoadTestError, ServerError
+from attndeploy.errors import AttnDeployError, LoadTestError, ServerError
 from attndeploy.serving.client import (
     DEFAULT_URL,
     STATUS_DEADLINE,
@@ -61,6 +65,7 @@ __all__ = [
     "LoadTestReport",
     "LevelResult",
     "parse_number_list",
+    "max_seq_from_onnx",
     "run_load_test",
     "vocab_from_onnx",
 ]
@@ -73,6 +78,9 @@ PROBE_AFTER_ERRORS = 3  # consecutive connection errors / deadlines before a liv
 PROBE_TIMEOUT_S = 2.0
 LATE_NS = 1_000_000  # request-rate mode: an issue more than 1 ms behind schedule is "delayed"
 POLL_S = 0.005  # the engine looks at the clock at least this often
+META_MAX_SEQ = "attndeploy.max_seq"  # an export's own limit (export --max-seq), see onnx_info
+PARAM_MAX_SEQ = "MAX_SEQ"  # the python flavour's config parameter, see model_config
+ABORTED = "aborted"  # stop_reason of a level that an error ended (a partial report's last)
 
 
 # --------------------------------------------------------------------------- configuration
@@ -229,22 +237,33 @@ class LoadTestConfig:
 # --------------------------------------------------------------------------- inputs and checks
 
 
-def vocab_from_onnx(path: Path) -> int | None:
-    """The vocabulary size of an exported model, or None if it cannot be told.
-
-    First a `vocab_size` in a JSON value of the model's metadata_props (attndeploy records its
-    model config there), else the row count of the initializer that a Gather indexes with
-    `input_ids` (through Cast/Identity nodes).
-    """
+def _load_onnx(path: Path) -> Any:
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
+    return onnx.load(str(path), load_external_data=False)
+
+
+def _json_metadata(model: Any) -> Iterator[dict[str, Any]]:
+    """The metadata_props values that are JSON objects (attndeploy records its config so)."""
     for prop in model.metadata_props:
         try:
             value = json.loads(prop.value)
         except (json.JSONDecodeError, TypeError):
             continue
-        if isinstance(value, dict) and isinstance(value.get("vocab_size"), int):
+        if isinstance(value, dict):
+            yield value
+
+
+def vocab_from_onnx(path: Path | Any) -> int | None:
+    """The vocabulary size of an exported model (a path or a loaded ModelProto), or None.
+
+    First a `vocab_size` in a JSON value of the model's metadata_props (attndeploy records its
+    model config there), else the row count of the initializer that a Gather indexes with
+    `input_ids` (through Cast/Identity nodes).
+    """
+    model = _load_onnx(path) if isinstance(path, (str, Path)) else path
+    for value in _json_metadata(model):
+        if isinstance(value.get("vocab_size"), int):
             return int(value["vocab_size"])
     shapes = {init.name: tuple(init.dims) for init in model.graph.initializer}
     ids = {"input_ids"}
@@ -256,6 +275,43 @@ def vocab_from_onnx(path: Path) -> int | None:
             if shape:
                 return int(shape[0])
     return None
+
+
+def max_seq_from_onnx(path: Path | Any) -> int | None:
+    """The longest sequence an exported model takes (a path or a loaded ModelProto), or None.
+
+    `attndeploy.max_seq` (an export's own, possibly lower, limit), else a `max_seq` in a JSON
+    value of the metadata_props (the model config); None for a file without either.
+    """
+    model = _load_onnx(path) if isinstance(path, (str, Path)) else path
+    for prop in model.metadata_props:
+        if prop.key == META_MAX_SEQ and prop.value.isdigit() and int(prop.value) > 0:
+            return int(prop.value)
+    for value in _json_metadata(model):
+        limit = value.get("max_seq")
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            return limit
+    return None
+
+
+def served_max_seq(model_config: dict[str, Any]) -> int | None:
+    """The `MAX_SEQ` parameter of a served model's config (python flavour), or None."""
+    raw = model_config.get("parameters", {}).get(PARAM_MAX_SEQ, {})
+    value = str(raw.get("string_value", "")) if isinstance(raw, dict) else ""
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def check_seq_lengths(config: LoadTestConfig, max_seq: int | None, source: str) -> None:
+    """Refuse, before any load, a sequence length the model cannot take (every request would
+    fail); `source` says where `max_seq` comes from."""
+    if max_seq is None:
+        return
+    over = [int(s) for s in config.seq_lengths if s > max_seq]
+    if over:
+        raise LoadTestError(
+            f"seq length {over[0]} exceeds the max_seq {max_seq} of model '{config.model}' "
+            f"({source}): every request would fail; use lengths up to {max_seq} (--seq)."
+        )
 
 
 @dataclass(frozen=True)
@@ -550,6 +606,16 @@ class _LevelRun:
             time.sleep(POLL_S)
         self._drain()
 
+    def partial_result(self) -> LevelResult:
+        """What this level measured before an error ended it (stop_reason "aborted").
+
+        Responses still in flight are not waited for (the server may be gone). A window whose
+        closing statistics request failed is dropped: its server numbers do not exist.
+        """
+        del self.boundaries[len(self.snapshots):]
+        self.stop_reason = ABORTED
+        return self._result()
+
     # ---- the result
     def _checks(self) -> CheckSummary:
         if self.reference is None or not self.tally.checks:
@@ -639,8 +705,11 @@ class _LevelRun:
 # --------------------------------------------------------------------------- the whole test
 
 
-def _input_dtypes(runner: TritonRunner, config: LoadTestConfig) -> dict[str, np.dtype]:
-    """The numpy dtypes the served model declares for input_ids and attention_mask."""
+def _input_dtypes(
+    runner: TritonRunner, config: LoadTestConfig, served: dict[str, Any]
+) -> dict[str, np.dtype]:
+    """The numpy dtypes the served model declares for input_ids and attention_mask (`served`:
+    its configuration)."""
     from tritonclient.utils import triton_to_np_dtype
 
     metadata = runner.metadata()
@@ -654,7 +723,7 @@ def _input_dtypes(runner: TritonRunner, config: LoadTestConfig) -> dict[str, np.
                 "load tester drives the model-level interface input_ids / attention_mask."
             )
         dtypes[name] = np.dtype(triton_to_np_dtype(spec.datatype))
-    max_batch = int(runner.model_config().get("max_batch_size", 0))
+    max_batch = int(served.get("max_batch_size", 0))
     if max_batch > 0 and config.batch > max_batch:
         raise LoadTestError(
             f"batch {config.batch} exceeds the max_batch_size {max_batch} of model "
@@ -698,31 +767,61 @@ class _Progress:
                         info=f"{result.throughput_infer_per_s:.0f} infer/s ({result.stop_reason})")
 
 
-def run_load_test(config: LoadTestConfig, *, progress: bool = True) -> LoadTestReport:
+def run_load_test(
+    config: LoadTestConfig,
+    *,
+    progress: bool = True,
+    on_partial: Callable[[LoadTestReport], None] | None = None,
+) -> LoadTestReport:
     """Run every load level of `config` against the server; return the report (never exits).
 
     Raises ServerError when no server answers, the model is missing or the server dies during
-    the test; LoadTestError when the model does not have the expected interface or a level
-    cannot run. A model that answers with errors or wrong outputs is a failed report, not an
-    exception: check `report.passed` (or call `report.raise_if_failed()`).
+    the test; LoadTestError when the model does not have the expected interface, a sequence
+    length exceeds its max_seq (both before any load) or a level cannot run. A model that
+    answers with errors or wrong outputs is a failed report, not an exception: check
+    `report.passed` (or call `report.raise_if_failed()`).
+
+    When an error (or Ctrl-C) ends the test once load has begun, `on_partial` is called with the
+    levels measured so far, the interrupted one last, in a report marked partial with the
+    reason; then the error propagates.
     """
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t_start = time.perf_counter()
     notes: list[str] = []
     vocab = config.vocab_size
-    if vocab is None and config.onnx_path is not None:
-        vocab = vocab_from_onnx(config.onnx_path)
+    if config.onnx_path is not None:
+        onnx_model = _load_onnx(config.onnx_path)
+        check_seq_lengths(config, max_seq_from_onnx(onnx_model), f"from {config.onnx_path}")
+        if vocab is None:
+            vocab = vocab_from_onnx(onnx_model)
+        del onnx_model
     if vocab is None:
         vocab = DEFAULT_VOCAB
         notes.append(f"token ids drawn from [{FIRST_TOKEN_ID}, {vocab}): no vocab_size given")
     results: list[LevelResult] = []
+
+    def report(partial_reason: str | None = None) -> LoadTestReport:
+        return LoadTestReport(
+            url=config.url,
+            model=config.model,
+            started_at=started_at,
+            duration_s=time.perf_counter() - t_start,
+            config=config.to_dict(),
+            levels=list(results),
+            notes=notes,
+            partial_reason=partial_reason,
+        )
+
     probe_timeout = min(config.request_timeout_s, 5.0)
     with TritonRunner(config.url, config.model, timeout_s=probe_timeout) as runner:
-        dtypes = _input_dtypes(runner, config)
+        served = runner.model_config()
+        dtypes = _input_dtypes(runner, config, served)
+        check_seq_lengths(config, served_max_seq(served),
+                          f"the served config's {PARAM_MAX_SEQ} parameter")
         reference = None
         if config.onnx_path is not None and config.check_fraction > 0:
-            served = [spec.name for spec in runner.metadata().outputs]
-            reference = _Reference(config.onnx_path, served)
+            served_outputs = [spec.name for spec in runner.metadata().outputs]
+            reference = _Reference(config.onnx_path, served_outputs)
             if not reference.outputs:
                 notes.append("no output of the ONNX file is served: correctness not checked")
                 reference = None
@@ -733,7 +832,14 @@ def run_load_test(config: LoadTestConfig, *, progress: bool = True) -> LoadTestR
             for level in config.levels:
                 bar.start(level)
                 run = _LevelRun(runner.client, config, level, pool, reference, bar.window)
-                result = run.run()
+                try:
+                    result = run.run()
+                except (AttnDeployError, KeyboardInterrupt) as exc:
+                    if on_partial is not None:
+                        results.append(run.partial_result())
+                        reason = str(exc) if isinstance(exc, AttnDeployError) else "interrupted"
+                        on_partial(report(reason))
+                    raise
                 bar.finish(result)
                 results.append(result)
                 if result.stop_reason == "all_failed":
@@ -741,12 +847,4 @@ def run_load_test(config: LoadTestConfig, *, progress: bool = True) -> LoadTestR
                     if skipped:
                         notes.append(f"every request failed; skipped {', '.join(skipped)}")
                     break
-    return LoadTestReport(
-        url=config.url,
-        model=config.model,
-        started_at=started_at,
-        duration_s=time.perf_counter() - t_start,
-        config=config.to_dict(),
-        levels=results,
-        notes=notes,
-    )
+    return report()

@@ -18,7 +18,10 @@ import onnx
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from attndeploy.cli import app as cli_app
 from attndeploy.errors import LoadTestError, ServerError
+from attndeploy.serving import loadtest as loadtest_module
+from attndeploy.serving.client import ModelMetadata, TensorSpec
 from attndeploy.serving.loadreport import CheckSummary, LevelResult, LoadTestReport
 from attndeploy.serving.loadstats import (
     LatencySummary,
@@ -34,8 +37,10 @@ from attndeploy.serving.loadtest import (
     LoadTestConfig,
     _build_pool,
     _LevelRun,
+    max_seq_from_onnx,
     parse_number_list,
     run_load_test,
+    served_max_seq,
     vocab_from_onnx,
 )
 from attndeploy.serving.server import TritonServer, free_port, free_ports
@@ -341,6 +346,200 @@ def test_a_level_that_cannot_finish_stops_at_the_time_limit() -> None:
     assert time.monotonic() - started < 3.0
 
 
+# --------------------------------------------------------------------------- the whole test, faked
+
+
+class CountingClient(FakeClient):
+    """A FakeClient that counts the requests it was sent."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.issued = 0
+
+    def async_infer(self, model: str, inputs: Any, callback: Any, **kwargs: Any) -> None:
+        self.issued += 1
+        super().async_infer(model, inputs, callback, **kwargs)
+
+
+class FakeRunner:
+    """Stands in for TritonRunner in `run_load_test`: a fake client and a served config."""
+
+    def __init__(self, client: FakeClient, served: dict[str, Any] | None = None) -> None:
+        self.client, self.served = client, served or {"max_batch_size": 8}
+
+    def __enter__(self) -> FakeRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+
+    def metadata(self) -> ModelMetadata:
+        inputs = tuple(TensorSpec(n, "INT64", (-1, -1)) for n in ("input_ids", "attention_mask"))
+        outputs = (TensorSpec("logits", "FP32", (-1, 3)),)
+        return ModelMetadata("m", ("1",), "python", inputs, outputs)
+
+    def model_config(self) -> dict[str, Any]:
+        return self.served
+
+
+def fake_server(monkeypatch: pytest.MonkeyPatch, client: FakeClient | None,
+                served: dict[str, Any] | None = None) -> None:
+    """`run_load_test` talks to `client` (None: connecting at all fails the test)."""
+    def connect(url: str, model: str, **kwargs: Any) -> FakeRunner:
+        if client is None:
+            raise AssertionError("the load test connected to the server; it should have stopped")
+        return FakeRunner(client, served)
+
+    monkeypatch.setattr(loadtest_module, "TritonRunner", connect)
+
+
+def _onnx_with_metadata(tmp_path: Path, props: dict[str, str]) -> Path:
+    path = build_tiny_onnx(tmp_path / "model.onnx")
+    model = onnx.load(str(path))
+    onnx.helper.set_model_props(model, props)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    "props",
+    [{"attndeploy.max_seq": "16"},
+     {"attndeploy.config": json.dumps({"max_seq": 16, "vocab_size": TINY_VOCAB})}],
+    ids=["export-limit", "model-config"],
+)
+def test_a_seq_length_above_the_onnx_max_seq_is_refused_before_connecting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, props: dict[str, str]
+) -> None:
+    path = _onnx_with_metadata(tmp_path, props)
+    assert max_seq_from_onnx(path) == 16
+    fake_server(monkeypatch, None)
+    config = LoadTestConfig(model="m", seq_lengths=(8, 32), onnx_path=path)
+    with pytest.raises(LoadTestError) as info:
+        run_load_test(config, progress=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("seq length 32 exceeds the max_seq 16 of model 'm' (from ")
+    assert "use lengths up to 16" in message
+
+
+def test_a_seq_length_above_the_served_max_seq_is_refused_before_any_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = CountingClient()
+    fake_server(monkeypatch, client,
+                {"max_batch_size": 8, "parameters": {"MAX_SEQ": {"string_value": "16"}}})
+    config = LoadTestConfig(model="m", seq_lengths=(16, 17), window_requests=10)
+    with pytest.raises(LoadTestError, match=r"seq length 17 exceeds the max_seq 16 of model 'm' "
+                                            r"\(the served config's MAX_SEQ parameter\)"):
+        run_load_test(config, progress=False)
+    assert client.issued == 0
+
+
+def test_lengths_within_max_seq_and_models_without_one_are_not_refused(tmp_path: Path) -> None:
+    assert max_seq_from_onnx(build_tiny_onnx(tmp_path / "plain.onnx")) is None
+    assert served_max_seq({}) is None
+    assert served_max_seq({"parameters": {"MAX_SEQ": {"string_value": "x"}}}) is None
+    assert served_max_seq({"parameters": {"MAX_SEQ": {"string_value": "64"}}}) == 64
+    loadtest_module.check_seq_lengths(LoadTestConfig(model="m", seq_lengths=(16,)), 16, "here")
+    loadtest_module.check_seq_lengths(LoadTestConfig(model="m", seq_lengths=(99,)), None, "x")
+
+
+def _dying_config(**overrides: Any) -> LoadTestConfig:
+    return LoadTestConfig(**{
+        "model": "m", "concurrency": (1, 2), "window_requests": 40, "warmup_requests": 5,
+        "max_windows": 2, "stable_windows": 2, "stability_threshold": 0.5,
+        "check_fraction": 0.0, "pool_size": 2, "seq_lengths": (4,), **overrides,
+    })
+
+
+def test_a_server_dying_mid_test_hands_over_what_was_measured_as_partial(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = CountingClient()
+    # Each level: 5 warm-up requests and 2 windows of 40. Level 2 dies in its second window.
+    client.dead_after = 150
+    fake_server(monkeypatch, client)
+    partial: list[LoadTestReport] = []
+    with pytest.raises(ServerError, match="stopped answering during the load test") as info:
+        run_load_test(_dying_config(), progress=False, on_partial=partial.append)
+    (report,) = partial
+    assert report.partial and not report.passed
+    assert report.partial_reason == str(info.value)
+    assert report.failures[0] == f"the load test stopped early: {info.value}"
+    first, second = report.levels
+    assert first.stop_reason in ("stable", "max_windows") and first.error_count == 0
+    assert second.stop_reason == "aborted" and second.concurrency == 2
+    assert second.measured_windows >= 1 and second.request_count > 0
+    assert second.error_count > 0  # the refused connections that revealed the death
+    body = json.loads(report.to_json())
+    assert body["partial"] is True and body["partial_reason"] == str(info.value)
+    assert [lv["stop_reason"] for lv in body["levels"]] == [first.stop_reason, "aborted"]
+
+
+def test_a_complete_report_is_not_partial() -> None:
+    body = json.loads(_report(_level()).to_json())
+    assert body["partial"] is False and body["partial_reason"] is None and body["passed"]
+
+
+# --------------------------------------------------------------------------- the command, faked
+
+
+def run_cli_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                 *args: str) -> tuple[int, str, list[str]]:
+    monkeypatch.setattr("sys.argv", ["attndeploy", "loadtest", "--model", "m", *args])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err.strip().splitlines()
+
+
+CLI_DYING = ["--concurrency", "1", "--window", "0.2", "--max-windows", "10", "--warmup", "5",
+             "--seq", "4"]
+
+
+def test_the_command_writes_a_partial_json_when_the_server_dies(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no model_repository here: no ONNX checks
+    client = CountingClient()
+    client.dead_after = 60
+    fake_server(monkeypatch, client)
+    code, _, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json", "out/report.json")
+    assert code == 1
+    assert err[-1].startswith("error (server): ") and "stopped answering" in err[-1]
+    assert "Traceback" not in "\n".join(err)
+    body = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert body["partial"] is True and body["passed"] is False
+    assert "stopped answering" in body["partial_reason"]
+    assert [lv["stop_reason"] for lv in body["levels"]] == ["aborted"]
+
+
+def test_the_command_prints_a_partial_json_to_stdout_when_the_server_dies(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    client = CountingClient()
+    client.dead_after = 60
+    fake_server(monkeypatch, client)
+    code, out, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json", "-")
+    assert code == 1 and len(err) == 1 and err[0].startswith("error (server): ")
+    assert json.loads(out)["partial"] is True
+
+
+@pytest.mark.parametrize("option", ["--json", "--csv", "--plot"])
+@pytest.mark.parametrize("where", ["under-proc", "a-folder"])
+def test_unusable_output_paths_fail_before_the_load_test(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path,
+    option: str, where: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fake_server(monkeypatch, None)  # connecting would fail the test
+    path = "/proc/attndeploy/report.out" if where == "under-proc" else str(tmp_path)
+    code, _, err = run_cli_main(monkeypatch, capsys, "--concurrency", "1", option, path)
+    assert code == 1
+    assert len(err) == 1 and err[0].startswith(f"error (output): cannot write {path}"), err
+
+
 # --------------------------------------------------------------------------- the report
 
 
@@ -501,6 +700,7 @@ def test_a_server_killed_mid_test_stops_the_load_test(
         model=TINY_MODEL, url=server.grpc_url, concurrency=(4,), seq_lengths=(16,),
         window_s=1.0, max_windows=10, stable_windows=10,
     )
+    partial: list[LoadTestReport] = []
     with server:
         pid = server.pid
         assert pid is not None
@@ -509,7 +709,11 @@ def test_a_server_killed_mid_test_stops_the_load_test(
         killer.start()
         try:
             with pytest.raises(ServerError, match="stopped answering during the load test"):
-                run_load_test(config, progress=False)
+                run_load_test(config, progress=False, on_partial=partial.append)
         finally:
             killer.cancel()
         assert time.monotonic() - started < 20.0
+    (report,) = partial
+    assert report.partial and "stopped answering" in str(report.partial_reason)
+    (level,) = report.levels
+    assert level.stop_reason == "aborted" and level.warmup_requests > 0
