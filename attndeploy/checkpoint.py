@@ -17,6 +17,7 @@ memory) before the weights are loaded and the real model is allocated.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,18 +211,62 @@ def _header_tensors(weights_path: Path) -> dict[str, TensorSpec]:
     return found
 
 
+def _with_size(config: ModelConfig, name: str, value: int) -> ModelConfig:
+    section, _, field_name = name.rpartition(".")
+    if not section:
+        return config.replace(**{name: value})
+    return config.replace(**{section: dataclasses.replace(getattr(config, section),
+                                                           **{field_name: value})})
+
+
+def _size(config: ModelConfig, name: str) -> int:
+    section, _, field_name = name.rpartition(".")
+    return getattr(getattr(config, section) if section else config, field_name)
+
+
+def _shaping_fields(config: ModelConfig, tensor: str, axes: set[int] | None) -> list[str]:
+    """The size fields of `config` that set tensor `tensor`'s `axes` (None: its shape at all),
+    found by doubling each field in turn on the meta device (a failure path only)."""
+    base = _expected_tensors(config)[tensor][0]
+    names = [*MODEL_LIMITS, *(".".join(key) for key in SUB_LIMITS)]
+    found = []
+    for name in names:
+        try:
+            shape = _expected_tensors(_with_size(config, name, 2 * _size(config, name)))
+        except AttnDeployError:  # e.g. d_model no longer divisible by n_heads
+            continue
+        other = shape.get(tensor, (base, ""))[0]
+        if axes is None or len(other) != len(base):
+            changed = other != base
+        else:
+            changed = any(other[axis] != base[axis] for axis in axes)
+        if changed:
+            found.append(f"{name} {_size(config, name)}")
+    return found
+
+
 def _check_tensors(
-    expected: dict[str, TensorSpec], found: dict[str, TensorSpec], source: Path
+    expected: dict[str, TensorSpec], found: dict[str, TensorSpec], source: Path,
+    config: ModelConfig | None = None,
 ) -> None:
-    """The first missing, mismatched or unexpected tensor, named (expected order, then sorted)."""
+    """The first missing, mismatched or unexpected tensor, named (expected order, then sorted);
+    with `config`, a wrong shape also names the config sizes that set the disagreeing axes."""
     for name, (shape, dtype) in expected.items():
         if name not in found:
             raise CheckpointError(f"{source}: tensor {name!r} is missing (the config expects it)")
         got_shape, got_dtype = found[name]
         if got_shape != shape or got_dtype != dtype:
+            why = ""
+            if config is not None and got_shape != shape:
+                axes = None  # a different rank: every field that shapes the tensor
+                if len(got_shape) == len(shape):
+                    axes = {i for i, (a, b) in enumerate(zip(got_shape, shape, strict=True))
+                            if a != b}
+                fields = _shaping_fields(config, name, axes)
+                why = f" (from its {', '.join(fields)})" if fields else ""
             raise CheckpointError(
                 f"{source}: tensor {name!r} has shape {list(got_shape)} {got_dtype}, the config "
-                f"expects {list(shape)} {dtype}"
+                f"expects {list(shape)} {dtype}{why}"
             )
     extra = sorted(set(found) - set(expected))
     if extra:
@@ -266,7 +311,8 @@ def read_checkpoint(path: Path) -> Checkpoint:
         )
     # Names and shapes first, from the header and a meta-device model: a config that asks for a
     # model the weights do not hold fails here, before either is allocated.
-    _check_tensors(_expected_tensors(model_config), _header_tensors(weights_path), weights_path)
+    _check_tensors(_expected_tensors(model_config), _header_tensors(weights_path), weights_path,
+                   model_config)
     try:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as exc:

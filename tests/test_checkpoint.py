@@ -320,8 +320,32 @@ def test_a_tampered_vocab_size_within_the_limit_fails_on_the_header_before_alloc
         read_checkpoint(saved)
     message = str(info.value)
     assert "\n" not in message
-    assert (f"tensor 'embed.weight' has shape [{TINY_VOCAB}, 16] torch.float32, the config "
-            "expects [10000000, 16] torch.float32") in message
+    assert message.endswith(
+        f"tensor 'embed.weight' has shape [{TINY_VOCAB}, 16] torch.float32, the config expects "
+        "[10000000, 16] torch.float32 (from its vocab_size 10000000)"
+    )
+
+
+@pytest.mark.parametrize(
+    "field, value, tensor, sizes",
+    [
+        ("d_model", 32, "gates.network.body.0.weight", "d_model 32"),
+        ("d_ff", 64, "blocks.0.ffn.0.weight", "d_ff 64"),
+        ("num_labels", 3 + 2, "head.classify.weight", "num_labels 5"),
+        ("ganet.aux_hidden", 4, "gates.network.body.0.weight", "ganet.aux_hidden 4"),
+    ],
+)
+def test_a_shape_mismatch_names_the_config_sizes_that_disagree_with_the_weights(
+    saved, monkeypatch, field, value, tensor, sizes
+):
+    _refuse_loading(monkeypatch)
+    _set_model_field(saved, field, value)
+    if field == "num_labels":
+        _edit_config(saved, labels=[*LABELS, "x", "y"])
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(saved)
+    assert f"tensor {tensor!r} has shape" in str(info.value)
+    assert str(info.value).endswith(f"(from its {sizes})")
 
 
 @pytest.mark.parametrize(
