@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from attndeploy.cli.options import JsonFlag
-from attndeploy.cli.output import console, print_json
+from attndeploy.cli.output import console, error_console, print_json
 
 RepoOption = Annotated[Path, typer.Option(help="Model repository folder.")]
 
 
+def _port(help_text: str) -> Any:
+    return typer.Option(help=help_text, min=1, max=65535)
+
+
 def command(
     repo: RepoOption = Path("model_repository"),
-    grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 8001,
-    http_port: Annotated[int, typer.Option(help="HTTP port.")] = 8000,
-    metrics_port: Annotated[int, typer.Option(help="Metrics port.")] = 8002,
-    host: Annotated[str, typer.Option(help="Address every endpoint binds to.")] = "127.0.0.1",
+    grpc_port: Annotated[int, _port("gRPC port.")] = 8001,
+    http_port: Annotated[int, _port("HTTP port.")] = 8000,
+    metrics_port: Annotated[int, _port("Metrics port.")] = 8002,
+    host: Annotated[
+        str,
+        typer.Option(help="Address every endpoint binds to; beyond loopback, front it with a "
+                          "proxy that authenticates (tritonserver does not)."),
+    ] = "127.0.0.1",
     log_file: Annotated[Path | None, typer.Option(help="Server log file.")] = None,
     tritonserver: Annotated[
         str | None,
@@ -40,10 +50,17 @@ def command(
     ] = None,
     json_output: JsonFlag = False,
 ) -> None:
-    """Start tritonserver on the repository, wait for every model, serve until stopped."""
-    from attndeploy.serving.launch import servable_models
-    from attndeploy.serving.server import TritonServer, start_background
+    """Start tritonserver on the repository, wait for every model, serve until stopped.
 
+    Serving runs the repository's model.py files; what is served is fixed at start (no client can
+    load, unload or replace models).
+    """
+    from attndeploy.serving.launch import servable_models
+    from attndeploy.serving.server import TritonServer, exposure_warning, start_background
+
+    warning = exposure_warning(host)
+    if warning is not None:
+        error_console.print(f"[yellow]warning[/]: {escape(warning)}", highlight=False)
     models, skipped = servable_models(repo, model, tritonserver)
     if not json_output:
         for name, reason in skipped.items():
@@ -67,6 +84,7 @@ def command(
             print_json({"grpc_url": server.grpc_url, "http_url": server.http_url,
                         "pid": server.pid, "models": models, "not_served": skipped,
                         "log_path": str(server.log_path)})
+            sys.stdout.flush()  # a pipe reader gets the record now, not when the server stops
         else:
             console.print(f"serving {', '.join(models)} on grpc {server.grpc_url}, http "
                           f"{server.http_url} (log {server.log_path}); Ctrl-C to stop")

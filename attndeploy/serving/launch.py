@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attndeploy.errors import RepositoryError, ServerError
+from attndeploy.fsutil import is_staging_name
 from attndeploy.serving.model_config import parse_config
 from attndeploy.serving.server import _backend_dir_for, find_tritonserver
 
@@ -27,12 +28,24 @@ def _backend_of(config_text: str) -> str:
 def servable_models(
     repo: Path, requested: Sequence[str] | None = None, binary: str | Path | None = None
 ) -> tuple[list[str], dict[str, str]]:
-    """(models to serve, {model: why it is left out}) for `repo` on this server binary."""
+    """(models to serve, {model: why it is left out}) for `repo` on this server binary.
+
+    Models are the folders of `repo` holding a config.pbtxt, hidden (staging) folders excepted.
+    """
     repo = Path(repo)
     if not repo.is_dir():
         raise ServerError(f"model repository {repo} does not exist; build it with "
                           "`attndeploy package`")
-    configs = {p.parent.name: p for p in sorted(repo.glob("*/config.pbtxt"))}
+    # pathlib's "*" matches hidden names: skip the staging folders of an interrupted `package`
+    configs = {
+        p.parent.name: p
+        for p in sorted(repo.glob("*/config.pbtxt"))
+        if not is_staging_name(p.parent.name)
+    }
+    if not configs:
+        raise ServerError(f"model repository {repo} has no models (no folder with a "
+                          "config.pbtxt); add one with `attndeploy package CHECKPOINT_OR_ONNX "
+                          f"--repo {repo}`")
     if requested:
         unknown = sorted(set(requested) - set(configs))
         if unknown:

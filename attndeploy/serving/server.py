@@ -11,33 +11,59 @@ that binary work outside the pytriton library:
 - `--exit-on-error=false`, so a model that fails to load leaves the server up and its reason can be
   read from the repository index instead of scraped from the log.
 
+Security. Triton has no authentication, and serving a repository runs its `model.py` files. So no
+client may change what is served: the server runs with `--model-control-mode=none` (the repository
+API's load and unload answer 503 "explicit model load / unload is not allowed if polling is
+enabled"; the index stays readable) on a *repository view*, a fresh private folder holding only
+symlinks to the model folders to serve, made at each start and removed at stop. Hidden folders
+(the staging folders of an interrupted `attndeploy package`) are never served. Every endpoint
+binds to loopback unless told otherwise; `exposure_warning` says what a wider address needs.
+
+Clean-up. The server leads its own process group (its python backend stubs inherit it) and gives
+the python backend a shared-memory prefix of its own (`attndeploy_<hex>_`). Stopping ends what is
+left of that group and removes `/dev/shm/<prefix>*`, even after the server itself was killed
+(a stub whose server was SIGKILLed can outlive it, ignoring SIGTERM, and keep its region). A
+foreground server gets SIGTERM from Linux when the thread that started it dies
+(`PR_SET_PDEATHSIG`), so a killed `attndeploy serve` does not leave a server answering.
+
 `TritonServer` runs one server as a context manager; `start_background` / `stop_background` run one
 detached and remember it in a small JSON state file (for `attndeploy serve --background` / `stop`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.util
+import ipaddress
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from attndeploy.errors import ServerError
+from attndeploy.fsutil import is_staging_name
 
 ENV_BINARY = "ATTNDEPLOY_TRITONSERVER"
 STATE_FILE_NAME = ".attndeploy-server.json"
+STATE_FORMAT = "attndeploy-server-state"  # the marker that makes a file ours to replace or delete
+STATE_MAX_BYTES = 64 * 1024  # a record is a few hundred bytes; anything larger is not one
+VIEW_PREFIX = "attndeploy-models-"
+SHM_DIR = Path("/dev/shm")
 LOG_TAIL_LINES = 30
+_SHM_PREFIX_PATTERN = re.compile(r"^attndeploy_[0-9a-f]{12}_$")
 _INSTALL_HINT = (
     "install it with `pip install 'attndeploy[serve]'` (or `pip install nvidia-pytriton`), "
     f"or point --tritonserver / the {ENV_BINARY} environment variable at a tritonserver binary"
@@ -191,21 +217,58 @@ def _client_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` reaches this machine only: 127.0.0.0/8, ::1 or `localhost`."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # another host name: it may resolve to any interface
+
+
+def exposure_warning(host: str) -> str | None:
+    """One line to print when the server binds to `host` beyond loopback; None on loopback."""
+    if is_loopback_host(host):
+        return None
+    return (
+        f"--host {host or '(all interfaces)'} is not a loopback address and tritonserver has no "
+        "authentication: anyone who reaches it can run the served models; put a reverse proxy "
+        "with TLS and authentication in front of it (or, on Kubernetes, a Service with a "
+        "NetworkPolicy)"
+    )
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, process group) of `pid` from /proc, or None if there is no such process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # the name in parentheses may hold spaces
+    return fields[0], int(fields[2])
+
+
 def _pid_alive(pid: int) -> bool:
-    """Whether `pid` still runs (reaping it first if it is our own exited child)."""
+    """Whether `pid` still runs (reaping it first if it is our own exited child).
+
+    A zombie (exited, not yet reaped by its parent, e.g. a detached server whose parent is init)
+    is not running.
+    """
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
     except ChildProcessError:
-        pass  # not our child: only the signal probe below can tell
+        pass  # not our child: only the probes below can tell
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc_stat = _proc_stat(pid)
+    return proc_stat is None or proc_stat[0] != "Z"  # no /proc (not Linux): trust the signal probe
 
 
 def _terminate(pid: int, grace_s: float, kill_wait_s: float = 5.0) -> str:
@@ -229,6 +292,31 @@ def _terminate(pid: int, grace_s: float, kill_wait_s: float = 5.0) -> str:
     raise ServerError(f"tritonserver (pid {pid}) is still running after SIGKILL; check `ps {pid}`.")
 
 
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes Linux SIGTERM the child when the thread that started it dies.
+
+    SIGTERM (not SIGKILL) lets tritonserver stop its python stubs and free their shared memory.
+    Everything is looked up before the fork: the hook itself only calls prctl. None off Linux.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    sigterm = ctypes.c_ulong(signal.SIGTERM)
+    zero = ctypes.c_ulong(0)
+    parent = os.getpid()
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, sigterm, zero, zero, zero)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return hook
+
+
 def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     """The last `lines` lines of the server log for a person to read.
 
@@ -248,6 +336,181 @@ def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(kept[-lines:])
 
 
+# --------------------------------------------------------------------------- what the server sees
+
+
+def _model_folders(repo: Path, models: Sequence[str] | None) -> dict[str, Path]:
+    """{name: folder} to serve: `models`, or every folder of `repo` but hidden (staging) ones."""
+    repo = repo.resolve()
+    if models is None:
+        return {
+            entry.name: entry
+            for entry in sorted(repo.iterdir())
+            if entry.is_dir() and not is_staging_name(entry.name)
+        }
+    folders: dict[str, Path] = {}
+    for name in models:
+        folder = repo / name
+        if not name or name != folder.name or is_staging_name(name) or not folder.is_dir():
+            raise ServerError(
+                f"'{name}' is not a model folder of {repo}; name a folder that holds a "
+                "config.pbtxt (hidden folders are never served)."
+            )
+        folders[name] = folder
+    return folders
+
+
+def make_repository_view(repo: Path, models: Sequence[str] | None = None) -> Path:
+    """A new private folder (mode 0700, under the temp dir) of symlinks to the folders to serve.
+
+    Triton 2.51 loads models, python backend included, through symlinked model folders. Serving
+    the view instead of `repo` means a folder added to `repo` later is never picked up, and hidden
+    staging folders are never served. Remove it with `remove_repository_view`.
+    """
+    folders = _model_folders(Path(repo), models)
+    _remove_orphaned_views()
+    view = Path(tempfile.mkdtemp(prefix=VIEW_PREFIX))
+    try:
+        for name, folder in folders.items():
+            os.symlink(folder, view / name, target_is_directory=True)
+    except OSError as exc:
+        remove_repository_view(view)
+        raise ServerError(f"Could not make the repository view {view}: {exc}.") from exc
+    return view
+
+
+def remove_repository_view(view: Path) -> bool:
+    """Remove a folder made by `make_repository_view`; return whether this call removed it.
+
+    Only symlinks and then the empty folder are removed (never what the links point to), so a
+    path that is not such a view is left as it is.
+    """
+    view = Path(view)
+    if not view.name.startswith(VIEW_PREFIX) or view.is_symlink() or not view.is_dir():
+        return False
+    for entry in view.iterdir():
+        if entry.is_symlink():
+            entry.unlink(missing_ok=True)
+    try:
+        view.rmdir()
+    except OSError:
+        return False
+    return True
+
+
+def _remove_orphaned_views(min_age_s: float = 600.0) -> list[Path]:
+    """Remove this user's views that no running process serves (their server was killed).
+
+    A view is orphaned when it is older than `min_age_s` (a server is started milliseconds after
+    its view is made) and no process has `--model-repository=<view>` in its command line.
+    Nothing is removed without /proc (where the check cannot be made).
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    root = Path(tempfile.gettempdir())
+    try:
+        candidates = [p for p in root.iterdir() if p.name.startswith(VIEW_PREFIX)]
+    except OSError:
+        return []
+    now, uid = time.time(), os.getuid()
+    old = []
+    for view in candidates:
+        try:
+            info = view.lstat()
+        except OSError:
+            continue
+        if info.st_uid == uid and stat.S_ISDIR(info.st_mode) and now - info.st_mtime > min_age_s:
+            old.append(view)
+    if not old:
+        return []
+    served: set[bytes] = set()
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            served.update(arg for arg in argv if arg.startswith(b"--model-repository="))
+    removed = []
+    for view in old:
+        if f"--model-repository={view}".encode() not in served and remove_repository_view(view):
+            removed.append(view)
+    return removed
+
+
+def _new_shm_prefix() -> str:
+    return f"attndeploy_{secrets.token_hex(6)}_"
+
+
+def _leftover_processes(pgid: int, marker: str) -> list[int]:
+    """Live processes of group `pgid` whose command line holds `marker` (the server, its stubs).
+
+    The marker (the server's shm prefix: on the server's `--backend-config` and in each stub's
+    region name) keeps a group that reused the pid out of it. Empty without /proc.
+    """
+    found: list[int] = []
+    needle = marker.encode()
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        proc_stat = _proc_stat(int(entry.name))
+        if proc_stat is None or proc_stat[1] != pgid or proc_stat[0] == "Z":
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _end_leftovers(pgid: int, shm_prefix: str, wait_s: float = 5.0) -> dict[str, list[Any]]:
+    """SIGKILL what is left of a server's process group and remove its shared-memory regions.
+
+    Stubs whose server died ignore SIGTERM, hence SIGKILL. Returns {"processes": pids ended,
+    "shm": region files removed}. ServerError if a process outlives SIGKILL by `wait_s`.
+    """
+    if not _SHM_PREFIX_PATTERN.match(shm_prefix):  # never a glob wider than one server's regions
+        raise ServerError(f"Refusing to clean up after an unexpected shm prefix {shm_prefix!r}.")
+    pids = _leftover_processes(pgid, shm_prefix)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + wait_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if _pid_alive(pid)]
+        if alive:
+            time.sleep(0.05)
+    if alive:
+        raise ServerError(
+            f"Processes {alive} of the server's group are still running after SIGKILL; check "
+            f"`ps -o pid,stat,args -g {pgid}`."
+        )
+    removed: list[str] = []
+    try:
+        regions = [p for p in SHM_DIR.iterdir() if p.name.startswith(shm_prefix)]
+    except OSError:
+        regions = []
+    for region in regions:
+        try:
+            region.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise ServerError(f"Could not remove the shared-memory file {region}: {exc}.") from exc
+        removed.append(str(region))
+    return {"processes": pids, "shm": removed}
+
+
 # --------------------------------------------------------------------------- the server
 
 
@@ -257,9 +520,13 @@ class TritonServer:
     All endpoints (gRPC, HTTP, metrics) bind to `host` (loopback by default). `grpc_url` and
     `http_url` are `host:port` strings as `tritonclient.grpc` / `tritonclient.http` expect them.
     Readiness means: server live and ready, and every served model READY. `models` limits the
-    server to those models (explicit model control, e.g. to leave out a flavour whose backend
-    this server lacks); None serves every model of the repository.
-    The process runs in its own session; `stop()` (or leaving the `with` block) ends it.
+    server to those model folders (e.g. to leave out a flavour whose backend this server lacks);
+    None serves every model folder of the repository but hidden ones. What is served is fixed at
+    start: the repository API cannot load, unload or replace models (see the module docstring).
+    The process runs in its own session; `stop()` (or leaving the `with` block) ends it and cleans
+    up after it. With `die_with_parent` (the default) Linux sends the server SIGTERM when the
+    thread that called `start()` dies, so start it from a thread that outlives it (the main one);
+    a server meant to outlive this process (`start_background`) passes False.
     """
 
     def __init__(
@@ -276,6 +543,7 @@ class TritonServer:
         ready_timeout_s: float = 120.0,
         stop_grace_s: float = 15.0,
         models: Sequence[str] | None = None,
+        die_with_parent: bool = True,
     ) -> None:
         self.repo = Path(repo)
         self.models = list(models) if models is not None else None
@@ -283,10 +551,18 @@ class TritonServer:
         self.host = host
         self._log_file = Path(log_file) if log_file is not None else None
         self._binary = binary
+        if any(arg.startswith("--model-control-mode") for arg in extra_args):
+            raise ServerError(
+                "extra_args may not set --model-control-mode: the repository API stays off so "
+                "that no client can load, unload or replace models."
+            )
         self._extra_args = list(extra_args)
         self._ready_timeout_s = ready_timeout_s
         self._stop_grace_s = stop_grace_s
+        self._die_with_parent = die_with_parent
         self._proc: subprocess.Popen[bytes] | None = None
+        self.repository_view: Path | None = None  # the folder the server reads, while it runs
+        self.shm_prefix: str | None = None  # the python backend's shared-memory prefix
 
     # ---- properties
     @property
@@ -307,12 +583,13 @@ class TritonServer:
         return self._log_file
 
     # ---- lifecycle
-    def _command(self, binary: Path) -> list[str]:
+    def _command(self, binary: Path, view: Path, shm_prefix: str) -> list[str]:
         # --exit-timeout-secs bounds the drain of in-flight requests on SIGTERM (default 30 s).
         exit_timeout = max(1, int(self._stop_grace_s) - 5)
         command = [
             str(binary),
-            f"--model-repository={self.repo.resolve()}",
+            f"--model-repository={view}",
+            "--model-control-mode=none",  # no load/unload/replace through the repository API
             f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
             f"--http-address={self.host}",
@@ -323,10 +600,8 @@ class TritonServer:
             "--strict-readiness=true",
             "--exit-on-error=false",  # keep a failed model's reason readable from the index
             f"--exit-timeout-secs={exit_timeout}",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
         ]
-        if self.models is not None:
-            command.append("--model-control-mode=explicit")
-            command.extend(f"--load-model={name}" for name in self.models)
         backend_dir = _backend_dir_for(binary)
         if backend_dir is not None:
             command.append(f"--backend-directory={backend_dir}")
@@ -339,14 +614,11 @@ class TritonServer:
         env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
         return env
 
-    def start(self) -> TritonServer:
-        """Launch the server without waiting (see `wait_ready`); checks binary, repo, ports."""
-        if self._proc is not None and self._proc.poll() is None:
-            raise ServerError(f"This server is already running (pid {self._proc.pid}).")
-        binary = find_tritonserver(self._binary)
-        if not self.repo.is_dir():
-            raise ServerError(f"Model repository {self.repo} is not a directory; build it first.")
+    def _check_ports(self) -> None:
         ports = {"gRPC": self.grpc_port, "HTTP": self.http_port, "metrics": self.metrics_port}
+        for name, port in ports.items():
+            if not 1 <= port <= 65535:
+                raise ServerError(f"The {name} port must be between 1 and 65535, got {port}.")
         if len(set(ports.values())) != len(ports):
             raise ServerError(f"The gRPC, HTTP and metrics ports must differ, got {ports}.")
         for name, port in ports.items():
@@ -355,14 +627,26 @@ class TritonServer:
                     f"{name} port {port} on {self.host} is already in use; stop what holds it "
                     f"(`attndeploy stop`, or `ss -ltnp | grep {port}`) or choose another port."
                 )
-        command = self._command(binary)
+
+    def start(self) -> TritonServer:
+        """Launch the server without waiting (see `wait_ready`); checks binary, repo, ports."""
+        if self._proc is not None and self._proc.poll() is None:
+            raise ServerError(f"This server is already running (pid {self._proc.pid}).")
+        binary = find_tritonserver(self._binary)
+        if not self.repo.is_dir():
+            raise ServerError(f"Model repository {self.repo} is not a directory; build it first.")
+        self._check_ports()
+        self._cleanup()  # what an earlier run of this object left
+        view = make_repository_view(self.repo, self.models)
+        shm_prefix = _new_shm_prefix()
+        command = self._command(binary, view, shm_prefix)
         if self._log_file is None:
             fd, name = tempfile.mkstemp(prefix=f"tritonserver-{self.grpc_port}-", suffix=".log")
             os.close(fd)
             self._log_file = Path(name)
-        self._log_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._log_file, "wb") as log:  # one run per log file
-            try:
+        try:
+            self._log_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self._log_file, "wb") as log:  # one run per log file
                 self._proc = subprocess.Popen(
                     command,
                     stdin=subprocess.DEVNULL,
@@ -370,9 +654,12 @@ class TritonServer:
                     stderr=subprocess.STDOUT,
                     env=self._environment(),
                     start_new_session=True,
+                    preexec_fn=_die_with_parent_hook() if self._die_with_parent else None,
                 )
-            except OSError as exc:
-                raise ServerError(f"Could not run {binary}: {exc}.") from exc
+        except OSError as exc:
+            remove_repository_view(view)
+            raise ServerError(f"Could not run {binary}: {exc}.") from exc
+        self.repository_view, self.shm_prefix = view, shm_prefix
         return self
 
     def _failure(self, headline: str) -> ServerError:
@@ -444,14 +731,26 @@ class TritonServer:
         }
 
     def stop(self) -> None:
-        """SIGTERM the server, SIGKILL it after `stop_grace_s`; a no-op if it is not running."""
-        if self._proc is None or self._proc.poll() is not None:
-            return
-        _terminate(self._proc.pid, self._stop_grace_s)
-        try:
-            self._proc.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:  # reaped by _terminate already; keep no zombie around
-            pass
+        """SIGTERM the server, SIGKILL its group after `stop_grace_s`, then clean up after it.
+
+        Clean-up (also when the server had already exited): the rest of its process group, its
+        shared-memory regions and its repository view. Safe to call again.
+        """
+        if self._proc is not None and self._proc.poll() is None:
+            _terminate(self._proc.pid, self._stop_grace_s)
+            try:
+                self._proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:  # reaped by _terminate already; no zombie kept
+                pass
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._proc is not None and self.shm_prefix is not None:
+            _end_leftovers(self._proc.pid, self.shm_prefix)
+            self.shm_prefix = None
+        if self.repository_view is not None:
+            remove_repository_view(self.repository_view)
+            self.repository_view = None
 
     def __enter__(self) -> TritonServer:
         self.start()
@@ -477,32 +776,72 @@ class TritonServer:
 def default_state_path(repo: Path) -> Path:
     """`<repo>/.attndeploy-server.json`: one background server per repository.
 
-    Triton only treats directories of a repository as models, so the state and log files beside
-    them are ignored by the server.
+    Triton only treats directories of a repository as models, and the server reads a repository
+    view anyway, so the state and log files beside the models are never served.
     """
     return Path(repo) / STATE_FILE_NAME
 
 
-def _write_state(path: Path, state: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    os.replace(tmp, path)
+def _not_ours(path: Path, why: str) -> ServerError:
+    return ServerError(
+        f"{path} is not an attndeploy server state file ({why}); left it untouched. Pass the "
+        "--state-file that `attndeploy serve --background` wrote, or a new path."
+    )
 
 
-def _read_state(path: Path) -> dict[str, Any]:
-    if not path.is_file():
+def _read_state(path: Path) -> dict[str, Any] | None:
+    """The record in `path`; None if it is an attndeploy record that cannot be used (corrupt).
+
+    Missing, or anything not recognisably an attndeploy record (no `format` marker: a config, a
+    model, a record of an older attndeploy), is a ServerError and the file is left alone.
+    """
+    if not path.exists():
         raise ServerError(
             f"No background server is recorded at {path}; start one with "
-            "`attndeploy serve --background` or pass the right --state file."
+            "`attndeploy serve --background` or pass the right --state-file."
         )
+    if not path.is_file():
+        raise _not_ours(path, "not a regular file")
     try:
-        state = json.loads(path.read_text())
-        int(state["pid"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        path.unlink(missing_ok=True)
-        raise ServerError(f"State file {path} is corrupt ({exc}); removed it.") from exc
+        with open(path, "rb") as handle:
+            data = handle.read(STATE_MAX_BYTES + 1)
+    except OSError as exc:
+        raise ServerError(f"Could not read state file {path}: {exc}.") from exc
+    if len(data) > STATE_MAX_BYTES:
+        raise _not_ours(path, f"larger than {STATE_MAX_BYTES} bytes")
+    try:
+        state = json.loads(data.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise _not_ours(path, "not JSON") from None
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise _not_ours(path, f'no "format": "{STATE_FORMAT}"')
+    pid, prefix, view = state.get("pid"), state.get("shm_prefix"), state.get("repository_view")
+    if (
+        not isinstance(pid, int)
+        or pid <= 1
+        or not isinstance(prefix, str)
+        or not _SHM_PREFIX_PATTERN.match(prefix)
+        or not isinstance(view, str)
+    ):
+        return None
     return state
+
+
+def _write_state(path: Path, state: dict[str, Any]) -> None:
+    """Write the record atomically (a temporary beside it, then one rename), mode 0600."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(tmp, flags, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(state, indent=2) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _is_our_server(state: dict[str, Any]) -> bool:
@@ -514,9 +853,16 @@ def _is_our_server(state: dict[str, Any]) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return True  # no /proc (not Linux): trust the live pid
-    return any(arg.endswith(b"tritonserver") for arg in argv) and (
-        f"--grpc-port={state.get('grpc_port')}".encode() in argv
-    )
+    marker = f"--backend-config=python,shm-region-prefix-name={state['shm_prefix']}".encode()
+    return any(arg.endswith(b"tritonserver") for arg in argv) and marker in argv
+
+
+def _clean_up_after(state: dict[str, Any]) -> dict[str, list[Any]]:
+    """End the recorded server's leftover processes, shm regions and repository view."""
+    leftovers = _end_leftovers(int(state["pid"]), state["shm_prefix"])
+    view = state["repository_view"]
+    leftovers["repository_view"] = [view] if remove_repository_view(Path(view)) else []
+    return leftovers
 
 
 def start_background(
@@ -535,24 +881,24 @@ def start_background(
 ) -> dict[str, Any]:
     """Start a detached server on `repo`, wait until it is ready, record it; return the record.
 
-    The record (JSON: pid, host, ports, URLs, repo, log path, binary, start time) is written
-    atomically to `state_path`, by default `default_state_path(repo)` =
-    `<repo>/.attndeploy-server.json`; the log defaults to the same path with suffix `.log`.
-    A live server already recorded there is an error; a stale record is replaced.
+    The record (JSON, `"format": "attndeploy-server-state"`: pid, host, ports, URLs, repo,
+    repository view, shm prefix, log path, binary, start time) is written atomically with mode
+    0600 to `state_path`, by default `default_state_path(repo)` = `<repo>/.attndeploy-server.json`;
+    the log defaults to the same path with suffix `.log`. An existing file there that is not such
+    a record is an error and left alone; a live recorded server is an error; a stale record is
+    cleaned up after (see `stop_background`) and replaced.
     """
     repo = Path(repo).resolve()
     state_path = Path(state_path) if state_path is not None else default_state_path(repo)
-    if state_path.is_file():
-        try:
-            previous = _read_state(state_path)
-        except ServerError:
-            previous = None  # corrupt record, already removed
+    if state_path.exists() or state_path.is_symlink():
+        previous = _read_state(state_path)  # refuses a file that is not ours
         if previous is not None and _is_our_server(previous):
             raise ServerError(
                 f"A server (pid {previous['pid']}, gRPC {previous.get('grpc_url')}) is already "
                 f"recorded in {state_path}; stop it with `attndeploy stop` first."
             )
-        state_path.unlink(missing_ok=True)
+        if previous is not None:
+            _clean_up_after(previous)
     log_file = Path(log_file) if log_file is not None else state_path.with_suffix(".log")
     server = TritonServer(
         repo,
@@ -564,10 +910,12 @@ def start_background(
         binary=binary,
         extra_args=extra_args,
         models=models,
+        die_with_parent=False,  # it must outlive this process
     )
     server.start()
     server.wait_ready(timeout_s)  # stops the server itself on failure
     state = {
+        "format": STATE_FORMAT,
         "pid": server.pid,
         "host": host,
         "grpc_port": grpc_port,
@@ -576,6 +924,8 @@ def start_background(
         "grpc_url": server.grpc_url,
         "http_url": server.http_url,
         "repo": str(repo),
+        "repository_view": str(server.repository_view),
+        "shm_prefix": server.shm_prefix,
         "log_path": str(server.log_path),
         "binary": str(find_tritonserver(binary)),
         "started_at": time.time(),
@@ -592,21 +942,42 @@ def start_background(
 
 
 def stop_background(state_path: Path, grace_s: float = 15.0) -> dict[str, Any]:
-    """Stop the server recorded in `state_path` (SIGTERM, then SIGKILL) and remove the record.
+    """Stop the server recorded in `state_path`, clean up after it and remove the record.
 
-    Returns the record plus `signal` (the signal that ended it) and `stop_s`. A missing record,
-    or one whose process is gone (the stale file is removed), is a ServerError.
+    A running server gets SIGTERM, then SIGKILL for its whole process group after `grace_s`.
+    Then, whether it ran or not, what is left of it is removed: processes of its group that carry
+    its shm prefix (python stubs outlive a SIGKILLed server), `/dev/shm/<prefix>*` and its
+    repository view. Returns the record plus `signal`, `stop_s` and `cleaned_up` (pids, shm
+    files, view removed).
+
+    Errors (ServerError; `attndeploy stop` exits 1), leaving the file alone unless it is ours:
+    - no file there, or a file that is not an attndeploy record: nothing is touched;
+    - an attndeploy record too corrupt to use: it is removed;
+    - a record whose server is no longer running (crashed or killed): its leftovers and the
+      record are removed, and the error says so. It stays an error so that a script learns that
+      the server had died before it was asked to stop; running `stop` again is harmless.
     """
     state_path = Path(state_path)
     state = _read_state(state_path)
+    if state is None:
+        state_path.unlink(missing_ok=True)
+        raise ServerError(f"State file {state_path} is a corrupt attndeploy record; removed it.")
     pid = int(state["pid"])
     if not _is_our_server(state):
+        leftovers = _clean_up_after(state)
         state_path.unlink(missing_ok=True)
         raise ServerError(
-            f"The server recorded in {state_path} (pid {pid}) is not running any more; "
-            "removed the stale record."
+            f"The server recorded in {state_path} (pid {pid}) was no longer running (crashed or "
+            f"killed); ended {len(leftovers['processes'])} leftover process(es), removed "
+            f"{len(leftovers['shm'])} shared-memory file(s) and the stale record."
         )
     started = time.monotonic()
     used = _terminate(pid, grace_s)
+    leftovers = _clean_up_after(state)
     state_path.unlink(missing_ok=True)
-    return {**state, "signal": used, "stop_s": round(time.monotonic() - started, 3)}
+    return {
+        **state,
+        "signal": used,
+        "stop_s": round(time.monotonic() - started, 3),
+        "cleaned_up": leftovers,
+    }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ import pytest
 from attndeploy.errors import ServerError
 from attndeploy.serving.server import (
     ENV_BINARY,
+    STATE_FORMAT,
     TritonServer,
     default_state_path,
     find_tritonserver,
@@ -181,8 +183,10 @@ def test_a_stale_record_is_removed_with_a_clear_error(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", ""])
     dead.wait()
     state = tmp_path / "state.json"
-    state.write_text(json.dumps({"pid": dead.pid, "grpc_port": 1}))
-    with pytest.raises(ServerError, match="not running"):
+    state.write_text(json.dumps({"format": STATE_FORMAT, "pid": dead.pid, "grpc_port": 1,
+                                 "shm_prefix": "attndeploy_0123456789ab_",
+                                 "repository_view": str(tmp_path / "attndeploy-models-gone")}))
+    with pytest.raises(ServerError, match="no longer running .* stale record"):
         stop_background(state)
     assert not state.exists()
 
@@ -206,8 +210,9 @@ def test_server_serves_grpc_inference_then_stops_and_frees_its_port(
         result = client.infer("identity", [inp])
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x)
         client.close()
-        pid = server.pid
+        pid, view = server.pid, server.repository_view
     assert process_is_gone(pid)
+    assert view is not None and not view.exists()
     assert not port_is_listening(server.grpc_port)
     assert not port_is_listening(server.http_port)
 
@@ -260,6 +265,9 @@ def test_background_start_records_the_server_and_stop_removes_it(identity_repo: 
     )
     try:
         assert json.loads(state_path.read_text()) == state
+        assert state["format"] == STATE_FORMAT
+        assert stat.S_IMODE(state_path.stat().st_mode) == 0o600
+        assert Path(state["repository_view"]).is_dir()
         assert state["grpc_url"] == f"127.0.0.1:{grpc}"
         assert Path(state["log_path"]).is_file()
         assert port_is_listening(grpc)
@@ -272,5 +280,6 @@ def test_background_start_records_the_server_and_stop_removes_it(identity_repo: 
         raise
     assert stopped["pid"] == state["pid"] and stopped["signal"] == "SIGTERM"
     assert not state_path.exists()
+    assert not Path(state["repository_view"]).exists()
     assert process_is_gone(state["pid"])
     assert not port_is_listening(grpc)
