@@ -94,9 +94,10 @@ class RepoReport:
         return "\n".join(lines)
 
     def raise_for_errors(self) -> None:
-        """Raise one RepositoryError listing every error; return None when the report passed."""
+        """Raise one RepositoryError listing every error on one line; None when it passed."""
         if not self.passed:
-            raise RepositoryError(self.summary())
+            listed = "; ".join(f"{f.model or '<repo>'}: {f.message}" for f in self.errors)
+            raise RepositoryError(f"{self.repo}: {len(self.errors)} error(s): {listed}")
 
 
 class _Model:

@@ -153,6 +153,8 @@ class _Target:
 def _read_target(onnx_path: Path, ckpt: Checkpoint) -> _Target:
     from attndeploy.export.exporter import read_metadata
 
+    if onnx_path.is_dir():
+        raise ValidationError(f"{onnx_path} is a folder; give the exported ONNX file")
     if not onnx_path.is_file():
         raise ValidationError(f"ONNX file {onnx_path} does not exist")
     try:

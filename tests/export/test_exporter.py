@@ -23,7 +23,7 @@ import torch
 
 from attndeploy import __version__
 from attndeploy.config import GANetConfig, ModelConfig
-from attndeploy.errors import ExportError
+from attndeploy.errors import ExportError, OutputError
 from attndeploy.export import exporter
 from attndeploy.export.exporter import ExportOptions, check_structure, export_checkpoint
 from attndeploy.fsutil import file_sha256
@@ -323,7 +323,7 @@ def test_a_failed_export_leaves_no_file_and_keeps_a_previous_one(exports, tmp_pa
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", failing_replace)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OutputError, match="disk full"):
         export_checkpoint(exported.checkpoint, target)
     assert target.read_bytes() == b"previous" and _leftovers(tmp_path) == []
 

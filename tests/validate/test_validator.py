@@ -286,6 +286,11 @@ def test_an_onnx_file_not_made_by_attndeploy_is_refused(artifacts, tmp_path):
         validate_model(artifacts.get("standard").checkpoint, tmp_path / "junk.onnx")
 
 
+def test_a_folder_given_as_the_onnx_file_is_named_a_folder(artifacts, tmp_path):
+    with pytest.raises(ValidationError, match="is a folder; give the exported ONNX file"):
+        validate_model(artifacts.get("standard").checkpoint, tmp_path)
+
+
 def test_shapes_beyond_the_graphs_seq_limit_are_refused_before_running(artifacts, tmp_path):
     case = artifacts.get("standard")
     model = case.load()

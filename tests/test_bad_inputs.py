@@ -1,0 +1,394 @@
+"""THE table of bad inputs: what a careless or hostile user gives the CLI, and what must follow.
+
+Every case runs `attndeploy ...` in process and must end with
+
+- the expected exit code (2 for a bad option, 1 for everything else), never a traceback;
+- exactly one line on stderr, `error (<stage>): ...`, holding the expected fragment;
+- nothing written, changed or removed: every file of the shared work folder (checkpoint, ONNX
+  model, model repository) and of the case's own folder is byte for byte as before, and no
+  temporary is left behind.
+
+Add a case whenever a new way in is found. Paths are templates: `{ckpt}` a tiny trained
+checkpoint, `{onnx}` its export, `{repo}` a packaged repository, `{tmp}` the case's own folder
+(where `prepare` lays out what the case needs), `{port}` a port where nothing listens. Bad
+requests to the served model are tabled beside their code, in
+`tests/serving/test_model_py.py` (`BAD_REQUESTS`, the generated model.py) and
+`tests/serving/test_python_backend.py` (`BAD_REQUESTS`, over gRPC to a real server).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from attndeploy.cli import app as cli_app
+from attndeploy.serving.server import free_port
+
+TINY = ["--d-model", "16", "--heads", "2", "--layers", "2", "--d-ff", "32", "--steps", "2",
+        "--batch-size", "8", "--task", "sparse_evidence", "--n-train", "16", "--n-eval", "8",
+        "--max-seq", "32"]
+
+
+@dataclass(frozen=True)
+class BadInput:
+    argv: tuple[str, ...]
+    stage: str  # "usage" for exit 2, else the error's stage with exit 1
+    fragment: str  # a piece of the message (case-insensitive)
+    prepare: Callable[[Path, Path], None] | None = None  # (case folder, work folder)
+
+    @property
+    def exit_code(self) -> int:
+        return 2 if self.stage == "usage" else 1
+
+
+def case(*argv: str, stage: str, fragment: str, prepare=None) -> BadInput:
+    return BadInput(tuple(argv), stage, fragment, prepare)
+
+
+# --------------------------------------------------------------------------- preparations
+
+
+def _write(relative: str, content: str | bytes) -> Callable[[Path, Path], None]:
+    def prepare(tmp: Path, work: Path) -> None:
+        target = tmp / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
+
+    return prepare
+
+
+def _copy_checkpoint(edit: Callable[[Path], None]) -> Callable[[Path, Path], None]:
+    """A copy of the trained checkpoint at {tmp}/ckpt, then `edit` applied to it."""
+
+    def prepare(tmp: Path, work: Path) -> None:
+        shutil.copytree(work / "ckpt", tmp / "ckpt")
+        edit(tmp / "ckpt")
+
+    return prepare
+
+
+def _edit_config(**model_changes: object) -> Callable[[Path], None]:
+    def edit(ckpt: Path) -> None:
+        config = json.loads((ckpt / "config.json").read_text())
+        config["model"].update(model_changes)
+        (ckpt / "config.json").write_text(json.dumps(config))
+
+    return edit
+
+
+def _truncate_weights(ckpt: Path) -> None:
+    data = (ckpt / "model.safetensors").read_bytes()
+    (ckpt / "model.safetensors").write_bytes(data[: len(data) // 2])
+
+
+def _flip_weight_byte(ckpt: Path) -> None:
+    data = bytearray((ckpt / "model.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (ckpt / "model.safetensors").write_bytes(bytes(data))
+
+
+def _staging_folder(tmp: Path, work: Path) -> None:
+    shutil.copytree(work / "repo", tmp / "repo")
+    staging = tmp / "repo" / ".standard.999999.abcd.tmp"
+    shutil.copytree(tmp / "repo" / "standard", staging)
+
+
+def _empty_repo(tmp: Path, work: Path) -> None:
+    (tmp / "repo").mkdir()
+
+
+def _foreign_onnx(tmp: Path, work: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    onnx.save(helper.make_model(graph), tmp / "foreign.onnx")
+
+
+LONG = "n" * 300
+JSONL_OK = '{"text": "a b", "label": "x"}\n{"text": "c d", "label": "y"}\n' * 4
+
+CASES: dict[str, BadInput] = {
+    # ---- train: options and data
+    "train unknown variant": case("train", "--variant", "flash", stage="usage",
+                                  fragment="'flash' is not one of"),
+    "train unknown task": case("train", "--task", "nope", "--out", "{tmp}/o", stage="data",
+                               fragment="nope"),
+    "train both task and data": case("train", "--task", "sparse_evidence", "--data", "{tmp}/d",
+                                     "--out", "{tmp}/o", stage="config", fragment="not both",
+                                     prepare=_write("d", JSONL_OK)),
+    "train missing data file": case("train", "--data", "{tmp}/absent.jsonl", "--out",
+                                    "{tmp}/o", stage="data", fragment="absent.jsonl"),
+    "train data not json": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
+                                stage="data", fragment="d.jsonl:1",
+                                prepare=_write("d.jsonl", "not json\n")),
+    "train data empty": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
+                             stage="data", fragment="d.jsonl", prepare=_write("d.jsonl", "")),
+    "train data without label": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
+                                     stage="data", fragment="label",
+                                     prepare=_write("d.jsonl", '{"text": "a b"}\n')),
+    "train data not utf-8": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
+                                 stage="data", fragment="d.jsonl",
+                                 prepare=_write("d.jsonl", b'{"text": "\xff\xfe", "label": 1}\n')),
+    "train zero steps": case("train", *TINY, "--steps", "0", "--out", "{tmp}/o",
+                             stage="config", fragment="steps"),
+    "train heads do not divide width": case("train", *TINY, "--heads", "3", "--out", "{tmp}/o",
+                                            stage="config", fragment="heads"),
+    "train zero max seq": case("train", *TINY, "--max-seq", "0", "--out", "{tmp}/o",
+                               stage="config", fragment="max_seq"),
+    "train eval fraction above one": case("train", "--data", "{tmp}/d.jsonl",
+                                          "--eval-fraction", "1.5", "--out", "{tmp}/o",
+                                          stage="data", fragment="fraction",
+                                          prepare=_write("d.jsonl", JSONL_OK)),
+    "train negative lr": case("train", *TINY, "--lr", "-1", "--out", "{tmp}/o",
+                              stage="config", fragment="learning rate"),
+    "train zero batch": case("train", *TINY, "--batch-size", "0", "--out", "{tmp}/o",
+                             stage="config", fragment="batch"),
+    "train existing output": case("train", *TINY, "--out", "{ckpt}", stage="checkpoint",
+                                  fragment="--force"),
+    "train output is a file": case("train", *TINY, "--out", "{tmp}/f", stage="output",
+                                   fragment="is a file", prepare=_write("f", "x")),
+    "train output unwritable": case("train", *TINY, "--out", "/proc/attndeploy-o",
+                                    stage="output", fragment="cannot write"),
+    "train bad temperature": case("train", *TINY, "--variant", "ganet", "--temperature", "0",
+                                  "--out", "{tmp}/o", stage="config", fragment="temperature"),
+    "train bad alpha": case("train", *TINY, "--variant", "evolving", "--alpha", "2",
+                            "--out", "{tmp}/o", stage="config", fragment="alpha"),
+    # ---- checkpoints: missing, corrupt, tampered
+    "info missing checkpoint": case("info", "{tmp}/absent", stage="checkpoint",
+                                    fragment="absent"),
+    "info on a file": case("info", "{tmp}/f", stage="checkpoint", fragment="f",
+                           prepare=_write("f", "x")),
+    "info config not json": case("info", "{tmp}/c", stage="checkpoint", fragment="config.json",
+                                 prepare=_write("c/config.json", "{not json")),
+    "info config of another format": case("info", "{tmp}/c", stage="checkpoint",
+                                          fragment="not an attndeploy checkpoint",
+                                          prepare=_write("c/config.json", '{"format": "x"}')),
+    "export unknown variant in config": case(
+        "export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx", stage="checkpoint",
+        fragment="variant", prepare=_copy_checkpoint(_edit_config(variant="flash"))),
+    "export tampered huge vocab": case(
+        "export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx", stage="checkpoint",
+        fragment="vocab_size", prepare=_copy_checkpoint(_edit_config(vocab_size=10**12))),
+    "export tampered vocab": case(
+        "export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx", stage="checkpoint",
+        fragment="vocab_size", prepare=_copy_checkpoint(_edit_config(vocab_size=10**7))),
+    "export tampered width": case(
+        "export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx", stage="checkpoint",
+        fragment="d_model", prepare=_copy_checkpoint(_edit_config(d_model=32))),
+    "export truncated weights": case(
+        "export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx", stage="checkpoint",
+        fragment="model.safetensors", prepare=_copy_checkpoint(_truncate_weights)),
+    "export weights of another hash": case(
+        "export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx", stage="checkpoint",
+        fragment="sha-256", prepare=_copy_checkpoint(_flip_weight_byte)),
+    "export weights missing": case(
+        "export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx", stage="checkpoint",
+        fragment="model.safetensors",
+        prepare=_copy_checkpoint(lambda c: (c / "model.safetensors").unlink())),
+    # ---- export: outputs
+    "export missing checkpoint": case("export", "{tmp}/absent", "--out", "{tmp}/m.onnx",
+                                      stage="checkpoint", fragment="absent"),
+    "export over the weights": case("export", "{ckpt}", "--out", "{ckpt}/model.safetensors",
+                                    stage="output", fragment="is an input"),
+    "export over the config": case("export", "{ckpt}", "--out", "{ckpt}/config.json",
+                                   stage="output", fragment="is an input"),
+    "export over an existing file": case("export", "{ckpt}", "--out", "{onnx}",
+                                         stage="output", fragment="--force"),
+    "export into a folder": case("export", "{ckpt}", "--out", "{tmp}", stage="output",
+                                 fragment="folder"),
+    "export into an unwritable place": case("export", "{ckpt}", "--out", "/proc/x/m.onnx",
+                                            stage="output", fragment="cannot write"),
+    "export overlong name": case("export", "{ckpt}", "--out", "{tmp}/" + LONG + ".onnx",
+                                 stage="output", fragment="characters"),
+    "export opset too low": case("export", "{ckpt}", "--out", "{tmp}/m.onnx", "--opset", "12",
+                                 stage="export", fragment="opset"),
+    "export zero max seq": case("export", "{ckpt}", "--out", "{tmp}/m.onnx", "--max-seq", "0",
+                                stage="export", fragment="max"),
+    # ---- inspect and validate
+    "inspect missing file": case("inspect", "{tmp}/absent.onnx", stage="export",
+                                 fragment="absent.onnx"),
+    "inspect not onnx": case("inspect", "{tmp}/x.onnx", stage="export", fragment="x.onnx",
+                             prepare=_write("x.onnx", "hello")),
+    "validate a folder as model": case("validate", "{ckpt}", "{tmp}", stage="validation",
+                                       fragment="folder"),
+    "validate missing model": case("validate", "{ckpt}", "{tmp}/absent.onnx",
+                                   stage="validation", fragment="absent.onnx"),
+    "validate corrupt model": case("validate", "{ckpt}", "{tmp}/x.onnx", stage="validation",
+                                   fragment="x.onnx", prepare=_write("x.onnx", b"\x00\x01")),
+    "validate json into unwritable": case("validate", "{ckpt}", "{onnx}", "--json",
+                                          "/proc/x/r.json", stage="output",
+                                          fragment="cannot write"),
+    "validate json into a folder": case("validate", "{ckpt}", "{onnx}", "--json", "{tmp}",
+                                        stage="output", fragment="folder"),
+    "validate markdown into a folder": case("validate", "{ckpt}", "{onnx}", "--markdown",
+                                            "{tmp}", stage="output", fragment="folder"),
+    "validate bad shapes": case("validate", "{ckpt}", "{onnx}", "--shapes", "axb",
+                                stage="validation", fragment="axb"),
+    "validate shape above max seq": case("validate", "{ckpt}", "{onnx}", "--shapes", "1x999",
+                                         stage="validation", fragment="999"),
+    "validate negative tolerance": case("validate", "{ckpt}", "{onnx}", "--atol", "-1",
+                                        stage="validation", fragment="atol"),
+    "validate unknown provider": case("validate", "{ckpt}", "{onnx}", "--providers", "Nope",
+                                      stage="validation", fragment="Nope"),
+    # ---- package and check-repo
+    "package missing source": case("package", "{tmp}/absent", "--repo", "{tmp}/r",
+                                   stage="repository", fragment="absent"),
+    "package empty name": case("package", "{onnx}", "--repo", "{tmp}/r", "--name", "",
+                               stage="repository", fragment="name"),
+    "package overlong name": case("package", "{onnx}", "--repo", "{tmp}/r", "--name", LONG,
+                                  stage="repository", fragment="name"),
+    "package name with a slash": case("package", "{onnx}", "--repo", "{tmp}/r", "--name",
+                                      "a/b", stage="repository", fragment="name"),
+    "package repo is a file": case("package", "{onnx}", "--repo", "{tmp}/f", stage="output",
+                                   fragment="is a file", prepare=_write("f", "x")),
+    "package repo unwritable": case("package", "{onnx}", "--repo", "/proc/x/r",
+                                    stage="output", fragment="cannot write"),
+    "package existing without force": case("package", "{onnx}", "--repo", "{repo}", "--name",
+                                           "standard", stage="repository", fragment="--force"),
+    "package zero batch": case("package", "{onnx}", "--repo", "{tmp}/r", "--max-batch-size",
+                               "-1", stage="repository", fragment="max_batch_size"),
+    "package zero instances": case("package", "{onnx}", "--repo", "{tmp}/r", "--instances",
+                                   "0", stage="repository", fragment="instances"),
+    "package zero version": case("package", "{onnx}", "--repo", "{tmp}/r", "--version", "0",
+                                 stage="repository", fragment="version"),
+    "package a foreign onnx": case("package", "{tmp}/foreign.onnx", "--repo", "{tmp}/r",
+                                   stage="repository", fragment="foreign.onnx",
+                                   prepare=_foreign_onnx),
+    "check-repo missing": case("check-repo", "{tmp}/absent", stage="repository",
+                               fragment="absent"),
+    "check-repo staging folder": case("check-repo", "{tmp}/repo", stage="repository",
+                                      fragment=".standard.999999.abcd.tmp",
+                                      prepare=_staging_folder),
+    # ---- serve, stop
+    "serve port above range": case("serve", "--repo", "{repo}", "--grpc-port", "70000",
+                                   stage="usage", fragment="65535"),
+    "serve port zero": case("serve", "--repo", "{repo}", "--http-port", "0", stage="usage",
+                            fragment="--http-port"),
+    "serve missing repo": case("serve", "--repo", "{tmp}/absent", stage="server",
+                               fragment="absent"),
+    "serve empty repo": case("serve", "--repo", "{tmp}/repo", stage="server",
+                             fragment="attndeploy package", prepare=_empty_repo),
+    "serve same ports": case("serve", "--repo", "{repo}", "--grpc-port", "{port}",
+                             "--http-port", "{port}", "--metrics-port", "1", stage="server",
+                             fragment="differ"),
+    "serve missing binary": case("serve", "--repo", "{repo}", "--tritonserver",
+                                 "{tmp}/absent-bin", stage="server", fragment="absent-bin"),
+    "serve unknown model": case("serve", "--repo", "{repo}", "--model", "nope",
+                                stage="server", fragment="nope"),
+    "stop with no record": case("stop", "--repo", "{tmp}", stage="server",
+                                fragment="No background server"),
+    "stop on a config file": case("stop", "--state-file", "{ckpt}/config.json",
+                                  stage="server", fragment="config.json"),
+    "stop on a foreign json": case("stop", "--state-file", "{tmp}/s.json", stage="server",
+                                   fragment="s.json", prepare=_write("s.json", '{"pid": 1}')),
+    # ---- infer, loadtest (no server listens on {port})
+    "infer server down": case("infer", "--model", "standard", "--repo", "{repo}", "--ids",
+                              "3,4,5", "--url", "127.0.0.1:{port}", stage="server",
+                              fragment="{port}"),
+    "infer unknown model": case("infer", "--model", "nope", "--repo", "{repo}", "--text", "a",
+                                "--url", "127.0.0.1:{port}", stage="server", fragment="nope"),
+    "infer bad ids": case("infer", "--model", "standard", "--repo", "{repo}", "--ids", "a,b",
+                          "--url", "127.0.0.1:{port}", stage="data", fragment="--ids"),
+    "loadtest server down": case("loadtest", "--model", "standard", "--repo", "{repo}",
+                                 "--url", "127.0.0.1:{port}", "--concurrency", "1",
+                                 stage="server", fragment="{port}"),
+    "loadtest zero concurrency": case("loadtest", "--model", "standard", "--repo", "{repo}",
+                                      "--concurrency", "0", stage="loadtest",
+                                      fragment="concurrency"),
+    "loadtest two modes": case("loadtest", "--model", "standard", "--repo", "{repo}",
+                               "--concurrency", "1", "--request-rate", "5", stage="loadtest",
+                               fragment="not both"),
+    "loadtest seq above max": case("loadtest", "--model", "standard", "--repo", "{repo}",
+                                   "--seq", "999", "--url", "127.0.0.1:{port}",
+                                   stage="loadtest", fragment="999"),
+    "loadtest json unwritable": case("loadtest", "--model", "standard", "--repo", "{repo}",
+                                     "--url", "127.0.0.1:{port}", "--json", "/proc/x/l.json",
+                                     stage="output", fragment="cannot write"),
+    "loadtest plot into a folder": case("loadtest", "--model", "standard", "--repo", "{repo}",
+                                        "--url", "127.0.0.1:{port}", "--plot", "{tmp}",
+                                        stage="output", fragment="folder"),
+    "loadtest bad stability": case("loadtest", "--model", "standard", "--repo", "{repo}",
+                                   "--stability", "2", stage="loadtest", fragment="stability"),
+}
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_main(monkeypatch, capsys, argv: list[str]) -> tuple[int, str, list[str]]:
+    monkeypatch.setattr("sys.argv", ["attndeploy", *argv])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err.strip().splitlines()
+
+
+def snapshot(*folders: Path) -> dict[str, str]:
+    """Every file and folder under `folders` (hidden ones included), with a digest of files."""
+    found: dict[str, str] = {}
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            key = str(path)
+            found[key] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny trained checkpoint, its export and a packaged repository, built by the CLI."""
+    import os
+    import subprocess
+    import sys
+
+    work = tmp_path_factory.mktemp("bad-inputs")
+
+    def cli(*argv: str) -> None:
+        result = subprocess.run([sys.executable, "-m", "attndeploy", *argv], cwd=work,
+                                capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert result.returncode == 0, result.stderr
+
+    cli("train", *TINY, "--out", "ckpt")
+    cli("export", "ckpt", "--out", "model.onnx")
+    cli("package", "model.onnx", "--repo", "repo", "--name", "standard")
+    return work
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input_is_one_line_error_and_writes_nothing(name, work, tmp_path, monkeypatch,
+                                                        capsys):
+    bad = CASES[name]
+    if bad.prepare is not None:
+        bad.prepare(tmp_path, work)
+    port = str(free_port())
+    values = {"ckpt": str(work / "ckpt"), "onnx": str(work / "model.onnx"),
+              "repo": str(work / "repo"), "tmp": str(tmp_path), "port": port}
+    argv = [arg.format(**values) for arg in bad.argv]
+    before = snapshot(work, tmp_path)
+    code, out, err = run_main(monkeypatch, capsys, argv)
+    assert "Traceback" not in out + "\n".join(err)
+    assert code == bad.exit_code, (code, err)
+    assert len(err) == 1, err
+    assert err[0].startswith(f"error ({bad.stage}): "), err[0]
+    assert bad.fragment.format(**values).lower() in err[0].lower(), err[0]
+    assert snapshot(work, tmp_path) == before
+
+
+def test_the_table_covers_every_command():
+    commands = {bad.argv[0] for bad in CASES.values()}
+    assert commands >= set(cli_app.COMMANDS) - {"quickstart"}
+    assert len(CASES) >= 60
