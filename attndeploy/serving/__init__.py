@@ -1,1 +1,1 @@
-"""Serving: run a local Triton Inference Server on a model repository (`server.py`)."""
+"""Serving: run a local Triton Inference Server on a model repository (`server`)."""

@@ -43,6 +43,7 @@ from attndeploy.serving.loadtest import (
     served_max_seq,
     vocab_from_onnx,
 )
+from attndeploy.serving.loadtest import run as loadtest_run  # where TritonRunner is looked up
 from attndeploy.serving.server import TritonServer, free_port, free_ports
 
 from .loadtest_fixtures import TINY_MODEL, TINY_VOCAB, build_tiny_onnx, tiny_onnx_path
@@ -390,7 +391,7 @@ def fake_server(monkeypatch: pytest.MonkeyPatch, client: FakeClient | None,
             raise AssertionError("the load test connected to the server; it should have stopped")
         return FakeRunner(client, served)
 
-    monkeypatch.setattr(loadtest_module, "TritonRunner", connect)
+    monkeypatch.setattr(loadtest_run, "TritonRunner", connect)
 
 
 def _onnx_with_metadata(tmp_path: Path, props: dict[str, str]) -> Path:

@@ -1,0 +1,301 @@
+"""`TritonServer`: one tritonserver process as a context manager that starts it and waits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from attndeploy.errors import ServerError
+from attndeploy.serving.server.binary import _backend_dir_for, find_tritonserver
+from attndeploy.serving.server.ports import _client_host, _port_is_free
+from attndeploy.serving.server.processes import (
+    _die_with_parent_hook,
+    _end_leftovers,
+    _new_shm_prefix,
+    _terminate,
+)
+from attndeploy.serving.server.view import make_repository_view, remove_repository_view
+
+LOG_TAIL_LINES = 30
+
+
+def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of the server log for a person to read.
+
+    Drops the ASCII status tables (their content is in the repository index) and blank lines, and
+    the usage text printed after an unrecognised option (the line naming it comes first).
+    """
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"(could not read {path}: {exc})"
+    kept: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("Usage: tritonserver"):
+            break
+        if line.strip() and not line.startswith(("+", "|")):
+            kept.append(line)
+    return "\n".join(kept[-lines:])
+
+
+class TritonServer:
+    """One `tritonserver` process serving `repo`; a context manager that starts it and waits.
+
+    All endpoints (gRPC, HTTP, metrics) bind to `host` (loopback by default). `grpc_url` and
+    `http_url` are `host:port` strings as `tritonclient.grpc` / `tritonclient.http` expect them.
+    Readiness means: server live and ready, and every served model READY. `models` limits the
+    server to those model folders (e.g. to leave out a flavour whose backend this server lacks);
+    None serves every model folder of the repository but hidden ones. What is served is fixed at
+    start: the repository API cannot load, unload or replace models (see the package docstring).
+    The process runs in its own session; `stop()` (or leaving the `with` block) ends it and cleans
+    up after it. With `die_with_parent` (the default) Linux sends the server SIGTERM when the
+    thread that called `start()` dies, so start it from a thread that outlives it (the main one);
+    a server meant to outlive this process (`start_background`) passes False.
+    """
+
+    def __init__(
+        self,
+        repo: Path,
+        *,
+        grpc_port: int = 8001,
+        http_port: int = 8000,
+        metrics_port: int = 8002,
+        host: str = "127.0.0.1",
+        log_file: Path | None = None,
+        binary: str | Path | None = None,
+        extra_args: Sequence[str] = (),
+        ready_timeout_s: float = 120.0,
+        stop_grace_s: float = 15.0,
+        models: Sequence[str] | None = None,
+        die_with_parent: bool = True,
+    ) -> None:
+        self.repo = Path(repo)
+        self.models = list(models) if models is not None else None
+        self.grpc_port, self.http_port, self.metrics_port = grpc_port, http_port, metrics_port
+        self.host = host
+        self._log_file = Path(log_file) if log_file is not None else None
+        self._binary = binary
+        if any(arg.startswith("--model-control-mode") for arg in extra_args):
+            raise ServerError(
+                "extra_args may not set --model-control-mode: the repository API stays off so "
+                "that no client can load, unload or replace models."
+            )
+        self._extra_args = list(extra_args)
+        self._ready_timeout_s = ready_timeout_s
+        self._stop_grace_s = stop_grace_s
+        self._die_with_parent = die_with_parent
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.repository_view: Path | None = None  # the folder the server reads, while it runs
+        self.shm_prefix: str | None = None  # the python backend's shared-memory prefix
+
+    # ---- properties
+    @property
+    def grpc_url(self) -> str:
+        return f"{_client_host(self.host)}:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"{_client_host(self.host)}:{self.http_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def log_path(self) -> Path | None:
+        """The server's stdout+stderr, rewritten at each start (a temp file unless given)."""
+        return self._log_file
+
+    # ---- lifecycle
+    def _command(self, binary: Path, view: Path, shm_prefix: str) -> list[str]:
+        # --exit-timeout-secs bounds the drain of in-flight requests on SIGTERM (default 30 s).
+        exit_timeout = max(1, int(self._stop_grace_s) - 5)
+        command = [
+            str(binary),
+            f"--model-repository={view}",
+            "--model-control-mode=none",  # no load/unload/replace through the repository API
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.grpc_port}",
+            f"--http-address={self.host}",
+            f"--http-port={self.http_port}",
+            f"--metrics-address={self.host}",
+            f"--metrics-port={self.metrics_port}",
+            "--allow-gpu-metrics=false",  # quiets the NVML/DCGM warnings of CPU-only machines
+            "--strict-readiness=true",
+            "--exit-on-error=false",  # keep a failed model's reason readable from the index
+            f"--exit-timeout-secs={exit_timeout}",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+        ]
+        backend_dir = _backend_dir_for(binary)
+        if backend_dir is not None:
+            command.append(f"--backend-directory={backend_dir}")
+        return command + self._extra_args
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # The python backend stub ignores PYTHONPATH; it finds this environment via `python3`.
+        bin_dir = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")])
+        return env
+
+    def _check_ports(self) -> None:
+        ports = {"gRPC": self.grpc_port, "HTTP": self.http_port, "metrics": self.metrics_port}
+        for name, port in ports.items():
+            if not 1 <= port <= 65535:
+                raise ServerError(f"The {name} port must be between 1 and 65535, got {port}.")
+        if len(set(ports.values())) != len(ports):
+            raise ServerError(f"The gRPC, HTTP and metrics ports must differ, got {ports}.")
+        for name, port in ports.items():
+            if not _port_is_free(self.host, port):
+                raise ServerError(
+                    f"{name} port {port} on {self.host} is already in use; stop what holds it "
+                    f"(`attndeploy stop`, or `ss -ltnp | grep {port}`) or choose another port."
+                )
+
+    def start(self) -> TritonServer:
+        """Launch the server without waiting (see `wait_ready`); checks binary, repo, ports."""
+        if self._proc is not None and self._proc.poll() is None:
+            raise ServerError(f"This server is already running (pid {self._proc.pid}).")
+        binary = find_tritonserver(self._binary)
+        if not self.repo.is_dir():
+            raise ServerError(f"Model repository {self.repo} is not a directory; build it first.")
+        self._check_ports()
+        self._cleanup()  # what an earlier run of this object left
+        view = make_repository_view(self.repo, self.models)
+        shm_prefix = _new_shm_prefix()
+        command = self._command(binary, view, shm_prefix)
+        if self._log_file is None:
+            fd, name = tempfile.mkstemp(prefix=f"tritonserver-{self.grpc_port}-", suffix=".log")
+            os.close(fd)
+            self._log_file = Path(name)
+        try:
+            self._log_file.parent.mkdir(parents=True, exist_ok=True)
+            with open(self._log_file, "wb") as log:  # one run per log file
+                self._proc = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=self._environment(),
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent_hook() if self._die_with_parent else None,
+                )
+        except OSError as exc:
+            remove_repository_view(view)
+            raise ServerError(f"Could not run {binary}: {exc}.") from exc
+        self.repository_view, self.shm_prefix = view, shm_prefix
+        return self
+
+    def _failure(self, headline: str) -> ServerError:
+        """Stop the server and build an error carrying the log tail (read before stopping)."""
+        tail = _log_tail(self._log_file) if self._log_file else ""
+        self.stop()
+        return ServerError(
+            f"{headline}\n--- last {LOG_TAIL_LINES} lines of {self._log_file} ---\n{tail}"
+        )
+
+    def wait_ready(self, timeout_s: float | None = None, poll_s: float = 0.25) -> None:
+        """Block until the server and every model in the repository are ready.
+
+        Raises ServerError (after stopping the server) if the process exits, a model fails to
+        load (naming it and the reason), or `timeout_s` (default: the constructor's) passes.
+        """
+        import tritonclient.grpc as grpcclient  # heavy import (grpc), only when serving
+
+        if self._proc is None:
+            raise ServerError("The server was not started; call start() first.")
+        timeout_s = self._ready_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        client = grpcclient.InferenceServerClient(self.grpc_url)
+        try:
+            while True:
+                code = self._proc.poll()
+                if code is not None:
+                    raise self._failure(
+                        f"tritonserver exited with code {code} before it was ready."
+                    )
+                try:
+                    failed = self._failed_models(client, self.models)
+                    if failed is None:
+                        return
+                except grpcclient.InferenceServerException:
+                    failed = {}  # endpoints not up yet: models are still loading
+                if failed:
+                    reasons = "\n".join(
+                        f"model '{n}' failed to load: {r}" for n, r in failed.items()
+                    )
+                    raise self._failure(reasons.rstrip())
+                if time.monotonic() >= deadline:
+                    raise self._failure(
+                        f"tritonserver was not ready after {timeout_s:.0f} s; raise the timeout "
+                        "if the models are large, else see the log below."
+                    )
+                time.sleep(poll_s)
+        finally:
+            client.close()
+
+    @staticmethod
+    def _failed_models(client: Any, models: Sequence[str] | None) -> dict[str, str] | None:
+        """None when everything is ready, else {model: reason} of models that failed (maybe {})."""
+        if not client.is_server_live(client_timeout=2.0):
+            return {}
+        index = client.get_model_repository_index(as_json=True, client_timeout=2.0)
+        entries = index.get("models", [])
+        served = {entry["name"] for entry in entries} if models is None else set(models)
+        entries = [entry for entry in entries if entry["name"] in served]
+        not_ready = {
+            name for name in served if not client.is_model_ready(name, client_timeout=2.0)
+        }
+        if not not_ready and client.is_server_ready(client_timeout=2.0):
+            return None
+        return {
+            entry["name"]: entry.get("reason", "unknown reason (see the log)")
+            for entry in entries
+            if entry["name"] in not_ready and entry.get("state") == "UNAVAILABLE"
+        }
+
+    def stop(self) -> None:
+        """SIGTERM the server, SIGKILL its group after `stop_grace_s`, then clean up after it.
+
+        Clean-up (also when the server had already exited): the rest of its process group, its
+        shared-memory regions and its repository view. Safe to call again.
+        """
+        if self._proc is not None and self._proc.poll() is None:
+            _terminate(self._proc.pid, self._stop_grace_s)
+            try:
+                self._proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:  # reaped by _terminate already; no zombie kept
+                pass
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._proc is not None and self.shm_prefix is not None:
+            _end_leftovers(self._proc.pid, self.shm_prefix)
+            self.shm_prefix = None
+        if self.repository_view is not None:
+            remove_repository_view(self.repository_view)
+            self.repository_view = None
+
+    def __enter__(self) -> TritonServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:  # Ctrl-C while loading must not leave a server behind
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
