@@ -65,3 +65,9 @@ class LoadTestError(AttnDeployError):
     """A load test that could not run or finish."""
 
     stage = "loadtest"
+
+
+class DeployError(AttnDeployError):
+    """Deployment manifests that cannot be made from these options or this repository."""
+
+    stage = "deploy"

@@ -43,6 +43,7 @@ COMMANDS = {
     "infer": ("infer", "command"),
     "loadtest": ("loadtest", "command"),
     "quickstart": ("quickstart", "command"),
+    "deploy": ("deploy", "command"),
 }
 
 for name, (module, function) in COMMANDS.items():

@@ -36,8 +36,23 @@ from attndeploy.serving.onnx_info import (
 from attndeploy.serving.signature import config_mismatches, onnx_mismatches
 
 Severity = Literal["error", "warning"]
-# Triton 2.51 (NGC 24.10) bundles onnxruntime 1.19, which runs default-domain opsets up to 21.
-TRITON_ORT_MAX_OPSET = 21
+
+
+@dataclass(frozen=True)
+class TritonRelease:
+    """One NGC Triton release: its server version and the onnxruntime its backend bundles."""
+
+    ngc: str  # the NGC container release, e.g. "24.10" (image tag "24.10-py3")
+    server: str  # the tritonserver version inside it
+    onnxruntime: str  # major.minor of the onnxruntime its onnxruntime backend bundles
+    max_opset: int  # the highest default-domain opset that onnxruntime runs
+
+
+# Releases whose facts are known here, by NGC release. Triton 2.51 (NGC 24.10) bundles
+# onnxruntime 1.19, which runs default-domain opsets up to 21.
+TRITON_RELEASES = {"24.10": TritonRelease("24.10", "2.51", "1.19", 21)}
+TRITON_RELEASE = TRITON_RELEASES["24.10"]  # the release check-repo's opset check assumes
+TRITON_ORT_MAX_OPSET = TRITON_RELEASE.max_opset
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,355 @@
+"""`deploy_kubernetes`: a checked repository -> a folder of manifests and how to apply them.
+
+Order of work: the output is checked (writable, not inside the repository nor holding it, new
+unless `force`), then the repository passes check-repo, then the models to serve are chosen (one
+flavour: python on CPUs, onnxruntime with GPUs) and their opsets checked against the image's
+onnxruntime, and only then is the folder written, atomically (a temp folder renamed).
+
+The folder (`kubectl apply -f OUT/` reads its top-level YAML files only):
+
+- plain: `deployment.yaml`, `service.yaml`, `hpa.yaml`, `pdb.yaml`;
+  with `--kserve`: `inferenceservice.yaml` instead;
+- `images/models.Dockerfile` (a local repository: the served model folders in a small image that
+  the Deployment's initContainer copies into the pod), `images/server.Dockerfile` (the python
+  flavour: the NGC image plus the onnxruntime its `model.py` imports), `pvc-loader/pod.yaml`
+  (a PVC store: a pod to `kubectl cp` the model folders into the claim);
+- `README.md`: the commands to build, upload and apply, with this run's names filled in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from attndeploy import __version__
+from attndeploy.deploy import manifests as mf
+from attndeploy.deploy.options import KubernetesOptions
+from attndeploy.errors import DeployError, OutputError, RepositoryError
+from attndeploy.fsutil import atomic_directory, check_output_dir, file_sha256, same_path
+from attndeploy.serving import model_config as cfgmod
+from attndeploy.serving.check_repo import check_repository
+
+MODELS_DOCKERFILE = "images/models.Dockerfile"
+SERVER_DOCKERFILE = "images/server.Dockerfile"
+PVC_LOADER = "pvc-loader/pod.yaml"
+README = "README.md"
+
+
+@dataclass
+class DeployResult:
+    """What `deploy_kubernetes` wrote: files relative to `out`, models served, images to build."""
+
+    out: Path
+    files: list[str]
+    models: list[str]
+    flavor: str
+    kserve: bool
+    image: str  # the image the server container runs
+    images_to_build: dict[str, str]  # image name -> its Dockerfile (relative to out)
+    release: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out), "files": self.files, "models": self.models,
+            "flavor": self.flavor, "kserve": self.kserve, "image": self.image,
+            "images_to_build": self.images_to_build, "triton_release": self.release,
+            "warnings": self.warnings,
+        }
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_output(repo: Path, out: Path, *, force: bool) -> None:
+    """Refuse an output that cannot be written, is or would hold the repository, or exists."""
+    check_output_dir(out)
+    repo_abs, out_abs = Path(repo).resolve(), Path(out).resolve()
+    if same_path(repo_abs, out_abs) or repo_abs in out_abs.parents:
+        raise OutputError(f"cannot write {out}: it lies inside the repository {repo}, where "
+                          "Triton would take it for a model folder; give --out outside it")
+    if out_abs in repo_abs.parents:
+        raise OutputError(f"cannot write {out}: it holds the repository {repo}, which --force "
+                          "would delete; give another --out")
+    if out.exists() and not force:
+        raise OutputError(f"{out} already exists; pass --force to replace it")
+
+
+def _flavor_of(config: Any) -> str | None:
+    if config.backend == cfgmod.PYTHON_BACKEND:
+        return "python"
+    if config.platform == cfgmod.ONNXRUNTIME_PLATFORM or config.backend == "onnxruntime":
+        return "onnxruntime"
+    return None
+
+
+def _onnx_files(model_dir: Path, config: Any) -> list[Path]:
+    name = config.default_model_filename or cfgmod.MODEL_FILE
+    return sorted(p / name for p in model_dir.iterdir()
+                  if p.is_dir() and p.name.isdigit() and (p / name).is_file())
+
+
+def _opset(path: Path) -> int | None:
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return None
+
+
+def select_models(repo: Path, options: KubernetesOptions) -> tuple[list[str], list[str]]:
+    """(models to serve, warnings): the repository's models of the options' flavour.
+
+    Raises RepositoryError when check-repo rejects the repository, DeployError when no model
+    (or a named one) fits, or a model's opset is beyond the image's onnxruntime.
+    """
+    report = check_repository(repo)
+    report.raise_for_errors()
+    flavors: dict[str, str | None] = {}
+    configs: dict[str, Any] = {}
+    for name in report.models:
+        text = (repo / name / cfgmod.CONFIG_FILE).read_text(encoding="utf-8")
+        configs[name] = cfgmod.parse_config(text, str(repo / name / cfgmod.CONFIG_FILE))
+        flavors[name] = _flavor_of(configs[name])
+    wanted = options.flavor
+    why = "with --gpu" if options.gpu > 0 else "on CPUs (no --gpu)"
+    if options.models:
+        unknown = [m for m in options.models if m not in flavors]
+        if unknown:
+            raise DeployError(f"no model {', '.join(unknown)} in {repo}; it holds "
+                              f"{', '.join(report.models)}")
+        wrong = [m for m in options.models if flavors[m] != wanted]
+        if wrong:
+            raise DeployError(f"{', '.join(wrong)}: not the {wanted} flavour, which the pods "
+                              f"serve {why}")
+        chosen = list(dict.fromkeys(options.models))
+    else:
+        chosen = [m for m in report.models if flavors[m] == wanted]
+        if not chosen:
+            held = ", ".join(f"{m} ({flavors[m] or 'not attndeploy'})" for m in report.models)
+            raise DeployError(f"{repo} holds no {wanted}-flavour model, which the pods serve "
+                              f"{why}; it holds {held}; package with --flavor {wanted} or both")
+    release = options.release
+    warnings = [f"{m}: not the {wanted} flavour, not served" for m in report.models
+                if m not in chosen and flavors[m] != wanted]
+    for name in chosen:
+        for path in _onnx_files(repo / name, configs[name]):
+            opset = _opset(path)
+            if opset is not None and opset > release.max_opset:
+                raise DeployError(
+                    f"{name}: {path.parent.name}/{path.name} uses opset {opset}; the image's "
+                    f"onnxruntime {release.onnxruntime} (Triton {release.ngc}) runs opsets up to "
+                    f"{release.max_opset}; re-export with --opset {release.max_opset}"
+                )
+        if cfgmod.PARAM_EXECUTION_ENV in configs[name].parameters:
+            where = configs[name].parameters[cfgmod.PARAM_EXECUTION_ENV].string_value
+            raise DeployError(
+                f"{name}: its config sets {cfgmod.PARAM_EXECUTION_ENV} to {where}, a path of "
+                "this machine that the pods do not have; package it without an execution "
+                "environment (the server image brings onnxruntime)"
+            )
+        kinds = {group.kind for group in configs[name].instance_group}
+        if options.gpu > 0 and kinds and cfgmod.mc.ModelInstanceGroup.KIND_GPU not in kinds:
+            warnings.append(f"{name}: its instance_group is not KIND_GPU, so it runs on the CPU "
+                            "of a GPU pod; package with --kind gpu")
+    return chosen, warnings
+
+
+def models_digest(repo: Path, models: list[str]) -> str:
+    """12 hex digits over the served folders' file names and contents: a new tag for new models,
+    so that a changed repository rolls the pods."""
+    digest = hashlib.sha256()
+    for name in sorted(models):
+        for path in sorted(p for p in (repo / name).rglob("*") if p.is_file()):
+            digest.update(f"{path.relative_to(repo).as_posix()}\0{file_sha256(path)}\n".encode())
+    return digest.hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _header(what: str) -> str:
+    return (f"# {what}\n# Generated by attndeploy {__version__} (`attndeploy deploy kubernetes`); "
+            "run it again rather than edit.\n")
+
+
+def render_yaml(documents: list[dict[str, Any]], what: str) -> str:
+    body = "---\n".join(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+                        for doc in documents)
+    return _header(what) + body
+
+
+def models_dockerfile(models: list[str]) -> str:
+    lines = [
+        _header("The served model folders, copied into each pod by the initContainer "
+                "`copy-models`. Build context: the model repository."),
+        "FROM busybox:1.36",
+        *(f"COPY {name} {mf.MODELS_IMAGE_ROOT}/{name}" for name in models),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def server_dockerfile(options: KubernetesOptions) -> str:
+    release = options.release
+    return "\n".join([
+        _header(f"Triton {release.ngc} plus the onnxruntime its onnxruntime backend bundles "
+                f"({release.onnxruntime}), for the python flavour's model.py (the NGC image has "
+                "no onnxruntime for Python). Build context: any folder."),
+        f"FROM {options.image}",
+        f'RUN python3 -m pip install --no-cache-dir "onnxruntime~={release.onnxruntime}.0"',
+    ]) + "\n"
+
+
+def _q(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def instructions(repo: Path, out: Path, plan: mf.Plan, images: dict[str, str]) -> str:
+    """The folder's README: what it holds and the commands to apply it, names filled in."""
+    options, store = plan.options, plan.store
+    ns = f" -n {options.namespace}" if options.namespace else ""
+    lines = [f"# Deploying {', '.join(plan.models)} on Kubernetes", ""]
+    lines += [
+        f"Generated by attndeploy {__version__} from `{repo}` "
+        f"({options.flavor} flavour, {options.gpu or 'no'} GPU per pod, image "
+        f"`{options.serving_image()}`, Triton {options.release.ngc}). Regenerate rather than "
+        "edit.", "",
+        "Security: tritonserver has no authentication and runs the repository's model.py files. "
+        "It runs with `--model-control-mode=none` (no client can load, unload or replace a model) "
+        "on a repository holding only the models above; keep it that way (a store prefix or PVC "
+        "folder with other models would serve them too). The Service is ClusterIP: put an "
+        "authenticating proxy in front of it before exposing it.", "",
+    ]
+    step = 1
+    if images:
+        lines += [f"{step}. Build the images and push them where the cluster pulls from "
+                  "(for kind: `kind load docker-image NAME` instead of the push):", "", "```bash"]
+        for image, dockerfile in images.items():
+            context = repo if dockerfile == MODELS_DOCKERFILE else out / "images"
+            lines.append(f"docker build -t {_q(image)} -f {_q(out / dockerfile)} {_q(context)}")
+            lines.append(f"docker push {_q(image)}")
+        lines += ["```", ""]
+        step += 1
+    if store is not None and store.is_bucket:
+        base = store.uri.rstrip("/")
+        sync = ("aws s3 sync --delete" if store.kind == "s3" else "gsutil -m rsync -r -d")
+        lines += [f"{step}. Upload the served model folders (only these) to the store:", "",
+                  "```bash"]
+        lines += [f"{sync} {_q(repo / m)} {_q(f'{base}/{m}')}" for m in plan.models]
+        lines += ["```", ""]
+        if not options.kserve:
+            lines += [f"   Credentials, unless the nodes or the workload identity have them: "
+                      f"`kubectl{ns} create secret generic {options.name}-store "
+                      "--from-literal=AWS_ACCESS_KEY_ID=... --from-literal="
+                      "AWS_SECRET_ACCESS_KEY=... --from-literal=AWS_DEFAULT_REGION=...` "
+                      "(read through `envFrom`, optional).", ""]
+        step += 1
+    elif store is not None:
+        folder = f"{mf.MODELS_MOUNT}/{store.path}" if store.path else mf.MODELS_MOUNT
+        pod = f"{options.name}-pvc-loader"
+        lines += [f"{step}. Copy the served model folders into the PersistentVolumeClaim "
+                  f"`{store.claim}` (it must exist; with replicas on several nodes its access "
+                  "mode must be ReadOnlyMany or ReadWriteMany):", "", "```bash",
+                  f"kubectl{ns} apply -f {_q(out / PVC_LOADER)}",
+                  f"kubectl{ns} wait --for=condition=Ready pod/{pod}",
+                  f"kubectl{ns} exec {pod} -- mkdir -p {folder}"]
+        lines += [f"kubectl{ns} cp {_q(repo / m)} {pod}:{folder}/{m}" for m in plan.models]
+        lines += [f"kubectl{ns} delete pod {pod}", "```", ""]
+        step += 1
+    if options.namespace:
+        lines += [f"{step}. `kubectl create namespace {options.namespace}` (once)", ""]
+        step += 1
+    if options.kserve:
+        lines += [f"{step}. Apply (KServe with the `{mf.KSERVE_RUNTIME}` ClusterServingRuntime "
+                  "installed) and wait:", "", "```bash",
+                  f"kubectl apply -f {_q(out)}",
+                  f"kubectl{ns} wait --for=condition=Ready inferenceservice/{options.name} "
+                  "--timeout=10m", "```", ""]
+    else:
+        lines += [f"{step}. Apply and wait for the rollout (every model loaded in every pod):",
+                  "", "```bash", f"kubectl apply -f {_q(out)}",
+                  f"kubectl{ns} rollout status deployment/{options.name} --timeout=10m",
+                  "```", "",
+                  f"{step + 1}. Try it from this machine:", "", "```bash",
+                  f"kubectl{ns} port-forward service/{options.name} "
+                  f"{mf.HTTP_PORT}:{mf.HTTP_PORT} {mf.GRPC_PORT}:{mf.GRPC_PORT} &",
+                  f"attndeploy infer --model {plan.models[0]} --url localhost:{mf.GRPC_PORT} "
+                  f"--repo {_q(repo)} --text \"...\"", "```", "",
+                  "Notes: the HorizontalPodAutoscaler scales on CPU use between "
+                  f"{options.replica_range[0]} and {options.replica_range[2]} pods (`kubectl "
+                  "apply` again resets the count to `replicas` until it acts). gRPC clients keep "
+                  "one connection, which a ClusterIP Service pins to one pod: balance per request "
+                  "(a service mesh, or client-side over a headless Service) to use every replica. "
+                  f"Prometheus scrapes port {mf.METRICS_PORT} (`prometheus.io/*` annotations).", ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def build_files(repo: Path, out: Path, plan: mf.Plan) -> tuple[dict[str, str], dict[str, str]]:
+    """({relative path: text}, {image to build: its Dockerfile}) for the plan."""
+    options, store = plan.options, plan.store
+    files: dict[str, str] = {}
+    images: dict[str, str] = {}
+    if options.flavor == "python" and options.server_image is None:
+        files[SERVER_DOCKERFILE] = server_dockerfile(options)
+        images[options.python_server_image()] = SERVER_DOCKERFILE
+    if options.kserve:
+        files["inferenceservice.yaml"] = render_yaml(
+            [mf.inference_service(plan)], "KServe InferenceService on the Triton runtime")
+    else:
+        if plan.models_image is not None:
+            files[MODELS_DOCKERFILE] = models_dockerfile(list(plan.models))
+            images[plan.models_image] = MODELS_DOCKERFILE
+        files["deployment.yaml"] = render_yaml([mf.deployment(plan)], "tritonserver Deployment")
+        files["service.yaml"] = render_yaml(
+            [mf.service(plan)], "ClusterIP Service: HTTP 8000, gRPC 8001, metrics 8002")
+        files["hpa.yaml"] = render_yaml([mf.autoscaler(plan)], "HorizontalPodAutoscaler (CPU)")
+        files["pdb.yaml"] = render_yaml([mf.disruption_budget(plan)], "PodDisruptionBudget")
+    if store is not None and store.kind == "pvc":
+        files[PVC_LOADER] = render_yaml(
+            [mf.pvc_loader_pod(plan)], "A pod for `kubectl cp` into the PVC; delete it after")
+    files[README] = instructions(repo, out, plan, images)
+    return files, images
+
+
+def deploy_kubernetes(
+    repo: Path, out: Path, options: KubernetesOptions, *, force: bool = False
+) -> DeployResult:
+    """Write Kubernetes manifests for `repo` into the folder `out` (see the module docstring).
+
+    Raises OutputError (bad `out`), RepositoryError (check-repo's errors) or DeployError (no model
+    to serve, an opset beyond the image's onnxruntime), all before anything is written.
+    """
+    repo, out = Path(repo), Path(out)
+    if not repo.is_dir():
+        raise RepositoryError(f"model repository {repo} is not a directory; build it with "
+                              "`attndeploy package`")
+    check_output(repo, out, force=force)
+    models, warnings = select_models(repo, options)
+    models_image = None
+    if options.store is None:
+        models_image = options.models_image or f"attndeploy-models:{models_digest(repo, models)}"
+    plan = mf.Plan(options=options, models=tuple(models), models_image=models_image)
+    files, images = build_files(repo, out, plan)
+    with atomic_directory(out, replace=force) as staging:
+        for relative, text in files.items():
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+    release = options.release
+    return DeployResult(
+        out=out, files=sorted(files), models=models, flavor=options.flavor,
+        kserve=options.kserve, image=options.serving_image(), images_to_build=images,
+        release={"ngc": release.ngc, "server": release.server,
+                 "onnxruntime": release.onnxruntime, "max_opset": release.max_opset},
+        warnings=warnings,
+    )

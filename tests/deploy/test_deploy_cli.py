@@ -1,0 +1,95 @@
+"""`attndeploy deploy kubernetes` as a person runs it: a real subprocess, JSON parsed, and each
+bad option one line on stderr with exit code 1 (2 for a usage error), nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .golden_cases import ONNXRUNTIME_MODEL, PYTHON_MODEL, build_sample_repository
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attndeploy", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def one_line_error(result: subprocess.CompletedProcess, stage: str, fragment: str,
+                   code: int = 1) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error ({stage}): "), lines[0]
+    assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """repo (the sample, both flavours), repo-extra (plus a folder without config.pbtxt) and
+    broken-repo (a config that does not parse)."""
+    root = tmp_path_factory.mktemp("cli")
+    build_sample_repository(root)  # root/repo
+    shutil.copytree(root / "repo", root / "repo-extra")
+    (root / "repo-extra" / "broken").mkdir()
+    (root / "broken-repo" / "m").mkdir(parents=True)
+    (root / "broken-repo" / "m" / "config.pbtxt").write_text("not: a config {")
+    return root
+
+
+def test_plain_and_kserve_forms_write_their_files(workdir: Path) -> None:
+    plain = run_cli("deploy", "kubernetes", "--repo", "repo", "--out", "plain", "--json",
+                    cwd=workdir)
+    assert plain.returncode == 0, plain.stderr
+    result = json.loads(plain.stdout)
+    assert result["models"] == [PYTHON_MODEL] and result["flavor"] == "python"
+    assert result["warnings"] == [f"{ONNXRUNTIME_MODEL}: not the python flavour, not served"]
+    assert {"deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml", "README.md",
+            "images/models.Dockerfile", "images/server.Dockerfile"} == set(result["files"])
+    kserve = run_cli("deploy", "kubernetes", "--repo", "repo", "--out", "kserve", "--kserve",
+                     "--model-store", "s3://bucket/models", "--gpu", "1", "--json", cwd=workdir)
+    assert kserve.returncode == 0, kserve.stderr
+    assert json.loads(kserve.stdout)["files"] == ["README.md", "inferenceservice.yaml"]
+    again = run_cli("deploy", "kubernetes", "--repo", "repo", "--out", "plain", cwd=workdir)
+    one_line_error(again, "output", "already exists; pass --force")
+
+
+@pytest.mark.parametrize(("args", "stage", "fragment"), [
+    (["--min-replicas", "5", "--max-replicas", "3"], "deploy",
+     "--min-replicas 5 is above --max-replicas 3"),
+    (["--model-store", "ftp://host/models"], "deploy", "unknown scheme 'ftp://'"),
+    (["--model-store", "/data/models"], "deploy", "not a bucket URI"),
+    (["--kserve"], "deploy", "--kserve needs --model-store"),
+    (["--image", "nvcr.io/nvidia/tritonserver:23.01-py3"], "deploy", "not in check-repo's table"),
+    (["--memory", "lots"], "deploy", "not a Kubernetes quantity"),
+    (["--repo", "broken-repo"], "repository", "broken-repo: 1 error(s): m: "),
+    (["--repo", "missing"], "repository", "missing is not a directory"),
+    (["--out", "repo/deploy", "--repo", "repo"], "output", "inside the repository"),
+])
+def test_bad_options_are_one_line_errors_and_write_nothing(
+    workdir: Path, args: list[str], stage: str, fragment: str,
+) -> None:
+    before = sorted(p.name for p in workdir.iterdir())
+    args = args if "--repo" in args else ["--repo", "repo", *args]
+    result = run_cli("deploy", "kubernetes", "--out", "never", *args, cwd=workdir)
+    one_line_error(result, stage, fragment)
+    assert sorted(p.name for p in workdir.iterdir()) == before
+
+
+def test_a_repository_that_check_repo_rejects_is_refused(workdir: Path) -> None:
+    result = run_cli("deploy", "kubernetes", "--repo", "repo-extra", "--out", "never",
+                     cwd=workdir)
+    one_line_error(result, "repository", "broken: config.pbtxt is missing")
+    assert not (workdir / "never").exists()
+
+
+def test_an_unknown_target_is_a_usage_error(workdir: Path) -> None:
+    result = run_cli("deploy", "nomad", cwd=workdir)
+    one_line_error(result, "usage", "nomad", code=2)

@@ -1,0 +1,127 @@
+"""The manifests rehearsed against the real local tritonserver (see rehearsal.py): the pod's
+command line, its probes and ports, and one inference through the Service's port mapping."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import yaml
+
+from attndeploy.deploy import KubernetesOptions, deploy_kubernetes
+from attndeploy.serving import check_repo
+from attndeploy.serving.server import TritonServer, free_ports
+
+from .golden_cases import ONNXRUNTIME_MODEL, PYTHON_MODEL, build_sample_repository
+from .rehearsal import PROBE_BUDGET_S, LocalPod, http_status, rehearse, wait_for_probe
+
+pytestmark = pytest.mark.integration
+
+# tritonserver flags of `attndeploy serve` that only make sense on this machine: the wheel's
+# backend folder, and the python backend's shared-memory prefix that `stop` cleans up after.
+LOCAL_ONLY_FLAGS = {"--backend-directory", "--backend-config"}
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sample repository (both flavours) and the default manifests for it."""
+    root = tmp_path_factory.mktemp("rehearsal")
+    repo = build_sample_repository(root)
+    deploy_kubernetes(repo, root / "deploy", KubernetesOptions())
+    return repo, root / "deploy"
+
+
+def manifest(out: Path, name: str) -> dict:
+    (document,) = yaml.safe_load_all((out / name).read_text())
+    return document
+
+
+@pytest.fixture(scope="module")
+def pod(deployed: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+        ) -> Iterator[tuple[LocalPod, dict]]:
+    repo, out = deployed
+    deployment = manifest(out, "deployment.yaml")
+    with rehearse(deployment, manifest(out, "service.yaml"), out / "images" / "models.Dockerfile",
+                  repo, tmp_path_factory.mktemp("pod")) as local:
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        yield local, container
+
+
+def test_the_probes_pass_on_the_paths_and_ports_of_the_manifest(pod) -> None:
+    local, container = pod
+    assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/live"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    wait_for_probe(local, container["startupProbe"], PROBE_BUDGET_S)
+    wait_for_probe(local, container["readinessProbe"], PROBE_BUDGET_S)  # every model loaded
+    wait_for_probe(local, container["livenessProbe"], 5)
+
+
+def test_one_inference_through_the_service_equals_onnxruntime(pod, deployed) -> None:
+    import tritonclient.grpc as grpcclient
+
+    local, container = pod
+    repo, _ = deployed
+    wait_for_probe(local, container["readinessProbe"], PROBE_BUDGET_S)
+    ids = np.array([[3, 1, 4, 1, 5]], dtype=np.int64)
+    mask = np.ones_like(ids)
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{local.services[8001]}")
+    try:
+        inputs = [grpcclient.InferInput("input_ids", list(ids.shape), "INT64"),
+                  grpcclient.InferInput("attention_mask", list(mask.shape), "INT64")]
+        inputs[0].set_data_from_numpy(ids)
+        inputs[1].set_data_from_numpy(mask)
+        result = client.infer(PYTHON_MODEL, inputs, client_timeout=30)
+    finally:
+        client.close()
+    session = ort.InferenceSession(str(repo / PYTHON_MODEL / "1" / "model.onnx"),
+                                   providers=["CPUExecutionProvider"])
+    (expected,) = session.run(["logits"], {"input_ids": ids, "attention_mask": mask})
+    np.testing.assert_allclose(result.as_numpy("logits"), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_service_serves_only_the_copied_models_and_loads_none(pod) -> None:
+    local, container = pod
+    wait_for_probe(local, container["readinessProbe"], PROBE_BUDGET_S)
+    http = f"http://127.0.0.1:{local.services[8000]}"
+    status, body = http_status(f"{http}/v2/repository/index", method="POST")
+    assert status == 200
+    assert [entry["name"] for entry in json.loads(body)] == [PYTHON_MODEL]
+    status, _ = http_status(f"{http}/v2/repository/models/{ONNXRUNTIME_MODEL}/load",
+                            method="POST")
+    assert status != 200  # --model-control-mode=none: the repository API loads nothing
+    status, body = http_status(f"{http}/v2")
+    assert status == 200
+    version = json.loads(body)["version"]
+    # the local server is the release whose onnxruntime check-repo assumes for the image
+    assert version.startswith(check_repo.TRITON_RELEASE.server + "."), version
+
+
+def test_metrics_are_scraped_through_the_service_port(pod) -> None:
+    local, container = pod
+    wait_for_probe(local, container["readinessProbe"], PROBE_BUDGET_S)
+    status, body = http_status(f"http://127.0.0.1:{local.services[8002]}/metrics")
+    assert status == 200
+    assert f'nv_inference_request_success{{model="{PYTHON_MODEL}"'.encode() in body
+
+
+def test_the_manifest_runs_the_flags_of_attndeploy_serve(deployed, tmp_path: Path) -> None:
+    """The flag names of the pod's tritonserver are those `attndeploy serve` runs locally."""
+    repo, out = deployed
+    container = manifest(out, "deployment.yaml")["spec"]["template"]["spec"]["containers"][0]
+    grpc, http, metrics = free_ports()
+    server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics,
+                          log_file=tmp_path / "serve.log", models=[PYTHON_MODEL])
+    try:
+        server.start()
+        argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().decode().split("\0")
+    finally:
+        server.stop()
+    serve_flags = {arg.split("=", 1)[0] for arg in argv[1:] if arg}
+    pod_flags = {arg.split("=", 1)[0] for arg in container["args"]}
+    assert pod_flags == serve_flags - LOCAL_ONLY_FLAGS
+    assert "--model-control-mode=none" in container["args"]
