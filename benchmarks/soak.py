@@ -62,7 +62,7 @@ def _rss_mb(pid: int) -> float | None:
 
 
 def group_members(pgid: int) -> list[int]:
-    """Pids whose process group is `pgid` (the server and the stubs it started)."""
+    """Live pids whose process group is `pgid` (the server and its stubs; zombies left out)."""
     members = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -72,7 +72,7 @@ def group_members(pgid: int) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == pgid:
+        if int(fields[2]) == pgid and fields[0] != "Z":
             members.append(int(entry.name))
     return sorted(members)
 
@@ -216,7 +216,9 @@ def cleanup(state_path: Path, pid: int, shm_before: set[str]) -> dict[str, Any]:
         message = None
     except AttnDeployError as exc:
         stopped, message = None, f"{exc.stage}: {exc}"
-    time.sleep(0.5)
+    deadline = time.monotonic() + 5.0  # a SIGKILLed stub takes a moment to be gone
+    while group_members(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
     return {
         "stop_result": stopped,
         "stop_message": message,
