@@ -1,9 +1,10 @@
 """GA-Net: gated attention (variants.md §3). Letters: b batch, h heads, i/j query/key, t token.
 
-One auxiliary network per model reads the token embeddings and scores every token (gate logits
-s [B, T]). Training uses relaxed Gumbel-sigmoid gates in log space; eval mode uses hard gates
-decided on the LOGITS (s > 0) with the all-closed rescue. Gates are per key position, shared by
-every head, query and layer, and by the gated attention pooling of the classifier head.
+One auxiliary network per model (`GateNetwork`) reads the token embeddings and scores every token
+(gate logits s [B, T]). Training uses relaxed Gumbel-sigmoid gates in log space; eval mode uses
+hard gates decided on the LOGITS (s > 0) with the all-closed rescue. Gates are per key position,
+shared by every head, query and layer (`GatedAttention`), and by the gated attention pooling of
+the classifier head.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from torch import Tensor, nn
 
 from attndeploy.config import GANetConfig, ModelConfig
 from attndeploy.variants import dispatch
-from attndeploy.variants._common import AttentionBase, LayerContext
+from attndeploy.variants._common import (
+    AttentionBase,
+    LayerContext,
+    LayerResult,
+    as_key_padding_mask,
+)
 from attndeploy.variants._recurrent import PaddedBiLSTM
 from attndeploy.variants.functional import hard_gates, masked_softmax
 from attndeploy.variants.registry import register_variant
@@ -24,41 +30,68 @@ from attndeploy.variants.registry import register_variant
 NOISE_EPS = 1e-6
 
 
-class GateNetwork(nn.Module):
-    """Auxiliary network: token embeddings [B, T, E] -> gate logits s [B, T]."""
+def logistic_noise(shape: torch.Size, *, like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """L = log U − log(1 − U), U ~ Uniform(eps, 1 − eps): one draw per token."""
+    u = torch.rand(shape, generator=generator, device=like.device, dtype=torch.float32)
+    u = u.clamp(NOISE_EPS, 1 - NOISE_EPS)
+    return (torch.log(u) - torch.log1p(-u)).to(like.dtype)
 
-    def __init__(self, embed_dim: int, config: GANetConfig, lstm_hidden: int = 100) -> None:
+
+class GateNetwork(nn.Module):
+    """GA-Net's auxiliary network: x [B, T, E] (token embeddings), mask [B, T] -> logits [B, T].
+
+    `GateNetwork(embed_dim, *, kind="mlp"|"conv"|"bilstm", hidden=128, bias_init=0.0,
+    lstm_hidden=100, sample_in_training=True)` (variants.md §3.2). `scores(x, mask)` is the
+    network's output s. `forward` returns the DECISION logits: s in eval mode; s + L (logistic
+    noise, one draw per token per call) in training when `sample_in_training`, so that every
+    `GatedAttention` fed the same logits shares one draw, as the paper's relaxation wants.
+    The `bilstm` kind exports as standard ONNX `LSTM` nodes.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        *,
+        kind: str = "mlp",
+        hidden: int = 128,
+        bias_init: float = 0.0,
+        lstm_hidden: int = 100,
+        sample_in_training: bool = True,
+    ) -> None:
         super().__init__()
-        self.kind = config.aux
-        hidden = config.aux_hidden
-        if self.kind == "mlp":
+        GANetConfig(aux=kind, aux_hidden=hidden, aux_bias_init=float(bias_init))  # validates
+        self.kind = kind
+        self.sample_in_training = sample_in_training
+        self.generator: torch.Generator | None = None
+        if kind == "mlp":
             self.body = nn.Sequential(nn.Linear(embed_dim, hidden), nn.GELU())
             out_features = hidden
-        elif self.kind == "conv":
+        elif kind == "conv":
             self.body = nn.Conv1d(embed_dim, hidden, kernel_size=3, padding=1)
             out_features = hidden
         else:
             self.body = PaddedBiLSTM(embed_dim, lstm_hidden, num_layers=1)
             out_features = 2 * lstm_hidden
         self.score = nn.Linear(out_features, 1)
-        nn.init.constant_(self.score.bias, config.aux_bias_init)
+        nn.init.constant_(self.score.bias, bias_init)
 
-    def forward(self, embeddings: Tensor, key_padding_mask: Tensor) -> Tensor:
+    def scores(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The auxiliary network's logits s [B, T] (no noise)."""
+        mask = as_key_padding_mask(key_padding_mask, x)
         if self.kind == "mlp":
-            features = self.body(embeddings)  # [B, T, a]
+            features = self.body(x)  # [B, T, a]
         elif self.kind == "conv":
-            zeroed = embeddings * key_padding_mask[:, :, None].to(embeddings.dtype)  # pads = 0
+            zeroed = x * mask[:, :, None].to(x.dtype)  # pads = 0
             features = F.gelu(self.body(zeroed.transpose(1, 2)).transpose(1, 2))  # [B, T, a]
         else:
-            features = self.body(embeddings, key_padding_mask)  # [B, T, 2h]
+            features = self.body(x, mask)  # [B, T, 2h]
         return self.score(features).squeeze(-1)  # [B, T]
 
-
-def logistic_noise(shape: torch.Size, *, like: Tensor, generator: torch.Generator | None) -> Tensor:
-    """L = log U − log(1 − U), U ~ Uniform(eps, 1 − eps): one draw per token."""
-    u = torch.rand(shape, generator=generator, device=like.device, dtype=torch.float32)
-    u = u.clamp(NOISE_EPS, 1 - NOISE_EPS)
-    return (torch.log(u) - torch.log1p(-u)).to(like.dtype)
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        s = self.scores(x, key_padding_mask)  # [B, T]
+        if self.training and self.sample_in_training:
+            s = s + logistic_noise(s.shape, like=s, generator=self.generator)
+        return s
 
 
 @dataclass(frozen=True)
@@ -73,24 +106,29 @@ class GateState:
 
 
 class GateController(nn.Module):
-    """Owns the auxiliary network and turns its logits into this pass's gates."""
+    """A built-in model's gates: owns the auxiliary network, turns its logits into this pass's
+    gates (noise, relaxation, `gate_mode`) once for every layer and the pooling."""
 
     def __init__(self, embed_dim: int, config: ModelConfig) -> None:
         super().__init__()
         self.config = config.ganet
-        self.network = GateNetwork(embed_dim, config.ganet, config.lstm_hidden)
+        self.network = GateNetwork(
+            embed_dim, kind=config.ganet.aux, hidden=config.ganet.aux_hidden,
+            bias_init=config.ganet.aux_bias_init, lstm_hidden=config.lstm_hidden,
+        )
         self.generator: torch.Generator | None = None
 
     def forward(self, embeddings: Tensor, key_padding_mask: Tensor) -> GateState:
-        s = self.network(embeddings, key_padding_mask)  # [B, T]
+        s = self.network.scores(embeddings, key_padding_mask)  # [B, T]
         if not self.training and self.config.gate_mode == "threshold":
             return GateState(s, s, None, None, None)  # consumes no randomness
         noisy = s + logistic_noise(s.shape, like=s, generator=self.generator)
         if not self.training:  # `sample` mode: g = (s + L > 0) ∧ m with the same rescue
             return GateState(noisy, s, None, None, None)
-        relaxed = noisy / self.config.temperature
-        hard = hard_gates(noisy, key_padding_mask) if self.config.straight_through else None
-        return GateState(noisy, s, F.logsigmoid(relaxed), torch.sigmoid(relaxed), hard)
+        relaxed = relax_gates(noisy, key_padding_mask, self.config.temperature,
+                              self.config.straight_through)
+        soft = torch.sigmoid(noisy / self.config.temperature)
+        return GateState(noisy, s, relaxed.log_gates, soft, relaxed.hard_gates)
 
     def layer_context(self, state: GateState, key_padding_mask: Tensor) -> LayerContext:
         return LayerContext(
@@ -105,6 +143,17 @@ def soft_density(soft_gates: Tensor, key_padding_mask: Tensor) -> Tensor:
     """R: mean over examples of the mean soft gate over valid tokens (variants.md §3.5)."""
     m = key_padding_mask.to(soft_gates.dtype)
     return ((soft_gates * m).sum(-1) / m.sum(-1).clamp(min=1)).mean()
+
+
+def relax_gates(
+    gate_logits: Tensor, key_padding_mask: Tensor, temperature: float, straight_through: bool
+) -> LayerContext:
+    """Training-time gates from decision logits (s + L): log g_soft = logsigmoid(logits / τ),
+    and for straight-through the hard sampled gates (variants.md §3.5)."""
+    log_gates = F.logsigmoid(gate_logits / temperature)  # [B, T]
+    hard = hard_gates(gate_logits, key_padding_mask) if straight_through else None
+    return LayerContext(key_padding_mask, gate_logits=gate_logits, log_gates=log_gates,
+                        hard_gates=hard)
 
 
 def _relaxed_probs(scores: Tensor, context: LayerContext, broadcast: tuple) -> Tensor:
@@ -126,25 +175,72 @@ def _relaxed_probs(scores: Tensor, context: LayerContext, broadcast: tuple) -> T
 
 
 @register_variant("ganet")
-class GatedSelfAttention(AttentionBase):
-    """Self-attention whose keys are gated by the model's shared gates."""
+class GatedAttention(AttentionBase):
+    """Multi-head self-attention whose keys are gated (GA-Net, batch first).
 
-    def __init__(self, config: ModelConfig, layer_index: int) -> None:
-        super().__init__(config, layer_index)
-        self.gather_open_keys = config.ganet.gather_open_keys
+    `GatedAttention(embed_dim, num_heads, *, bias=True, temperature=1.0, straight_through=False,
+    gather_open_keys=False, scale=None)`.
+    `forward(x [B,T,D], key_padding_mask bool [B,T], gate_logits [B,T]) -> (y [B,T,D],
+    gates bool [B,T])`, `gate_logits` from a `GateNetwork` (share one call between layers).
+    Eval: hard gates `(logit > 0) ∧ real` with the all-closed rescue; closed keys weigh exactly
+    0; exports as one `attndeploy::GatedAttention` node. Training: relaxed gates
+    g = σ(logits / τ) (soft), or hard forward / soft backward with `straight_through`; `gates`
+    are then the hard gates of the logits, for statistics.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        bias: bool = True,
+        temperature: float = 1.0,
+        straight_through: bool = False,
+        gather_open_keys: bool = False,
+        scale: float | None = None,
+    ) -> None:
+        super().__init__(embed_dim, num_heads, bias=bias, scale=scale)
+        GANetConfig(temperature=float(temperature))  # validates
+        self.temperature = float(temperature)
+        self.straight_through = straight_through
+        self.gather_open_keys = gather_open_keys
+
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None, gate_logits: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        mask = as_key_padding_mask(key_padding_mask, x)  # [B, T]
+        q, k, v = self.project(x)  # [B, H, T, d]
+        heads, gates = self.attend(q, k, v, mask, gate_logits)  # [B, H, T, d], [B, T]
+        return self.merge(heads), gates
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, context: LayerContext
-    ) -> tuple[Tensor, None]:
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gate_logits: Tensor
+    ) -> tuple[Tensor, Tensor]:
         if self.training:
+            context = relax_gates(gate_logits, mask, self.temperature, self.straight_through)
             scores = self.scale * (q @ k.transpose(-2, -1))  # [B, H, Tq, Tk]
             probs = _relaxed_probs(scores, context, (slice(None), None, None, slice(None)))
-            return probs @ v, None
-        out, _ = dispatch.call(
-            "gated_attention", q, k, v, context.key_padding_mask, context.gate_logits,
+            gates = context.hard_gates
+            if gates is None:
+                with torch.no_grad():
+                    gates = hard_gates(gate_logits, mask)  # [B, T]
+            return probs @ v, gates
+        return dispatch.call(
+            "gated_attention", q, k, v, mask, gate_logits,
             scale=self.scale, gather_open_keys=self.gather_open_keys,
         )
-        return out, None
+
+    @classmethod
+    def from_config(cls, config, layer_index: int) -> GatedAttention:
+        return cls(
+            config.d_model, config.n_heads, temperature=config.ganet.temperature,
+            straight_through=config.ganet.straight_through,
+            gather_open_keys=config.ganet.gather_open_keys,
+        )
+
+    def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
+        y, _ = self(x, context.key_padding_mask, context.gate_logits)
+        return LayerResult(y)
 
 
 def gated_pooling(
