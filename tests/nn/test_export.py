@@ -6,7 +6,6 @@ C3, C7, G2, G3, E8). GA-Net gates must agree exactly; evolving logits layer by l
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -17,72 +16,13 @@ import torch
 from attndeploy.export import export_model
 from attndeploy.validate.grid import Shape, make_inputs
 from tests.cases import FP32_TOLERANCE
-from tests.nn.toy_models import (
-    DYNAMIC,
-    VOCAB,
-    EvolvingChain,
-    GatedTagger,
-    QVIClassifier,
-    example_inputs,
-)
+from tests.nn.toy_models import DYNAMIC, TOYS, VOCAB, example_inputs
 
 pytestmark = pytest.mark.usefixtures("torch_defaults")
 
 # seq 1, odd sizes, one-token rows, mixed padding; none is the export example's 2x6
 GRID = [Shape(1, 1), Shape(3, 1), Shape(1, 9), Shape(2, 5), Shape(4, 7), Shape(3, 12)]
 EXTRA_PADDING = 3
-
-TOYS = {
-    "qvi_pooled": (lambda: QVIClassifier("pooled"), {"QVIAttention": 1}, ("output",)),
-    "qvi_pairwise": (lambda: QVIClassifier("pairwise"), {"QVIPairwiseAttention": 1},
-                     ("output",)),
-    "ganet_mlp": (lambda: GatedTagger("mlp"), {"GatedAttention": 2},
-                  ("logits", "gates", "gate_logits")),
-    "ganet_bilstm": (lambda: GatedTagger("bilstm"), {"GatedAttention": 2},
-                     ("logits", "gates", "gate_logits")),
-    "evolving_chain": (EvolvingChain, {"EvolvingAttentionStart": 1, "EvolvingAttention": 2},
-                       ("output_0", "output_1")),
-}
-
-
-class Exported:
-    def __init__(self, name: str, root: Path) -> None:
-        factory, self.expected_nodes, self.expected_outputs = TOYS[name]
-        torch.manual_seed(sum(map(ord, name)))
-        self.model = factory()
-        self.path = root / f"{name}.onnx"
-        self.result = export_model(self.model, self.path, inputs=example_inputs(),
-                                   dynamic_shapes=DYNAMIC)
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        self.session = ort.InferenceSession(str(self.path), options,
-                                            providers=["CPUExecutionProvider"])
-
-    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        names = list(self.result.output_names)
-        return dict(zip(names, self.session.run(names, feed), strict=True))
-
-    def reference(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self.model.eval()
-        with torch.no_grad():
-            out = self.model(**{k: torch.from_numpy(v) for k, v in feed.items()})
-        if isinstance(out, torch.Tensor):
-            out = (out,)
-        values = out.values() if isinstance(out, dict) else out
-        return dict(zip(self.result.output_names, (v.numpy() for v in values), strict=True))
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("nn_exports")
-    cache: dict[str, Exported] = {}
-
-    def get(name: str) -> Exported:
-        if name not in cache:
-            cache[name] = Exported(name, root)
-        return cache[name]
-
-    return get
 
 
 def assert_output_close(name: str, got: np.ndarray, want: np.ndarray, mask: np.ndarray) -> None:

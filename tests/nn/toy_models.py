@@ -7,9 +7,14 @@ is exercised on a tensor, a tuple and a dict.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
 import torch
 from torch import Tensor, nn
 
+from attndeploy.export import export_model
 from attndeploy.nn import EvolvingAttention, GatedAttention, GateNetwork, QVIAttention
 
 VOCAB, WIDTH, HEADS, CLASSES = 40, 16, 2, 3
@@ -92,3 +97,44 @@ def example_inputs(batch: int = 2, seq: int = 6, seed: int = 0) -> dict[str, Ten
 
 
 DYNAMIC = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+
+
+# name: (model factory, attndeploy nodes of its graph, its ONNX output names)
+TOYS = {
+    "qvi_pooled": (lambda: QVIClassifier("pooled"), {"QVIAttention": 1}, ("output",)),
+    "qvi_pairwise": (lambda: QVIClassifier("pairwise"), {"QVIPairwiseAttention": 1},
+                     ("output",)),
+    "ganet_mlp": (lambda: GatedTagger("mlp"), {"GatedAttention": 2},
+                  ("logits", "gates", "gate_logits")),
+    "ganet_bilstm": (lambda: GatedTagger("bilstm"), {"GatedAttention": 2},
+                     ("logits", "gates", "gate_logits")),
+    "evolving_chain": (EvolvingChain, {"EvolvingAttentionStart": 1, "EvolvingAttention": 2},
+                       ("output_0", "output_1")),
+}
+
+
+class Exported:
+    def __init__(self, name: str, root: Path) -> None:
+        factory, self.expected_nodes, self.expected_outputs = TOYS[name]
+        torch.manual_seed(sum(map(ord, name)))
+        self.model = factory()
+        self.path = root / f"{name}.onnx"
+        self.result = export_model(self.model, self.path, inputs=example_inputs(),
+                                   dynamic_shapes=DYNAMIC)
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(self.path), options,
+                                            providers=["CPUExecutionProvider"])
+
+    def run(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = list(self.result.output_names)
+        return dict(zip(names, self.session.run(names, feed), strict=True))
+
+    def reference(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self.model.eval()
+        with torch.no_grad():
+            out = self.model(**{k: torch.from_numpy(v) for k, v in feed.items()})
+        if isinstance(out, torch.Tensor):
+            out = (out,)
+        values = out.values() if isinstance(out, dict) else out
+        return dict(zip(self.result.output_names, (v.numpy() for v in values), strict=True))
