@@ -1,8 +1,9 @@
 """torch.export -> ONNX, shared by `export_model` and `export_checkpoint`: the tracing machinery.
 
 Route (architecture.md, "Export: facts established"): while torch.export traces the model, the
-attention layers call torch custom ops (`dispatch.override_ops`) and every LSTM direction run
-calls `attndeploy_std::lstm` (`attndeploy.export.lstm`); the translation table turns each
+attention layers call torch custom ops (`variants._common.call_op` sees
+`torch.compiler.is_exporting()`) and every LSTM direction run calls `attndeploy_std::lstm`
+(`attndeploy.export.lstm`, entered with `lstm_route`); the translation table turns each
 attention op into an opaque node of domain `attndeploy` and each LSTM run into one standard ONNX
 `LSTM` node. The onnxscript bodies are appended afterwards as FunctionProtos (`attach_functions`),
 because the exporter inlines every function it records itself (microsoft/onnxscript#2813,
@@ -31,9 +32,8 @@ import torch
 
 from attndeploy.errors import ExportError
 from attndeploy.export import gelu, lstm
-from attndeploy.export._registry import custom_translation_table, function_protos, op_specs
+from attndeploy.export._registry import custom_translation_table, function_protos, torch_ops
 from attndeploy.export.ops._common import DOMAIN, DOMAIN_VERSION
-from attndeploy.variants import dispatch
 from attndeploy.variants._recurrent import override_lstm
 
 # G11: an exported graph is deterministic; none of these may appear, in the graph or a function.
@@ -53,24 +53,21 @@ def translation_table(opset: int) -> dict[Any, Any]:
 
 
 @contextmanager
-def export_routes(lstm_weights: lstm.LSTMWeights, calls: Counter) -> Iterator[None]:
-    """Attention ops as `attndeploy` custom ops (each call counted by ONNX op name in `calls`),
-    LSTM runs as `attndeploy_std::lstm`."""
-
-    def counted(spec: Any) -> Callable[..., Any]:
-        def run(*args: Any, **attrs: Any) -> Any:
-            calls[spec.name] += 1
-            return spec.export_call(*args, **attrs)
-
-        return run
-
+def lstm_route(lstm_weights: lstm.LSTMWeights) -> Iterator[None]:
+    """LSTM direction runs as `attndeploy_std::lstm` (one ONNX `LSTM` node each)."""
     with ExitStack() as stack:
-        stack.enter_context(
-            dispatch.override_ops({spec.dispatch_name: counted(spec) for spec in op_specs()})
-        )
         if len(lstm_weights):
             stack.enter_context(override_lstm(lstm_weights.run))
         yield
+
+
+def op_calls(program: torch.export.ExportedProgram) -> Counter:
+    """The `attndeploy` ops the traced program calls, by ONNX op type: what the graph must hold."""
+    ops = torch_ops()
+    return Counter(
+        ops[node.target].name for node in program.graph.nodes
+        if node.op == "call_function" and node.target in ops
+    )
 
 
 @contextmanager

@@ -40,19 +40,13 @@ from attndeploy.export.generic import META_PREFIX, ExportOptions, ExportResult
 from attndeploy.export.ops._common import DOMAIN_VERSION
 from attndeploy.fsutil import atomic_write_bytes
 from attndeploy.serving.interface import BATCH, SEQ, ModelInterface, make_feed, model_interface
+from attndeploy.variants.registry import variant_spec
 
 __all__ = [
     "ExportOptions", "ExportResult", "check_structure", "export_checkpoint", "read_metadata",
     "runtime_check",
 ]
 
-# Ops each variant's attention layers become, and the pooling op of gated classifiers.
-LAYER_OPS = {
-    "standard": None,
-    "qvi": {"pooled": "QVIAttention", "pairwise": "QVIPairwiseAttention"},
-    "ganet": "GatedAttention",
-    "evolving": ("EvolvingAttentionStart", "EvolvingAttention"),
-}
 RANDOM_OPS = _tracing.RANDOM_OPS
 random_ops = _tracing.random_ops
 # Largest batch the traced graph is declared for (ONNX dims carry no bound; torch.export needs one).
@@ -63,7 +57,7 @@ EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 def interface_of(config: Any) -> ModelInterface:
     """The model-level interface (ops.md) of a model with this config."""
     return model_interface(
-        head=config.head, num_labels=config.num_labels, gated=config.variant == "ganet"
+        head=config.head, num_labels=config.num_labels, gated=variant_spec(config.variant).gated
     )
 
 
@@ -86,29 +80,15 @@ class _InterfaceWrapper(nn.Module):
 
 
 def expected_custom_nodes(config: Any) -> Counter:
-    """How many nodes of each `attndeploy` op type the exported graph must hold."""
-    expected: Counter = Counter()
-    layers = LAYER_OPS[config.variant]
-    if config.family == "transformer" and layers is not None:
-        if config.variant == "qvi":
-            expected[layers[config.qvi.form]] = config.n_layers
-        elif config.variant == "evolving":
-            expected[layers[0]] = 1
-            if config.n_layers > 1:
-                expected[layers[1]] = config.n_layers - 1
-        else:
-            expected[layers] = config.n_layers
-    if config.variant == "ganet" and config.head == "classification":
-        expected["GatedAttentionPooling"] = 1
-    return expected
+    """How many nodes of each `attndeploy` op type the exported graph must hold (the variant's
+    `VariantSpec.model_ops`)."""
+    return Counter(variant_spec(config.variant).model_ops(config))
 
 
 def expected_lstm_nodes(config: Any) -> int:
     """Standard `LSTM` nodes: one per direction and layer of every PaddedBiLSTM."""
     runs = 2 * 2 if config.family == "bilstm" else 0  # backbone: 2 layers x 2 directions
-    if config.variant == "ganet" and config.ganet.aux == "bilstm":
-        runs += 2  # gate network: 1 layer x 2 directions
-    return runs
+    return runs + variant_spec(config.variant).lstm_runs(config)  # e.g. a BiLSTM gate network
 
 
 def check_structure(model: onnx.ModelProto, config: Any, *, inlined: bool) -> dict[str, int]:
@@ -168,11 +148,7 @@ def _load(checkpoint_dir: Path, options: ExportOptions) -> tuple[Checkpoint, nn.
             f"--max-seq {max_seq} exceeds the model's max_seq {config.max_seq}: the position "
             "table has no rows beyond it"
         )
-    if config.variant == "ganet" and config.ganet.gate_mode != "threshold":
-        raise ExportError(
-            "GA-Net gate_mode 'sample' draws random gates (PyTorch only); export needs the "
-            "deterministic 'threshold' mode: set ganet gate_mode to 'threshold'"
-        )
+    variant_spec(config.variant).export_check(config)  # e.g. GA-Net's random `sample` gates
     model = ckpt.model.eval()  # whatever mode the checkpoint was saved in
     if options.fp16:
         model = model.half()

@@ -216,13 +216,12 @@ def _trace(
     """The flat model as an ONNX model (custom nodes still without functions), stage times and
     the attndeploy op calls made while tracing."""
     times: dict[str, float] = {}
-    calls: Counter = Counter()
     with _tracing.tracing_settings():
         started = time.perf_counter()
         _tracing.onnx_registry(opset)  # built once per process and opset
         times["registry"] = time.perf_counter() - started
         started = time.perf_counter()
-        with _tracing.export_routes(flat.lstm_weights, calls):
+        with _tracing.lstm_route(flat.lstm_weights):
             try:
                 program = torch.export.export(
                     flat, example, dynamic_shapes=(dims,), strict=False  # one *tensors param
@@ -230,6 +229,7 @@ def _trace(
             except Exception as exc:  # torch.export raises many types; keep its message
                 raise ExportError(f"torch.export failed: {_tracing.first_lines(exc)}") from exc
         times["capture"] = time.perf_counter() - started
+        calls = _tracing.op_calls(program)
         started = time.perf_counter()
         try:
             proto = _tracing.to_onnx(program, opset, names).model_proto

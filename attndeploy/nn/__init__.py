@@ -22,10 +22,10 @@ of the `attndeploy` ONNX domain with its function (ops.md), so any onnxruntime r
 
 from __future__ import annotations
 
-from attndeploy.variants.evolving import EvolvingAttention
-from attndeploy.variants.ganet import GatedAttention, GateNetwork, soft_density
-from attndeploy.variants.qvi import QVIAttention
-from attndeploy.variants.standard import StandardAttention
+from attndeploy.variants.evolving.layer import EvolvingAttention
+from attndeploy.variants.ganet.layer import GatedAttention, GateNetwork, soft_density
+from attndeploy.variants.qvi.layer import QVIAttention
+from attndeploy.variants.standard.layer import StandardAttention
 
 __all__ = [
     "EvolvingAttention",

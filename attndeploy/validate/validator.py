@@ -45,6 +45,7 @@ from attndeploy.validate.grid import (
 from attndeploy.validate.padding import check_padding
 from attndeploy.validate.report import OracleResult, ShapeResult, ValidationReport, environment
 from attndeploy.validate.runners import OrtRunner, ReferenceRunner, Runner, TorchRunner
+from attndeploy.variants.registry import variant_spec
 
 ORT_ALL = "onnxruntime[all]"
 ORT_NONE = "onnxruntime[none]"
@@ -181,7 +182,7 @@ def _read_target(onnx_path: Path, ckpt: Checkpoint) -> _Target:
         max_seq = int(metadata.get("max_seq") or config.max_seq)
     except ValueError as exc:
         raise ValidationError(f"{onnx_path}: bad max_seq {metadata.get('max_seq')!r}") from exc
-    gated = config.variant == "ganet"
+    gated = variant_spec(config.variant).gated
     interface = model_interface(head=config.head, num_labels=config.num_labels, gated=gated)
     return _Target(onnx_path, metadata, dtype, min(max_seq, config.max_seq), gated,
                    config.head == "tagging", tuple(interface.output_names))

@@ -2,14 +2,17 @@
 
 Letters: b batch, h heads, t positions, d head dim, D model dim.
 A variant module holds only its own maths; everything here is written once. The layers are
-public (`attndeploy.nn`) and take plain arguments; the built-in model families build them from a
-`ModelConfig` (`from_config`) and call them through `forward_context` with a `LayerContext`.
+public (`attndeploy.nn`) and take plain arguments; they run the variant maths through `call_op`
+(the functional reference, or one ONNX node while exporting). The built-in model families build
+them from a `ModelConfig` (`from_config`) and call them through `forward_context` with a
+`LayerContext`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -47,6 +50,20 @@ class LayerResult:
 
     output: Tensor
     logits: Tensor | None = None
+
+
+def call_op(reference: Callable[..., Any], *args: Any, **attrs: Any) -> Any:
+    """Run an op of the `attndeploy` set, named by its PyTorch reference in `functional`.
+
+    Eager (training, evaluation): the reference itself. While torch.export traces (which is how
+    `export_model` and `export_checkpoint` export): the op's torch custom op, which the exporter
+    turns into one `attndeploy` ONNX node (`attndeploy.export.ops._spec.OpSpec.export_call`).
+    """
+    if torch.compiler.is_exporting():
+        from attndeploy.export._registry import op_spec  # onnxscript: imported only to export
+
+        return op_spec(reference).export_call(*args, **attrs)
+    return reference(*args, **attrs)
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:

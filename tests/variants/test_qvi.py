@@ -9,7 +9,7 @@ from torch import Tensor
 from attndeploy.config import QVIConfig
 from attndeploy.models import build_model
 from attndeploy.variants import functional as Fn
-from attndeploy.variants.qvi import QVIAttention
+from attndeploy.variants.qvi.layer import QVIAttention
 from tests.cases import CASES_BY_ID
 from tests.helpers import (
     assert_close,

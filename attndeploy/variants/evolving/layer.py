@@ -10,19 +10,18 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from attndeploy.config import EvolvingConfig
 from attndeploy.errors import ConfigError
-from attndeploy.variants import dispatch
+from attndeploy.variants import functional
 from attndeploy.variants._common import (
     AttentionBase,
     LayerContext,
     LayerResult,
     as_key_padding_mask,
+    call_op,
 )
-from attndeploy.variants.registry import register_variant
+from attndeploy.variants.evolving.config import EvolvingConfig
 
 
-@register_variant("evolving")
 class EvolvingAttention(AttentionBase):
     """Multi-head self-attention over evolving logits (batch first).
 
@@ -69,14 +68,14 @@ class EvolvingAttention(AttentionBase):
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, prev_logits: Tensor | None
     ) -> tuple[Tensor, Tensor]:
         if prev_logits is None:
-            return dispatch.call("evolving_attention_start", q, k, v, mask, scale=self.scale)
+            return call_op(functional.evolving_attention_start, q, k, v, mask, scale=self.scale)
         if self.is_chain_start:
             raise ConfigError(
                 "this evolving attention layer was made with chain_start=True (no conv): call it "
                 "with prev_logits=None, or make it with chain_start=False to continue a chain"
             )
-        return dispatch.call(
-            "evolving_attention", q, k, v, mask, prev_logits,
+        return call_op(
+            functional.evolving_attention, q, k, v, mask, prev_logits,
             self.conv.weight, self.conv.bias,
             scale=self.scale, alpha=self.alpha, beta=self.beta,
             negative_slope=self.negative_slope,

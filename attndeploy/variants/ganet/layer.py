@@ -10,22 +10,23 @@ the classifier head.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attndeploy.config import GANetConfig, ModelConfig
-from attndeploy.variants import dispatch
+from attndeploy.variants import functional
 from attndeploy.variants._common import (
     AttentionBase,
     LayerContext,
     LayerResult,
     as_key_padding_mask,
+    call_op,
 )
 from attndeploy.variants._recurrent import PaddedBiLSTM
 from attndeploy.variants.functional import hard_gates, masked_softmax
-from attndeploy.variants.registry import register_variant
+from attndeploy.variants.ganet.config import GANetConfig
 
 NOISE_EPS = 1e-6
 
@@ -109,7 +110,7 @@ class GateController(nn.Module):
     """A built-in model's gates: owns the auxiliary network, turns its logits into this pass's
     gates (noise, relaxation, `gate_mode`) once for every layer and the pooling."""
 
-    def __init__(self, embed_dim: int, config: ModelConfig) -> None:
+    def __init__(self, embed_dim: int, config: Any) -> None:  # a ModelConfig
         super().__init__()
         self.config = config.ganet
         self.network = GateNetwork(
@@ -174,7 +175,6 @@ def _relaxed_probs(scores: Tensor, context: LayerContext, broadcast: tuple) -> T
     return soft + (hard - soft).detach()
 
 
-@register_variant("ganet")
 class GatedAttention(AttentionBase):
     """Multi-head self-attention whose keys are gated (GA-Net, batch first).
 
@@ -225,8 +225,8 @@ class GatedAttention(AttentionBase):
                 with torch.no_grad():
                     gates = hard_gates(gate_logits, mask)  # [B, T]
             return probs @ v, gates
-        return dispatch.call(
-            "gated_attention", q, k, v, mask, gate_logits,
+        return call_op(
+            functional.gated_attention, q, k, v, mask, gate_logits,
             scale=self.scale, gather_open_keys=self.gather_open_keys,
         )
 
@@ -254,6 +254,7 @@ def gated_pooling(
     if training:
         alpha = _relaxed_probs(scores, context, (slice(None), slice(None)))  # [B, T]
         return torch.einsum("bt,btd->bd", alpha, values), None
-    return dispatch.call(
-        "gated_attention_pooling", values, scores, context.key_padding_mask, context.gate_logits
+    return call_op(
+        functional.gated_attention_pooling, values, scores, context.key_padding_mask,
+        context.gate_logits,
     )

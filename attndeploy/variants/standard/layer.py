@@ -16,10 +16,8 @@ from attndeploy.variants._common import (
     as_key_padding_mask,
 )
 from attndeploy.variants.functional import additive_mask
-from attndeploy.variants.registry import register_variant
 
 
-@register_variant("standard")
 class StandardAttention(AttentionBase):
     """Multi-head self-attention: `forward(x [B,T,D], key_padding_mask [B,T]) -> y [B,T,D]`."""
 

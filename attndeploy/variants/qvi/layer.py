@@ -9,21 +9,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attndeploy.config import QVIConfig
-from attndeploy.variants import dispatch
+from attndeploy.variants import functional
 from attndeploy.variants._common import (
     AttentionBase,
     LayerContext,
     LayerResult,
     as_key_padding_mask,
+    call_op,
     per_head_weight,
 )
-from attndeploy.variants.registry import register_variant
+from attndeploy.variants.qvi.config import QVIConfig
 
 GATE_BIAS_INIT = 2.0  # sigmoid(2) ≈ 0.88: the layer starts close to vanilla attention
 
 
-@register_variant("qvi")
 class QVIAttention(AttentionBase):
     """Multi-head self-attention with query-value interaction (batch first).
 
@@ -69,11 +68,12 @@ class QVIAttention(AttentionBase):
             self.gate_v_weight, self.gate_qv_weight, self.gate_bias,
         )
         if self.form == "pooled":
-            return dispatch.call(
-                "qvi_attention", q, k, v, mask, *weights, self.pool_weight, scale=self.scale
+            return call_op(
+                functional.qvi_attention, q, k, v, mask, *weights, self.pool_weight,
+                scale=self.scale,
             )
-        return dispatch.call(
-            "qvi_pairwise_attention", q, k, v, mask, *weights,
+        return call_op(
+            functional.qvi_pairwise_attention, q, k, v, mask, *weights,
             scale=self.scale, chunk_size=self.pairwise_chunk,
         )
 
