@@ -55,3 +55,29 @@ def sub_from_dict(sub_cls: type, raw: Any, key: str) -> Any:
     if unknown:
         raise ConfigError(f"unknown {key} config keys: {', '.join(unknown)}")
     return sub_cls(**raw)  # types are checked on construction
+
+
+_PARSERS: dict[str, Any] = {
+    "int": int, "float": float, "str": str,
+    "bool": lambda text: {"true": True, "false": False}[text.strip().lower()],
+}
+
+
+def with_options(config: Any, items: Any, what: str) -> Any:
+    """`config` (a frozen dataclass) with `NAME=VALUE` strings applied, each VALUE read as its
+    field's type (bool: true/false). An unknown name lists the valid ones."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    changes: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or name not in fields:
+            raise ConfigError(f"{what} option {item!r}: expected NAME=VALUE with NAME one of "
+                              f"{', '.join(fields)}")
+        annotation = fields[name].type
+        annotation = annotation if isinstance(annotation, str) else annotation.__name__
+        try:
+            changes[name] = _PARSERS.get(annotation, str)(text)
+        except (ValueError, KeyError):
+            raise ConfigError(f"{what} option {name}: {text!r} is not a {annotation}") from None
+    return dataclasses.replace(config, **changes)
