@@ -1,5 +1,7 @@
 """Drop-in attention layers, like `torch.nn.MultiheadAttention` with `batch_first=True`.
 
+Letters: B batch, T positions, D embed_dim, H num_heads.
+
 Tensors: `x` float [B, T, D]; `key_padding_mask` bool [B, T], True = real token (an integer
 `attention_mask` works too: non-zero = real). Every layer owns its Q/K/V projection `qkv`
 (D -> 3D) and output projection `out` (D -> D); `scale` defaults to 1/sqrt(D / num_heads).
