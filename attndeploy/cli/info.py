@@ -32,9 +32,8 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
                   f"({model['head']}), {info['parameters']:,} parameters")
     for key in ("d_model", "n_heads", "n_layers", "d_ff", "max_seq"):
         console.print(f"  {key}: {model[key]}")
-    sub = {"qvi": "qvi", "ganet": "ganet", "evolving": "evolving"}.get(model["variant"])
-    if sub:
-        console.print(f"  {sub}: {model[sub]}")
+    if model["variant"] in model:  # the variant's sub-config (`VariantSpec.config`)
+        console.print(f"  {model['variant']}: {model[model['variant']]}")
     console.print(f"  labels: {', '.join(ckpt.label_names)}")
     console.print(f"  data: {info['data']}")
     for key, value in info["metrics"].items():

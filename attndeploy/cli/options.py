@@ -8,12 +8,10 @@ from typing import Annotated
 
 import typer
 
+from attndeploy.variants.registry import variant_names
 
-class Variant(str, Enum):
-    standard = "standard"
-    qvi = "qvi"
-    ganet = "ganet"
-    evolving = "evolving"
+# The registered variants (`attndeploy.variants.registry`), in their order.
+Variant = Enum("Variant", {name: name for name in variant_names()}, type=str)
 
 
 class Family(str, Enum):

@@ -60,14 +60,21 @@ def command(
     alpha: Annotated[float, typer.Option(help="Evolving: weight of the previous logits.")] = 0.5,
     beta: Annotated[float, typer.Option(help="Evolving: weight of the conv branch.")] = 1.0,
     negative_slope: Annotated[float, typer.Option(help="Evolving: LeakyReLU slope.")] = 0.0,
+    option: Annotated[
+        list[str] | None,
+        typer.Option("--option", help="A field of the variant's own config as NAME=VALUE "
+                     "(repeatable), for any registered variant, e.g. --option pairwise_chunk=32."),
+    ] = None,
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
     """Train a model of one variant and save a checkpoint (config.json + model.safetensors)."""
     from attndeploy.config import EvolvingConfig, GANetConfig, ModelConfig, QVIConfig
+    from attndeploy.configbase import with_options
     from attndeploy.errors import ConfigError
     from attndeploy.fsutil import check_output_dir
     from attndeploy.train import TrainConfig, load_training_data, train_checkpoint
+    from attndeploy.variants.registry import variant_spec
 
     if task is not None and data is not None:
         raise ConfigError("give either --task or --data, not both")
@@ -80,13 +87,20 @@ def command(
     )
     evolving = EvolvingConfig(alpha=alpha, beta=beta, negative_slope=negative_slope)
     qvi = QVIConfig(form=qvi_form.value)
+    sub_configs = {"qvi": qvi, "ganet": ganet, "evolving": evolving}  # the named options above
+    if option:
+        spec = variant_spec(variant.value)
+        if spec.config is None:
+            raise ConfigError(f"variant {spec.name!r} has no options")
+        base = sub_configs.get(spec.name) or spec.config()
+        sub_configs[spec.name] = with_options(base, option, spec.name)
     train_config = TrainConfig(
         steps=steps, batch_size=batch_size, learning_rate=lr, seed=seed, max_seconds=max_seconds
     )
     # Validate the architecture before loading data (vocab and labels are filled in below).
     ModelConfig(vocab_size=2, num_labels=2, variant=variant.value, family=family.value,
                 d_model=d_model, n_heads=heads, n_layers=layers, d_ff=d_ff, max_seq=max_seq,
-                qvi=qvi, ganet=ganet, evolving=evolving)
+                **sub_configs)
     dataset = load_training_data(
         task=task, data_file=data, seed=seed, n_train=n_train, n_eval=n_eval,
         eval_fraction=eval_fraction, max_seq=max_seq,
@@ -94,8 +108,7 @@ def command(
     model_config = ModelConfig(
         vocab_size=len(dataset.tokenizer), num_labels=len(dataset.label_names),
         variant=variant.value, family=family.value, head=dataset.head, d_model=d_model,
-        n_heads=heads, n_layers=layers, d_ff=d_ff, max_seq=max_seq,
-        qvi=qvi, ganet=ganet, evolving=evolving,
+        n_heads=heads, n_layers=layers, d_ff=d_ff, max_seq=max_seq, **sub_configs,
     )
     result = train_checkpoint(
         model_config, dataset, train_config, out, force=force, progress=not json_output

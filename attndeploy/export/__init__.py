@@ -1,7 +1,8 @@
 """Export to ONNX: the `attndeploy` custom-domain ops, their function bodies, and the exporter.
 
-Public API: `export_checkpoint`, `ExportOptions`, `ExportResult`, `read_metadata` (from
-`exporter`, which imports torch) and `inspect_model` (from `inspect`, which does not). Names are
+Public API: `export_model` (any model that uses `attndeploy.nn` layers, from `generic`),
+`export_checkpoint`, `ExportOptions`, `ExportResult`, `read_metadata` (from `exporter`; both
+import torch) and `inspect_model` (from `inspect`, which does not). Names are
 resolved on first use, so `from attndeploy.export import inspect_model` stays light.
 """
 
@@ -11,6 +12,7 @@ import importlib
 from typing import Any
 
 _PUBLIC = {
+    "export_model": "generic",
     "export_checkpoint": "exporter",
     "ExportOptions": "exporter",
     "ExportResult": "exporter",

@@ -15,7 +15,8 @@ from torch import Tensor, nn
 from attndeploy.config import ModelConfig
 from attndeploy.models.inputs import check_model_inputs
 from attndeploy.variants.functional import hard_gates
-from attndeploy.variants.ganet import GateController, GateState, soft_density
+from attndeploy.variants.ganet.layer import GateController, GateState, soft_density
+from attndeploy.variants.registry import variant_spec
 
 
 class AttnModel(nn.Module):
@@ -24,7 +25,8 @@ class AttnModel(nn.Module):
     def __init__(self, config: ModelConfig, embed_dim: int) -> None:
         super().__init__()
         self.config = config
-        self.gates = GateController(embed_dim, config) if config.variant == "ganet" else None
+        gated = variant_spec(config.variant).gated
+        self.gates = GateController(embed_dim, config) if gated else None
 
     @property
     def is_gated(self) -> bool:

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from attndeploy.variants._common import LayerContext
 from attndeploy.variants.functional import masked_softmax
-from attndeploy.variants.ganet import gated_pooling
+from attndeploy.variants.ganet.layer import gated_pooling
 
 
 class AdditiveScorer(nn.Module):

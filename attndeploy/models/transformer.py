@@ -21,7 +21,7 @@ class EncoderBlock(nn.Module):
     def __init__(self, config: ModelConfig, layer_index: int) -> None:
         super().__init__()
         self.norm_attention = nn.LayerNorm(config.d_model)
-        self.attention = get_variant(config.variant)(config, layer_index)
+        self.attention = get_variant(config.variant).from_config(config, layer_index)
         self.norm_ffn = nn.LayerNorm(config.d_model)
         self.ffn = nn.Sequential(
             nn.Linear(config.d_model, config.d_ff),
@@ -31,7 +31,7 @@ class EncoderBlock(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor, context: LayerContext) -> tuple[Tensor, Tensor | None]:
-        result = self.attention(self.norm_attention(x), context)
+        result = self.attention.forward_context(self.norm_attention(x), context)
         x = x + self.dropout(result.output)
         x = x + self.dropout(self.ffn(self.norm_ffn(x)))
         return x, result.logits

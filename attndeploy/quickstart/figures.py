@@ -58,7 +58,7 @@ def evolving_attention_maps(model: Any, input_ids: torch.Tensor, mask: torch.Ten
     captured: list[torch.Tensor] = []
     hooks = [
         block.attention.register_forward_hook(
-            lambda _m, _i, result: captured.append(result.logits)
+            lambda _m, _i, result: captured.append(result[1])  # (y, logits [B, H, T, T])
         )
         for block in model.blocks
     ]

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import AttnDeployError
+from attndeploy.variants.registry import variant_names
 
-VARIANTS = ("standard", "qvi", "ganet", "evolving")
+VARIANTS = variant_names()  # every registered variant, in order
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError
 
 from attndeploy.errors import RepositoryError
 from attndeploy.serving.interface import ModelInterface, model_interface
+from attndeploy.variants.registry import variant_names, variant_spec
 
 META_VARIANT = "attndeploy.variant"
 META_VERSION = "attndeploy.version"
@@ -31,7 +32,6 @@ META_MAX_SEQ = "attndeploy.max_seq"  # optional: the export's own limit, <= the 
 REQUIRED_METADATA = (META_VARIANT, META_VERSION, META_CONFIG, META_WEIGHTS, META_LABELS)
 REQUIRED_CONFIG_KEYS = ("variant", "head", "num_labels", "max_seq", "vocab_size")
 CUSTOM_DOMAIN = "attndeploy"
-GATED_VARIANTS = ("ganet",)
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,8 @@ class ModelInfo:
 
     @property
     def gated(self) -> bool:
-        """Whether the model outputs `gates` (GA-Net models only)."""
-        return self.variant in GATED_VARIANTS
+        """Whether the model outputs `gates` (its variant's spec says so: GA-Net)."""
+        return variant_spec(self.variant).gated
 
     @property
     def interface(self) -> ModelInterface:
@@ -135,6 +135,9 @@ def read_model_info(model: onnx.ModelProto, source: str = "the model") -> ModelI
             f"{source}: {META_VARIANT} = {meta[META_VARIANT]!r} but the model config says "
             f"{config['variant']!r}."
         )
+    if config["variant"] not in variant_names():
+        raise RepositoryError(f"{source}: unknown variant {config['variant']!r}; this attndeploy "
+                              f"knows {', '.join(variant_names())}.")
     return ModelInfo(
         variant=str(config["variant"]),
         head=str(config["head"]),

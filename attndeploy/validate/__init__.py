@@ -1,6 +1,7 @@
 """Parity validation: an exported ONNX model against its PyTorch checkpoint.
 
-`validate_model(checkpoint_dir, onnx_path, ValidationOptions(...)) -> ValidationReport` runs the
+`validate_model(checkpoint_dir, onnx_path, ValidationOptions(...)) -> ValidationReport` (or
+`validate_model(model, onnx_path, options, feeds=... | grid=...)` for any nn.Module) runs the
 PyTorch reference and the oracles (onnxruntime with all / no graph optimizations, the ONNX
 reference evaluator, optionally more runners such as the Triton client) over a grid of shapes,
 compares every output (`compare`), checks padding invariance (`padding`) and returns a report

@@ -242,7 +242,7 @@ class ValidationReport:
         gates = [
             out
             for oracle in self.oracles.values() for r in oracle.results if r.result is not None
-            for name, out in r.result.outputs.items() if name == "gates" and out.flips is not None
+            for out in r.result.outputs.values() if out.kind == "gates" and out.flips is not None
         ]
         margins = [g.margin for g in gates if g.margin is not None]
         flip_margins = [g.flip_margin for g in gates if g.flip_margin is not None]

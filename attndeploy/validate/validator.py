@@ -1,5 +1,8 @@
 """`validate_model`: does an exported ONNX file compute what its checkpoint computes?
 
+(Or what any PyTorch model computes: `validate_model(model, onnx_path, feeds=... | grid=...)`
+runs `attndeploy.validate.generic` with the same oracles, statistics and report.)
+
 PyTorch eager (the checkpoint's fp32 model) is the reference. The oracles compared with it are
 onnxruntime with all graph optimizations, onnxruntime with none, and the ONNX reference evaluator
 (an independent numpy implementation of ONNX; slow, so it runs on `reference_shapes` only), plus
@@ -14,7 +17,7 @@ exported from another checkpoint (weights SHA-256), and shapes longer than the g
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,7 @@ from attndeploy.validate.grid import (
 from attndeploy.validate.padding import check_padding
 from attndeploy.validate.report import OracleResult, ShapeResult, ValidationReport, environment
 from attndeploy.validate.runners import OrtRunner, ReferenceRunner, Runner, TorchRunner
+from attndeploy.variants.registry import variant_spec
 
 ORT_ALL = "onnxruntime[all]"
 ORT_NONE = "onnxruntime[none]"
@@ -180,7 +184,7 @@ def _read_target(onnx_path: Path, ckpt: Checkpoint) -> _Target:
         max_seq = int(metadata.get("max_seq") or config.max_seq)
     except ValueError as exc:
         raise ValidationError(f"{onnx_path}: bad max_seq {metadata.get('max_seq')!r}") from exc
-    gated = config.variant == "ganet"
+    gated = variant_spec(config.variant).gated
     interface = model_interface(head=config.head, num_labels=config.num_labels, gated=gated)
     return _Target(onnx_path, metadata, dtype, min(max_seq, config.max_seq), gated,
                    config.head == "tagging", tuple(interface.output_names))
@@ -218,7 +222,10 @@ def _run_oracle(
     compare: Callable[[dict, dict, np.ndarray], Any],
     progress: _Progress,
     note: str = "",
+    valid_of: Callable[[dict[str, np.ndarray]], np.ndarray] = valid_mask,
 ) -> OracleResult:
+    """Run `runner` on every shape's feed and compare with `expected`; `valid_of(feed)` gives
+    the real tokens bool [B, T] (default: the feed's `attention_mask`)."""
     oracle = OracleResult(runner.name, note=note)
     started = time.perf_counter()
     try:
@@ -242,7 +249,7 @@ def _run_oracle(
                     ShapeResult(shape, time.perf_counter() - t0, None, status, message)
                 )
             else:
-                result = compare(got, expected[shape], valid_mask(feeds[shape]))
+                result = compare(got, expected[shape], valid_of(feeds[shape]))
                 failed = "; ".join(f"{n}: {result.outputs[n].message}" for n in result.failures)
                 oracle.results.append(ShapeResult(
                     shape, time.perf_counter() - t0, result,
@@ -257,15 +264,31 @@ def _run_oracle(
 
 
 def validate_model(
-    checkpoint_dir: Path | str,
+    checkpoint_dir: Path | str | Any,
     onnx_path: Path | str,
     options: ValidationOptions | None = None,
+    *,
+    feeds: Sequence[Mapping[str, Any]] | None = None,
+    grid: ShapesSpec | None = None,
+    mask_input: str | None = None,
+    vocab_size: int | None = None,
 ) -> ValidationReport:
     """Validate `onnx_path` against the checkpoint it was exported from; return the report.
 
+    `checkpoint_dir` may also be the PyTorch model itself (any nn.Module, e.g. one exported with
+    `export_model`): then the inputs are `feeds` or a `grid` of shapes, filled as
+    `attndeploy.validate.generic` describes (`mask_input`, `vocab_size`).
     Raises ValidationError only when validation cannot start (see the module docstring); a
     validation that runs and fails returns a report with `passed` false.
     """
+    if not isinstance(checkpoint_dir, (str, Path)):
+        from attndeploy.validate.generic import validate_module
+
+        return validate_module(checkpoint_dir, onnx_path, options, feeds=feeds, grid=grid,
+                               mask_input=mask_input, vocab_size=vocab_size)
+    if feeds is not None or grid is not None:
+        raise ValidationError("feeds= and grid= validate an nn.Module; a checkpoint takes its "
+                              "shapes from ValidationOptions(shapes=...)")
     options = options or ValidationOptions()
     started = time.perf_counter()
     onnx_path = Path(onnx_path)

@@ -1,9 +1,31 @@
-"""Reference PyTorch attention variants, registered by name.
+"""The attention variants: one package per variant, each registering one `VariantSpec`.
 
-Importing this package registers every variant: `standard`, `qvi`, `ganet`, `evolving`.
+    variants/<name>/__init__.py   its spec: layer, config, ops, extra outputs (light, no torch)
+    variants/<name>/config.py     its sub-config dataclass (`ModelConfig.<name>`), if any
+    variants/<name>/layer.py      its `attndeploy.nn` layer
+    variants/<name>/ops.py        its ops of the `attndeploy` ONNX set, one `op_*.py` per op
+    functional.py                 the PyTorch reference of every op (the stable functional API)
+    _common.py                    what every layer shares (projections, heads, masks, call_op)
+
+Importing this package is light; `variant_specs()` finds the variant packages.
 """
 
-from attndeploy.variants import evolving, ganet, qvi, standard  # noqa: F401  (registration)
-from attndeploy.variants.registry import get_variant, registered_variants, variant_names
+from attndeploy.variants.registry import (
+    VariantSpec,
+    get_variant,
+    register_variant,
+    registered_variants,
+    variant_names,
+    variant_spec,
+    variant_specs,
+)
 
-__all__ = ["get_variant", "registered_variants", "variant_names"]
+__all__ = [
+    "VariantSpec",
+    "get_variant",
+    "register_variant",
+    "registered_variants",
+    "variant_names",
+    "variant_spec",
+    "variant_specs",
+]

@@ -1,25 +1,34 @@
-"""What every attention variant shares: projections, head split/merge, the layer hand-off.
+"""What every attention variant shares: projections, head split/merge, masks, the model hand-off.
 
 Letters: b batch, h heads, t positions, d head dim, D model dim.
-A variant module holds only its own maths; everything here is written once.
+A variant module holds only its own maths; everything here is written once. The layers are
+public (`attndeploy.nn`) and take plain arguments; they run the variant maths through `call_op`
+(the functional reference, or one ONNX node while exporting). The built-in model families build
+them from a `ModelConfig` (`from_config`) and call them through `forward_context` with a
+`LayerContext`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from attndeploy.config import ModelConfig
+from attndeploy.errors import ConfigError
+
+if TYPE_CHECKING:  # the config module imports the registry, which imports nothing of ours
+    from attndeploy.config import ModelConfig
 
 
 @dataclass(frozen=True)
 class LayerContext:
-    """Per-forward state handed to every attention layer of one model.
+    """Per-forward state the built-in models hand to every attention layer and the pooling.
 
     key_padding_mask: bool [B, T], True = real token.
-    gate_logits: GA-Net decision logits [B, T] (s, or s + noise in `sample` mode).
+    gate_logits: GA-Net decision logits [B, T] (s, or s + noise in training / `sample` mode).
     log_gates: GA-Net training-time log g_soft [B, T] (None in eval).
     hard_gates: GA-Net hard sampled gates [B, T] for straight-through training (else None).
     prev_logits: Evolving attention's carried logits A^{l-1} [B, H, T, T] (None at a chain start).
@@ -43,6 +52,20 @@ class LayerResult:
     logits: Tensor | None = None
 
 
+def call_op(reference: Callable[..., Any], *args: Any, **attrs: Any) -> Any:
+    """Run an op of the `attndeploy` set, named by its PyTorch reference in `functional`.
+
+    Eager (training, evaluation): the reference itself. While torch.export traces (which is how
+    `export_model` and `export_checkpoint` export): the op's torch custom op, which the exporter
+    turns into one `attndeploy` ONNX node (`attndeploy.export.ops._spec.OpSpec.export_call`).
+    """
+    if torch.compiler.is_exporting():
+        from attndeploy.export._registry import op_spec  # onnxscript: imported only to export
+
+        return op_spec(reference).export_call(*args, **attrs)
+    return reference(*args, **attrs)
+
+
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
     batch, t, width = x.shape
     return x.view(batch, t, n_heads, width // n_heads).transpose(1, 2)  # [B, H, T, d]
@@ -59,26 +82,71 @@ def per_head_weight(n_heads: int, dim: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(n_heads, dim, dim).uniform_(-bound, bound))
 
 
+def as_key_padding_mask(key_padding_mask: Tensor | None, x: Tensor) -> Tensor:
+    """bool [B, T], True = real token, for input x [B, T, D].
+
+    None means every token is real; an integer or float mask counts non-zero as real (like an
+    `attention_mask`). Sizes are checked in eager mode only (export traces symbolic sizes).
+    """
+    if key_padding_mask is None:
+        return torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)  # [B, T]
+    if key_padding_mask.dim() != 2:
+        raise ConfigError(
+            f"key_padding_mask must be [batch, seq] (True = real token), got "
+            f"{list(key_padding_mask.shape)}"
+        )
+    if not torch.compiler.is_compiling() and key_padding_mask.shape != x.shape[:2]:
+        raise ConfigError(
+            f"key_padding_mask {list(key_padding_mask.shape)} does not match the input's "
+            f"[batch, seq] {list(x.shape[:2])}"
+        )
+    if key_padding_mask.dtype != torch.bool:
+        key_padding_mask = key_padding_mask != 0
+    return key_padding_mask
+
+
 class AttentionBase(nn.Module):
-    """Q/K/V and output projections plus head split/merge; subclasses implement `attend`."""
+    """Q/K/V and output projections plus head split/merge for a multi-head self-attention layer.
 
-    def __init__(self, config: ModelConfig, layer_index: int) -> None:
+    Parameters `qkv` (Linear D -> 3D) and `out` (Linear D -> D), as `nn.MultiheadAttention`
+    with batch-first inputs. `scale` is the factor on Q·Kᵀ (default 1/sqrt(head dim)).
+    Subclasses add their own maths and a `forward`; for the built-in models they also implement
+    `from_config` and `forward_context`.
+    """
+
+    def __init__(
+        self, embed_dim: int, num_heads: int, *, bias: bool = True, scale: float | None = None
+    ) -> None:
         super().__init__()
-        self.config = config
-        self.layer_index = layer_index
-        self.n_heads = config.n_heads
-        self.head_dim = config.head_dim
-        self.scale = config.head_dim**-0.5
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
-        self.out = nn.Linear(config.d_model, config.d_model)
+        if embed_dim < 1 or num_heads < 1 or embed_dim % num_heads:
+            raise ConfigError(
+                f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads})"
+            )
+        self.embed_dim = embed_dim
+        self.n_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.scale = float(scale) if scale is not None else self.head_dim**-0.5
+        self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
+        self.out = nn.Linear(embed_dim, embed_dim, bias=bias)
 
-    def forward(self, x: Tensor, context: LayerContext) -> LayerResult:
+    @property
+    def num_heads(self) -> int:
+        return self.n_heads
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x [B, T, D] -> q, k, v, each [B, H, T, d]."""
         q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x [B, T, D]
-        q, k, v = (split_heads(t, self.n_heads) for t in (q, k, v))  # [B, H, T, d]
-        heads, logits = self.attend(q, k, v, context)  # [B, H, T, d]
-        return LayerResult(self.out(merge_heads(heads)), logits)
+        return tuple(split_heads(t, self.n_heads) for t in (q, k, v))  # type: ignore[return-value]
 
-    def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, context: LayerContext
-    ) -> tuple[Tensor, Tensor | None]:
+    def merge(self, heads: Tensor) -> Tensor:
+        """heads [B, H, T, d] -> the layer output [B, T, D]."""
+        return self.out(merge_heads(heads))
+
+    @classmethod
+    def from_config(cls, config: ModelConfig, layer_index: int) -> AttentionBase:
+        """The layer `layer_index` of a built-in model with this config."""
+        raise NotImplementedError
+
+    def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
+        """The built-in models' call: the layer's `forward` fed from the model's context."""
         raise NotImplementedError

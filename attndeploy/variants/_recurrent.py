@@ -5,9 +5,9 @@ direction reverses each sequence within its own length, runs a forward LSTM and 
 that under right padding the states of real tokens never depend on the padding.
 
 Every direction run goes through `run_lstm(lstm, x)`: `nn.LSTM` itself in training and eager
-evaluation; inside `override_lstm(runner)` (entered by the exporter, like
-`dispatch.override_ops`) the runner instead, e.g. a torch custom op that becomes one ONNX `LSTM`
-node with symbolic batch and seq (torch.export would unroll `nn.LSTM` and pin seq).
+evaluation; inside `override_lstm(runner)` (entered by the exporter) the runner instead, e.g. a
+torch custom op that becomes one ONNX `LSTM` node with symbolic batch and seq (torch.export would
+unroll `nn.LSTM` and pin seq).
 """
 
 from __future__ import annotations

@@ -1,50 +1,134 @@
-"""Registry of attention variants by name (a decorator refuses duplicates)."""
+"""One `VariantSpec` per attention variant: the single source everything else reads.
+
+Each variant is one package, `attndeploy/variants/<name>/`, whose `__init__.py` registers its
+spec with `register_variant(VariantSpec(...))`: its layer, its config, its ops and its extra
+outputs. The packages are found by walking this folder (`variant_specs()`), so no list of
+variants exists anywhere else; the CLI choices, the config's sub-configs, the exporter's
+expectations, the serving interface and the quickstart all derive from the specs.
+
+Specs are light (no torch, no onnxscript): the layer and the ops are named by import path and
+imported on use, so that reading a config or packaging an ONNX file stays cheap.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
+import pkgutil
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any
 
 from attndeploy.errors import ConfigError
 
-T = TypeVar("T")
+_REGISTRY: dict[str, VariantSpec] = {}
 
-# The names are fixed here so that configs can be validated without importing torch modules.
-VARIANT_NAMES = ("standard", "qvi", "ganet", "evolving")
-_REGISTRY: dict[str, type] = {}
+
+def _no_ops(config: Any) -> dict[str, int]:
+    return {}
+
+
+def _no_runs(config: Any) -> int:
+    return 0
+
+
+def _no_check(config: Any) -> None:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantSpec:
+    """An attention variant, declared once in its own package.
+
+    name:        the variant's name (`--variant`, `ModelConfig.variant`, the ONNX metadata).
+    order:       its place in tables, CLI choices and the op set (ops.md order).
+    summary:     one line on what it changes (help texts, `info`).
+    layer:       "module:Class" of its `attndeploy.nn` layer (an `AttentionBase` with
+                 `from_config` and `forward_context`).
+    config:      its sub-config dataclass, stored as `ModelConfig.<name>`; None if it has none.
+    ops:         the module whose `OPS` lists its ops of the `attndeploy` set (`OpSpec`s); None
+                 if its layers export as standard ONNX.
+    outputs:     model-level outputs beyond `logits`, e.g. ("gates",) for GA-Net.
+    families:    the built-in model families it can be used in.
+    model_ops:   config -> {op type: count}: the `attndeploy` nodes of a built-in model.
+    lstm_runs:   config -> the standard `LSTM` nodes its own modules add (one per direction run).
+    check:       config -> None: constraints on the whole model config (raise ConfigError).
+    export_check: config -> None: why a config cannot be exported (raise ExportError).
+    """
+
+    name: str
+    order: int
+    summary: str
+    layer: str
+    config: type | None = None
+    ops: str | None = None
+    outputs: tuple[str, ...] = ()
+    families: tuple[str, ...] = ("transformer",)
+    model_ops: Callable[[Any], dict[str, int]] = _no_ops
+    lstm_runs: Callable[[Any], int] = _no_runs
+    check: Callable[[Any], None] = _no_check
+    export_check: Callable[[Any], None] = _no_check
+
+    @property
+    def gated(self) -> bool:
+        """Whether its models output `gates` (and run GA-Net's gate machinery)."""
+        return "gates" in self.outputs
+
+    def layer_class(self) -> type:
+        module, _, attribute = self.layer.partition(":")
+        return getattr(importlib.import_module(module), attribute)
+
+
+def register_variant(spec: VariantSpec) -> VariantSpec:
+    """Register a variant's spec (from its package's `__init__`); a name is registered once."""
+    if spec.name in _REGISTRY:
+        raise ConfigError(f"variant {spec.name!r} is registered twice")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+@functools.cache
+def _discover() -> None:
+    """Import every variant package of this folder; each registers its spec."""
+    import attndeploy.variants as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.ispkg and not module.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+def variant_specs() -> tuple[VariantSpec, ...]:
+    """Every registered variant, in `order`."""
+    _discover()
+    return tuple(sorted(_REGISTRY.values(), key=lambda spec: (spec.order, spec.name)))
 
 
 def variant_names() -> tuple[str, ...]:
-    return VARIANT_NAMES
+    return tuple(spec.name for spec in variant_specs())
 
 
-def register_variant(name: str) -> Callable[[type[T]], type[T]]:
-    """Class decorator: register an attention layer class under `name`."""
-
-    def decorate(cls: type[T]) -> type[T]:
-        if name not in VARIANT_NAMES:
-            raise ConfigError(f"variant {name!r} is not declared in VARIANT_NAMES")
-        if name in _REGISTRY:
-            raise ConfigError(f"variant {name!r} is registered twice")
-        _REGISTRY[name] = cls
-        return cls
-
-    return decorate
-
-
-def get_variant(name: str) -> type:
-    """The attention layer class registered as `name`; an unknown name lists the valid ones."""
-    import attndeploy.variants  # noqa: F401  (imports every variant module, which registers it)
-
+def variant_spec(name: str) -> VariantSpec:
+    """The spec registered as `name`; an unknown name lists the valid ones."""
+    _discover()
     try:
         return _REGISTRY[name]
     except KeyError:
         raise ConfigError(
-            f"unknown variant {name!r}; valid: {', '.join(sorted(_REGISTRY))}"
+            f"unknown variant {name!r}; valid: {', '.join(variant_names())}"
         ) from None
 
 
-def registered_variants() -> dict[str, type]:
-    import attndeploy.variants  # noqa: F401
+def get_variant(name: str) -> type:
+    """The layer class of the variant `name` (imports it, and torch)."""
+    return variant_spec(name).layer_class()
 
-    return dict(_REGISTRY)
+
+def registered_variants() -> dict[str, type]:
+    """{name: layer class} of every variant (imports them, and torch)."""
+    return {spec.name: spec.layer_class() for spec in variant_specs()}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "VARIANT_NAMES":  # the registered names, in order (derived, not declared)
+        return variant_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -54,7 +54,7 @@ def trained(tmp_path_factory):
     """A tiny GA-Net checkpoint trained through the CLI, and its --json output."""
     cwd = tmp_path_factory.mktemp("cli")
     result = run_cli("train", "--variant", "ganet", *TINY, *TINY_TASK, "--out", "ckpt", "--json",
-                     cwd=cwd)
+                     "--option", "aux_hidden=8", "--option", "straight_through=true", cwd=cwd)
     return cwd, parse_json(result)
 
 
@@ -76,6 +76,8 @@ def test_info_json_describes_the_trained_checkpoint(trained):
     cwd, report = trained
     info = parse_json(run_cli("info", "ckpt", "--json", cwd=cwd))
     assert info["model"]["variant"] == "ganet" and info["model"]["d_model"] == 16
+    assert info["model"]["ganet"]["aux_hidden"] == 8  # --option: any field of the sub-config
+    assert info["model"]["ganet"]["straight_through"] is True
     assert info["labels"] == ["alpha", "bravo", "charlie", "delta"]
     assert info["metrics"] == report["metrics"]
     assert info["parameters"] == report["training"]["parameters"]
@@ -114,6 +116,9 @@ FAILING: dict[str, list[str]] = {
     "missing-checkpoint": ["info", "nowhere", "--json"],
     "existing-out": ["train", *TINY, *TINY_TASK, "--out", "existing"],
     "long-message": ["info", LONG_PATH],
+    "unknown-option": ["train", "--variant", "qvi", "--option", "size=3", "--out", "m"],
+    "bad-option-value": ["train", "--variant", "qvi", "--option", "pairwise_chunk=x", "--out", "m"],
+    "no-options": ["train", "--option", "alpha=0.1", "--out", "m"],
 }
 
 
@@ -162,6 +167,9 @@ def test_unknown_task_fails_listing_the_valid_names(failures):
         ("alpha", "alpha must lie in [0, 1], got 1.5"),
         ("temperature", "temperature must be > 0, got 0.0"),
         ("task-and-data", "give either --task or --data, not both"),
+        ("unknown-option", "NAME one of form, pairwise_chunk"),
+        ("bad-option-value", "pairwise_chunk: 'x' is not a int"),
+        ("no-options", "variant 'standard' has no options"),
     ],
 )
 def test_invalid_hyperparameters_fail_with_one_line(failures, name, fragment):

@@ -24,7 +24,7 @@ import torch
 from attndeploy import __version__
 from attndeploy.config import GANetConfig, ModelConfig
 from attndeploy.errors import ExportError, OutputError
-from attndeploy.export import exporter
+from attndeploy.export import exporter, generic
 from attndeploy.export.exporter import ExportOptions, check_structure, export_checkpoint
 from attndeploy.fsutil import file_sha256
 from tests.cases import TINY_MAX_SEQ, case_params
@@ -305,18 +305,19 @@ def test_a_failed_export_leaves_no_file_and_keeps_a_previous_one(exports, tmp_pa
     del traced.metadata_props[:]
     raw = traced.SerializeToString()
 
-    def fake_trace(wrapper, max_seq, opset):
-        return onnx.ModelProto.FromString(raw), {}
+    def fake_trace(flat, example, dims, names, opset):
+        proto = onnx.ModelProto.FromString(raw)
+        return proto, {}, Counter(n.op_type for n in proto.graph.node if n.domain == "attndeploy")
 
-    monkeypatch.setattr(exporter, "_trace", fake_trace)
-    monkeypatch.setattr(exporter, "function_protos", lambda opset, names=None: [])
+    monkeypatch.setattr(generic, "_trace", fake_trace)
+    monkeypatch.setattr(generic, "function_protos", lambda opset, names=None: [])
     target = tmp_path / "model.onnx"
     with pytest.raises(ExportError, match="without a function body"):
         export_checkpoint(exported.checkpoint, target)
     assert not target.exists() and _leftovers(tmp_path) == []
 
     monkeypatch.undo()
-    monkeypatch.setattr(exporter, "_trace", fake_trace)
+    monkeypatch.setattr(generic, "_trace", fake_trace)
     target.write_bytes(b"previous")
 
     def failing_replace(src, dst):
@@ -328,7 +329,7 @@ def test_a_failed_export_leaves_no_file_and_keeps_a_previous_one(exports, tmp_pa
     assert target.read_bytes() == b"previous" and _leftovers(tmp_path) == []
 
     monkeypatch.undo()
-    monkeypatch.setattr(exporter, "_trace", fake_trace)
+    monkeypatch.setattr(generic, "_trace", fake_trace)
     export_checkpoint(exported.checkpoint, target)  # the same pipeline, nothing failing
     assert exporter.read_metadata(target)["variant"] == "ganet" and _leftovers(tmp_path) == []
 

@@ -24,7 +24,8 @@ import torch
 
 from attndeploy.errors import ExportError
 from attndeploy.export import _registry
-from attndeploy.variants import dispatch, functional
+from attndeploy.variants import functional
+from attndeploy.variants._common import call_op
 
 HEADS, HEAD_DIM, MODEL_DIM = 2, 4, 6
 SCALE = 0.4  # not 1/sqrt(d), so a lost attribute shows
@@ -176,7 +177,7 @@ class OpCase:
         spec = self.spec
         args = [torch.from_numpy(_fp32(inputs[name])) for name in spec.input_names]
         with torch.no_grad():
-            result = getattr(functional, spec.dispatch_name)(*args, **self.attributes)
+            result = spec.reference(*args, **self.attributes)
         results = result if isinstance(result, tuple) else (result,)
         return {name: r.numpy() for name, r in zip(spec.output_names, results, strict=True)}
 
@@ -334,9 +335,10 @@ def run_case(
 # ----------------------------------------------------------------------------- structure
 
 
-def test_every_dispatch_op_has_a_spec_and_a_case():
-    dispatch_names = {spec.dispatch_name for spec in _registry.op_specs()}
-    assert dispatch_names == set(dispatch.OP_NAMES)
+def test_every_op_has_a_functional_reference_and_a_case():
+    for spec in _registry.op_specs():
+        assert getattr(functional, spec.functional_name) is spec.reference
+        assert _registry.op_spec(spec.reference) is spec
     assert {spec.name for spec in _registry.op_specs()} == set(CASE_BY_OP)
 
 
@@ -356,7 +358,7 @@ def test_op_names_and_signatures_follow_ops_md():
     assert _registry.op_spec("GatedAttentionPooling").attributes == ()
     for spec in _registry.op_specs():
         assert spec.schema.domain == "attndeploy" and spec.schema.since_version == 1
-        assert spec.torch_op is getattr(torch.ops.attndeploy, spec.dispatch_name).default
+        assert spec.torch_op is getattr(torch.ops.attndeploy, spec.functional_name).default
 
 
 def test_unknown_op_name_lists_the_valid_ones():
@@ -578,13 +580,13 @@ def test_exact_zero_logit_is_closed_and_saturated_logits_still_decide():
 
 
 class TinyGatedBlock(torch.nn.Module):
-    """Head split, one `gated_attention` call through the dispatch table, head merge."""
+    """Head split, one `gated_attention` call through `call_op`, head merge."""
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, gate_logits: torch.Tensor):
         batch, seq, _ = x.shape
         heads = x.reshape(batch, seq, HEADS, HEAD_DIM).transpose(1, 2)  # [B, H, T, d]
-        output, gates = dispatch.call(
-            "gated_attention", heads, heads * 0.5, heads + 1.0, mask, gate_logits,
+        output, gates = call_op(
+            functional.gated_attention, heads, heads * 0.5, heads + 1.0, mask, gate_logits,
             gather_open_keys=True,
         )  # [B, H, T, d], [B, T]
         return output.transpose(1, 2).reshape(batch, seq, HEADS * HEAD_DIM), gates  # [B, T, D]
@@ -596,10 +598,11 @@ def test_export_call_resolves_the_default_scale_and_drops_torch_only_keywords():
               _cast_inputs(gated_inputs(np.random.default_rng(2), layout), np.float32).items()}
     args = [inputs[name] for name in _registry.op_spec("gated_attention").input_names]
     want = functional.gated_attention(*args)
-    got = _registry.export_op_table()["gated_attention"](*args, gather_open_keys=True)
+    export_call = _registry.op_spec(functional.gated_attention).export_call
+    got = export_call(*args, gather_open_keys=True)
     torch.testing.assert_close(got, want)
     with pytest.raises(TypeError, match="unexpected keyword"):
-        _registry.export_op_table()["gated_attention"](*args, alpha=0.5)
+        export_call(*args, alpha=0.5)
 
 
 @pytest.mark.slow
@@ -614,13 +617,12 @@ def test_exported_module_keeps_one_custom_node_with_its_function_and_symbolic_di
         torch.from_numpy(gate_logits_for(rng, layout).astype(np.float32)),
     )
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
-    with dispatch.override_ops(_registry.export_op_table()):
-        program = torch.onnx.export(
-            model, example, dynamo=True, opset_version=opset,
-            custom_translation_table=_registry.custom_translation_table(),
-            input_names=["x", "mask", "gate_logits"], output_names=["y", "gates"],
-            dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}, {0: batch, 1: seq}),
-        )
+    program = torch.onnx.export(  # call_op runs the custom op while torch.export traces
+        model, example, dynamo=True, opset_version=opset,
+        custom_translation_table=_registry.custom_translation_table(),
+        input_names=["x", "mask", "gate_logits"], output_names=["y", "gates"],
+        dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}, {0: batch, 1: seq}),
+    )
     proto = program.model_proto
     custom = [n for n in proto.graph.node if n.domain == "attndeploy"]
     assert [n.op_type for n in custom] == ["GatedAttention"]

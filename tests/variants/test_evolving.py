@@ -17,8 +17,8 @@ from attndeploy.config import EvolvingConfig
 from attndeploy.models import build_model
 from attndeploy.variants import functional as Fn
 from attndeploy.variants._common import LayerContext
-from attndeploy.variants.evolving import EvolvingAttention
-from attndeploy.variants.standard import StandardAttention
+from attndeploy.variants.evolving.layer import EvolvingAttention
+from attndeploy.variants.standard.layer import StandardAttention
 from tests.cases import CASES_BY_ID
 from tests.helpers import (
     assert_close,
@@ -105,16 +105,16 @@ def test_evolving_model_with_alpha_beta_zero_equals_the_standard_model():
 @pytest.mark.parametrize("alpha, beta", [(0.5, 1.0), (0.3, 0.5), (1.0, 0.0)])
 def test_first_layer_of_a_chain_is_vanilla_and_has_no_conv(alpha, beta):
     config = CASES_BY_ID["evolving"].config(evolving=EvolvingConfig(alpha=alpha, beta=beta))
-    first = EvolvingAttention(config, 0)
+    first = EvolvingAttention.from_config(config, 0)
     assert {name for name, _ in first.named_parameters()} == {
         "qkv.weight", "qkv.bias", "out.weight", "out.bias"
     }
-    standard = StandardAttention(config, 0)
+    standard = StandardAttention.from_config(config, 0)
     standard.load_state_dict(first.state_dict())
     mask = lengths_mask([7, 3], 7)
     x = randn(2, 7, config.d_model, seed=81)
-    ours = first(x, LayerContext(key_padding_mask=mask))
-    theirs = standard(x, LayerContext(key_padding_mask=mask))
+    ours = first.forward_context(x, LayerContext(key_padding_mask=mask))
+    theirs = standard.forward_context(x, LayerContext(key_padding_mask=mask))
     assert_close(ours.output[mask], theirs.output[mask])
     assert ours.logits is not None and ours.logits.shape == (2, config.n_heads, 7, 7)
 
@@ -124,8 +124,10 @@ def test_later_layer_without_previous_logits_is_a_clear_error():
 
     config = CASES_BY_ID["evolving"].config()
     with pytest.raises(ConfigError, match="previous layer's logits"):
-        EvolvingAttention(config, 1)(randn(1, 3, config.d_model), LayerContext(
-            key_padding_mask=torch.ones(1, 3, dtype=torch.bool)))
+        EvolvingAttention.from_config(config, 1).forward_context(
+            randn(1, 3, config.d_model),
+            LayerContext(key_padding_mask=torch.ones(1, 3, dtype=torch.bool)),
+        )
 
 
 # ----------------------------------------------------------------------------- E3

@@ -9,8 +9,7 @@ from torch import Tensor
 from attndeploy.config import QVIConfig
 from attndeploy.models import build_model
 from attndeploy.variants import functional as Fn
-from attndeploy.variants._common import LayerContext
-from attndeploy.variants.qvi import QVIAttention
+from attndeploy.variants.qvi.layer import QVIAttention
 from tests.cases import CASES_BY_ID
 from tests.helpers import (
     assert_close,
@@ -239,7 +238,7 @@ def test_beta_is_zero_at_padded_queries(inputs):
 @pytest.mark.parametrize("form, per_head", [("pooled", "4d2+4d"), ("pairwise", "4d2+3d")])
 def test_qvi_layer_adds_the_documented_parameter_count(form, per_head):
     config = CASES_BY_ID[f"qvi_{form}"].config()
-    layer = QVIAttention(config, 0)
+    layer = QVIAttention.from_config(config, 0)
     h, d = config.n_heads, config.head_dim
     extra = sum(p.numel() for name, p in layer.named_parameters()
                 if not name.startswith(("qkv.", "out.")))
@@ -257,10 +256,10 @@ def test_bert_base_counts_match_the_design_table():
 @pytest.mark.parametrize("form", ["pooled", "pairwise"])
 def test_every_qvi_parameter_gets_a_nonzero_gradient(form):
     config = CASES_BY_ID[f"qvi_{form}"].config()
-    layer = QVIAttention(config, 0)
+    layer = QVIAttention.from_config(config, 0)
     mask = lengths_mask([6, 3], 6)
     x = randn(2, 6, config.d_model, seed=50)
-    out = layer(x, LayerContext(key_padding_mask=mask)).output  # [B, T, D]
+    out = layer(x, mask)  # [B, T, D]
     (out * randn(*out.shape, seed=51))[mask].sum().backward()
     qvi_params = {name: p for name, p in layer.named_parameters()
                   if not name.startswith(("qkv.", "out."))}

@@ -1,28 +1,51 @@
-"""The variant registry, op dispatch and config validation (style.md: a registry, not ladders)."""
+"""The variant registry, op routing and config validation (style.md: a registry, not ladders)."""
 
 from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from attndeploy.config import EvolvingConfig, GANetConfig, ModelConfig, QVIConfig
 from attndeploy.errors import ConfigError
-from attndeploy.variants import dispatch, get_variant, registered_variants, variant_names
 from attndeploy.variants import functional as Fn
-from attndeploy.variants._common import AttentionBase
+from attndeploy.variants import (
+    get_variant,
+    registered_variants,
+    variant_names,
+    variant_spec,
+    variant_specs,
+)
+from attndeploy.variants._common import AttentionBase, call_op
 from attndeploy.variants.registry import VARIANT_NAMES, register_variant
 from tests.helpers import lengths_mask, qkv
 
 pytestmark = pytest.mark.usefixtures("torch_defaults")
 
 
-def test_every_declared_variant_is_registered_as_an_attention_layer():
+def test_every_variant_package_registers_one_spec_with_a_layer_for_the_built_in_models():
     registry = registered_variants()
-    assert tuple(registry) == VARIANT_NAMES or set(registry) == set(VARIANT_NAMES)
-    assert variant_names() == VARIANT_NAMES
+    assert tuple(registry) == VARIANT_NAMES == variant_names()
+    assert variant_names() == ("standard", "qvi", "ganet", "evolving")  # the `order`s
     for name, cls in registry.items():
         assert issubclass(cls, AttentionBase), name
         assert get_variant(name) is cls
+        assert cls.from_config is not AttentionBase.from_config, name
+        assert cls.forward_context is not AttentionBase.forward_context, name
+
+
+def test_each_spec_is_the_one_source_of_its_config_ops_and_outputs():
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    for spec in variant_specs():
+        if spec.config is not None:  # ModelConfig.<name> is the variant's sub-config
+            assert spec.name in fields
+            assert isinstance(getattr(ModelConfig(vocab_size=5, num_labels=2), spec.name),
+                              spec.config)
+    assert [s.name for s in variant_specs() if s.gated] == ["ganet"]
+    assert variant_spec("standard").ops is None
 
 
 def test_unknown_variant_fails_listing_the_valid_names():
@@ -35,43 +58,36 @@ def test_unknown_variant_fails_listing_the_valid_names():
 def test_registering_a_name_twice_is_refused_and_leaves_the_registry_intact():
     before = registered_variants()
     with pytest.raises(ConfigError, match="registered twice"):
-        register_variant("standard")(type("Impostor", (AttentionBase,), {}))
+        register_variant(dataclasses.replace(variant_spec("standard"), summary="impostor"))
     assert registered_variants() == before
+    assert variant_spec("standard").summary != "impostor"
 
 
-def test_registering_an_undeclared_name_is_refused():
-    with pytest.raises(ConfigError, match="not declared"):
-        register_variant("mystery")(type("Mystery", (AttentionBase,), {}))
-    assert "mystery" not in registered_variants()
+def test_reading_specs_and_configs_imports_neither_torch_nor_onnxscript():
+    code = ("import sys; from attndeploy.variants import variant_specs; "
+            "from attndeploy.config import ModelConfig; variant_specs(); "
+            "ModelConfig(vocab_size=5, num_labels=2, variant='ganet'); "
+            "sys.exit(1 if {'torch', 'onnxscript'} & set(sys.modules) else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-def test_dispatch_runs_the_functional_reference_by_default():
+def test_call_op_runs_the_functional_reference_outside_export():
     q, k, v = qkv(1, 2, 3, 4)
     mask = lengths_mask([3])
-    out, logits = dispatch.call("evolving_attention_start", q, k, v, mask)
+    out, logits = call_op(Fn.evolving_attention_start, q, k, v, mask)
     ref_out, ref_logits = Fn.evolving_attention_start(q, k, v, mask)
     assert torch.equal(out, ref_out) and torch.equal(logits, ref_logits)
 
 
-def test_override_ops_swaps_an_op_and_restores_it_even_after_an_error():
-    calls = []
+def test_call_op_runs_the_torch_custom_op_while_torch_export_traces():
+    class Block(torch.nn.Module):
+        def forward(self, q, k, v, mask):
+            return call_op(Fn.evolving_attention_start, q, k, v, mask)
 
-    def fake(*args, **kwargs):
-        calls.append(kwargs)
-        return "fake"
-
-    with pytest.raises(RuntimeError), dispatch.override_ops({"gated_attention": fake}):
-        assert dispatch.call("gated_attention", scale=0.5) == "fake"
-        raise RuntimeError("boom")
-    assert calls == [{"scale": 0.5}]
-    q, k, v = qkv(1, 1, 2, 2)
-    out, _ = dispatch.call("gated_attention", q, k, v, lengths_mask([2]), torch.ones(1, 2))
-    assert isinstance(out, torch.Tensor)
-
-
-def test_override_ops_rejects_unknown_op_names():
-    with pytest.raises(KeyError, match="not_an_op"), dispatch.override_ops({"not_an_op": print}):
-        pass
+    q, k, v = qkv(1, 2, 3, 4)
+    program = torch.export.export(Block(), (q, k, v, lengths_mask([3])), strict=False)
+    targets = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert "attndeploy.evolving_attention_start.default" in targets
 
 
 # ----------------------------------------------------------------------------- config

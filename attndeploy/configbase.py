@@ -1,0 +1,83 @@
+"""Checks shared by every config dataclass (the model config and each variant's sub-config).
+
+Every check raises `ConfigError` with a message that says what to change. No torch here: the
+configs are read by light commands (info, package) too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from attndeploy.errors import ConfigError
+
+_SCALAR_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)
+}
+
+
+def check_types(obj: Any) -> None:
+    """Scalar fields must hold their annotated type (a corrupt config.json must not slip through
+    as a TypeError later); bools are not accepted as numbers."""
+    for f in dataclasses.fields(obj):
+        annotation = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        valid = _SCALAR_TYPES.get(annotation)
+        if valid is None:
+            continue
+        value = getattr(obj, f.name)
+        if not isinstance(value, valid) or (isinstance(value, bool) and bool not in valid):
+            raise ConfigError(f"{f.name} must be of type {annotation}, got {value!r}")
+
+
+def choice(name: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
+
+
+def unit_interval(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{name} must lie in [0, 1], got {value}")
+
+
+def positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{name} must be > 0, got {value}")
+
+
+def sub_from_dict(sub_cls: type, raw: Any, key: str) -> Any:
+    """A sub-config from its JSON object; missing keys take their defaults."""
+    if isinstance(raw, sub_cls):
+        return raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"model config {key!r} must be a JSON object")
+    known = {f.name for f in dataclasses.fields(sub_cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"unknown {key} config keys: {', '.join(unknown)}")
+    return sub_cls(**raw)  # types are checked on construction
+
+
+_PARSERS: dict[str, Any] = {
+    "int": int, "float": float, "str": str,
+    "bool": lambda text: {"true": True, "false": False}[text.strip().lower()],
+}
+
+
+def with_options(config: Any, items: Any, what: str) -> Any:
+    """`config` (a frozen dataclass) with `NAME=VALUE` strings applied, each VALUE read as its
+    field's type (bool: true/false). An unknown name lists the valid ones."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    changes: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or name not in fields:
+            raise ConfigError(f"{what} option {item!r}: expected NAME=VALUE with NAME one of "
+                              f"{', '.join(fields)}")
+        annotation = fields[name].type
+        annotation = annotation if isinstance(annotation, str) else annotation.__name__
+        try:
+            changes[name] = _PARSERS.get(annotation, str)(text)
+        except (ValueError, KeyError):
+            raise ConfigError(f"{what} option {name}: {text!r} is not a {annotation}") from None
+    return dataclasses.replace(config, **changes)

@@ -1,0 +1,17 @@
+"""Evolving attention's ops of the `attndeploy` ONNX set (ops.md): one `op_*.py` per op."""
+
+from __future__ import annotations
+
+import torch
+
+from attndeploy.export.ops._spec import OpSpec
+from attndeploy.variants import functional
+from attndeploy.variants.evolving import op_evolving, op_start
+
+OPS = (
+    OpSpec("EvolvingAttentionStart", functional.evolving_attention_start,
+           torch.ops.attndeploy.evolving_attention_start.default,
+           op_start.EvolvingAttentionStart),
+    OpSpec("EvolvingAttention", functional.evolving_attention,
+           torch.ops.attndeploy.evolving_attention.default, op_evolving.EvolvingAttention),
+)

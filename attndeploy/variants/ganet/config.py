@@ -1,0 +1,31 @@
+"""GA-Net's sub-config (`ModelConfig.ganet`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attndeploy.configbase import check_types, choice, positive
+from attndeploy.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GANetConfig:
+    """Gated attention (variants.md §3). `density_weight` is the paper's lambda."""
+
+    aux: str = "mlp"
+    aux_hidden: int = 128
+    aux_bias_init: float = 0.0
+    temperature: float = 1.0
+    density_weight: float = 4e-4
+    gate_mode: str = "threshold"
+    straight_through: bool = False
+    gather_open_keys: bool = False
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        choice("ganet aux network", self.aux, ("mlp", "conv", "bilstm"))
+        choice("gate_mode", self.gate_mode, ("threshold", "sample"))
+        positive("aux_hidden", self.aux_hidden)
+        positive("temperature", self.temperature)
+        if self.density_weight < 0:
+            raise ConfigError(f"density_weight must be >= 0, got {self.density_weight}")

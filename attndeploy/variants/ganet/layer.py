@@ -1,0 +1,260 @@
+"""GA-Net: gated attention (variants.md §3). Letters: b batch, h heads, i/j query/key, t token.
+
+One auxiliary network per model (`GateNetwork`) reads the token embeddings and scores every token
+(gate logits s [B, T]). Training uses relaxed Gumbel-sigmoid gates in log space; eval mode uses
+hard gates decided on the LOGITS (s > 0) with the all-closed rescue. Gates are per key position,
+shared by every head, query and layer (`GatedAttention`), and by the gated attention pooling of
+the classifier head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attndeploy.variants import functional
+from attndeploy.variants._common import (
+    AttentionBase,
+    LayerContext,
+    LayerResult,
+    as_key_padding_mask,
+    call_op,
+)
+from attndeploy.variants._recurrent import PaddedBiLSTM
+from attndeploy.variants.functional import hard_gates, masked_softmax
+from attndeploy.variants.ganet.config import GANetConfig
+
+NOISE_EPS = 1e-6
+
+
+def logistic_noise(shape: torch.Size, *, like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """L = log U − log(1 − U), U ~ Uniform(eps, 1 − eps): one draw per token."""
+    u = torch.rand(shape, generator=generator, device=like.device, dtype=torch.float32)
+    u = u.clamp(NOISE_EPS, 1 - NOISE_EPS)
+    return (torch.log(u) - torch.log1p(-u)).to(like.dtype)
+
+
+class GateNetwork(nn.Module):
+    """GA-Net's auxiliary network: x [B, T, E] (token embeddings), mask [B, T] -> logits [B, T].
+
+    `GateNetwork(embed_dim, *, kind="mlp"|"conv"|"bilstm", hidden=128, bias_init=0.0,
+    lstm_hidden=100, sample_in_training=True)` (variants.md §3.2). `scores(x, mask)` is the
+    network's output s. `forward` returns the DECISION logits: s in eval mode; s + L (logistic
+    noise, one draw per token per call) in training when `sample_in_training`, so that every
+    `GatedAttention` fed the same logits shares one draw, as the paper's relaxation wants.
+    The `bilstm` kind exports as standard ONNX `LSTM` nodes.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        *,
+        kind: str = "mlp",
+        hidden: int = 128,
+        bias_init: float = 0.0,
+        lstm_hidden: int = 100,
+        sample_in_training: bool = True,
+    ) -> None:
+        super().__init__()
+        GANetConfig(aux=kind, aux_hidden=hidden, aux_bias_init=float(bias_init))  # validates
+        self.kind = kind
+        self.sample_in_training = sample_in_training
+        self.generator: torch.Generator | None = None
+        if kind == "mlp":
+            self.body = nn.Sequential(nn.Linear(embed_dim, hidden), nn.GELU())
+            out_features = hidden
+        elif kind == "conv":
+            self.body = nn.Conv1d(embed_dim, hidden, kernel_size=3, padding=1)
+            out_features = hidden
+        else:
+            self.body = PaddedBiLSTM(embed_dim, lstm_hidden, num_layers=1)
+            out_features = 2 * lstm_hidden
+        self.score = nn.Linear(out_features, 1)
+        nn.init.constant_(self.score.bias, bias_init)
+
+    def scores(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """The auxiliary network's logits s [B, T] (no noise)."""
+        mask = as_key_padding_mask(key_padding_mask, x)
+        if self.kind == "mlp":
+            features = self.body(x)  # [B, T, a]
+        elif self.kind == "conv":
+            zeroed = x * mask[:, :, None].to(x.dtype)  # pads = 0
+            features = F.gelu(self.body(zeroed.transpose(1, 2)).transpose(1, 2))  # [B, T, a]
+        else:
+            features = self.body(x, mask)  # [B, T, 2h]
+        return self.score(features).squeeze(-1)  # [B, T]
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        s = self.scores(x, key_padding_mask)  # [B, T]
+        if self.training and self.sample_in_training:
+            s = s + logistic_noise(s.shape, like=s, generator=self.generator)
+        return s
+
+
+@dataclass(frozen=True)
+class GateState:
+    """What the gates hand to the layers and the loss for one forward pass."""
+
+    gate_logits: Tensor  # decision logits [B, T]: s (threshold) or s + L (sample / training)
+    raw_logits: Tensor  # s [B, T], the auxiliary network's output
+    log_gates: Tensor | None  # log g_soft [B, T] in training, None in eval
+    soft_gates: Tensor | None  # g_soft [B, T] in training
+    hard_gates: Tensor | None  # sampled hard gates for straight-through training
+
+
+class GateController(nn.Module):
+    """A built-in model's gates: owns the auxiliary network, turns its logits into this pass's
+    gates (noise, relaxation, `gate_mode`) once for every layer and the pooling."""
+
+    def __init__(self, embed_dim: int, config: Any) -> None:  # a ModelConfig
+        super().__init__()
+        self.config = config.ganet
+        self.network = GateNetwork(
+            embed_dim, kind=config.ganet.aux, hidden=config.ganet.aux_hidden,
+            bias_init=config.ganet.aux_bias_init, lstm_hidden=config.lstm_hidden,
+        )
+        self.generator: torch.Generator | None = None
+
+    def forward(self, embeddings: Tensor, key_padding_mask: Tensor) -> GateState:
+        s = self.network.scores(embeddings, key_padding_mask)  # [B, T]
+        if not self.training and self.config.gate_mode == "threshold":
+            return GateState(s, s, None, None, None)  # consumes no randomness
+        noisy = s + logistic_noise(s.shape, like=s, generator=self.generator)
+        if not self.training:  # `sample` mode: g = (s + L > 0) ∧ m with the same rescue
+            return GateState(noisy, s, None, None, None)
+        relaxed = relax_gates(noisy, key_padding_mask, self.config.temperature,
+                              self.config.straight_through)
+        soft = torch.sigmoid(noisy / self.config.temperature)
+        return GateState(noisy, s, relaxed.log_gates, soft, relaxed.hard_gates)
+
+    def layer_context(self, state: GateState, key_padding_mask: Tensor) -> LayerContext:
+        return LayerContext(
+            key_padding_mask=key_padding_mask,
+            gate_logits=state.gate_logits,
+            log_gates=state.log_gates,
+            hard_gates=state.hard_gates,
+        )
+
+
+def soft_density(soft_gates: Tensor, key_padding_mask: Tensor) -> Tensor:
+    """R: mean over examples of the mean soft gate over valid tokens (variants.md §3.5)."""
+    m = key_padding_mask.to(soft_gates.dtype)
+    return ((soft_gates * m).sum(-1) / m.sum(-1).clamp(min=1)).mean()
+
+
+def relax_gates(
+    gate_logits: Tensor, key_padding_mask: Tensor, temperature: float, straight_through: bool
+) -> LayerContext:
+    """Training-time gates from decision logits (s + L): log g_soft = logsigmoid(logits / τ),
+    and for straight-through the hard sampled gates (variants.md §3.5)."""
+    log_gates = F.logsigmoid(gate_logits / temperature)  # [B, T]
+    hard = hard_gates(gate_logits, key_padding_mask) if straight_through else None
+    return LayerContext(key_padding_mask, gate_logits=gate_logits, log_gates=log_gates,
+                        hard_gates=hard)
+
+
+def _relaxed_probs(scores: Tensor, context: LayerContext, broadcast: tuple) -> Tensor:
+    """Training-time attention/pooling weights over keys (last axis of `scores`).
+
+    Soft: softmax(scores + M + log g_soft). Straight-through: hard forward, soft backward.
+    `broadcast` indexes a [B, T] tensor up to the rank of `scores`.
+    """
+    m = context.key_padding_mask[broadcast]
+    log_gates = context.log_gates[broadcast]
+    soft = masked_softmax(scores + log_gates.to(scores.dtype), m)
+    if context.hard_gates is None:
+        return soft
+    hard = masked_softmax(scores, context.hard_gates[broadcast])
+    # Forward: the hard weights; backward: the soft path only (variants.md §3.5 "backward through
+    # the soft path"). Written as soft + stopgrad(hard - soft) so that no gradient reaches Q·Kᵀ
+    # through the hard softmax as well (hard + soft - stopgrad(soft) would count it twice).
+    return soft + (hard - soft).detach()
+
+
+class GatedAttention(AttentionBase):
+    """Multi-head self-attention whose keys are gated (GA-Net, batch first).
+
+    `GatedAttention(embed_dim, num_heads, *, bias=True, temperature=1.0, straight_through=False,
+    gather_open_keys=False, scale=None)`.
+    `forward(x [B,T,D], key_padding_mask bool [B,T], gate_logits [B,T]) -> (y [B,T,D],
+    gates bool [B,T])`, `gate_logits` from a `GateNetwork` (share one call between layers).
+    Eval: hard gates `(logit > 0) ∧ real` with the all-closed rescue; closed keys weigh exactly
+    0; exports as one `attndeploy::GatedAttention` node. Training: relaxed gates
+    g = σ(logits / τ) (soft), or hard forward / soft backward with `straight_through`; `gates`
+    are then the hard gates of the logits, for statistics.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        bias: bool = True,
+        temperature: float = 1.0,
+        straight_through: bool = False,
+        gather_open_keys: bool = False,
+        scale: float | None = None,
+    ) -> None:
+        super().__init__(embed_dim, num_heads, bias=bias, scale=scale)
+        GANetConfig(temperature=float(temperature))  # validates
+        self.temperature = float(temperature)
+        self.straight_through = straight_through
+        self.gather_open_keys = gather_open_keys
+
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None, gate_logits: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        mask = as_key_padding_mask(key_padding_mask, x)  # [B, T]
+        q, k, v = self.project(x)  # [B, H, T, d]
+        heads, gates = self.attend(q, k, v, mask, gate_logits)  # [B, H, T, d], [B, T]
+        return self.merge(heads), gates
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gate_logits: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        if self.training:
+            context = relax_gates(gate_logits, mask, self.temperature, self.straight_through)
+            scores = self.scale * (q @ k.transpose(-2, -1))  # [B, H, Tq, Tk]
+            probs = _relaxed_probs(scores, context, (slice(None), None, None, slice(None)))
+            gates = context.hard_gates
+            if gates is None:
+                with torch.no_grad():
+                    gates = hard_gates(gate_logits, mask)  # [B, T]
+            return probs @ v, gates
+        return call_op(
+            functional.gated_attention, q, k, v, mask, gate_logits,
+            scale=self.scale, gather_open_keys=self.gather_open_keys,
+        )
+
+    @classmethod
+    def from_config(cls, config, layer_index: int) -> GatedAttention:
+        return cls(
+            config.d_model, config.n_heads, temperature=config.ganet.temperature,
+            straight_through=config.ganet.straight_through,
+            gather_open_keys=config.ganet.gather_open_keys,
+        )
+
+    def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
+        y, _ = self(x, context.key_padding_mask, context.gate_logits)
+        return LayerResult(y)
+
+
+def gated_pooling(
+    values: Tensor, scores: Tensor, context: LayerContext, training: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Gated additive attention pooling: values [B, T, D], scores [B, T] -> context [B, D].
+
+    Training: relaxed gates (no gates returned). Eval: the GatedAttentionPooling op, which also
+    returns the hard gates it applied.
+    """
+    if training:
+        alpha = _relaxed_probs(scores, context, (slice(None), slice(None)))  # [B, T]
+        return torch.einsum("bt,btd->bd", alpha, values), None
+    return call_op(
+        functional.gated_attention_pooling, values, scores, context.key_padding_mask,
+        context.gate_logits,
+    )

@@ -1,0 +1,18 @@
+"""GA-Net's ops of the `attndeploy` ONNX set (ops.md): one `op_*.py` per op, listed here."""
+
+from __future__ import annotations
+
+import torch
+
+from attndeploy.export.ops._spec import OpSpec
+from attndeploy.variants import functional
+from attndeploy.variants.ganet import op_attention, op_pooling
+
+OPS = (
+    OpSpec("GatedAttention", functional.gated_attention,
+           torch.ops.attndeploy.gated_attention.default, op_attention.GatedAttention,
+           torch_only=("gather_open_keys",)),
+    OpSpec("GatedAttentionPooling", functional.gated_attention_pooling,
+           torch.ops.attndeploy.gated_attention_pooling.default,
+           op_pooling.GatedAttentionPooling),
+)

@@ -1,0 +1,22 @@
+"""`qvi`: query-value interaction (variants.md §2): values replaced by gated query-aware values."""
+
+from attndeploy.variants.qvi.config import QVIConfig
+from attndeploy.variants.registry import VariantSpec, register_variant
+
+FORM_OPS = {"pooled": "QVIAttention", "pairwise": "QVIPairwiseAttention"}
+
+
+def _model_ops(config) -> dict[str, int]:
+    """One QVI node per encoder layer, of the configured form."""
+    return {FORM_OPS[config.qvi.form]: config.n_layers} if config.family == "transformer" else {}
+
+
+SPEC = register_variant(VariantSpec(
+    name="qvi",
+    order=1,
+    summary="values replaced by gated query-aware values (form pooled or pairwise)",
+    layer="attndeploy.variants.qvi.layer:QVIAttention",
+    config=QVIConfig,
+    ops="attndeploy.variants.qvi.ops",
+    model_ops=_model_ops,
+))

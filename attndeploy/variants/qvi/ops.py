@@ -1,0 +1,17 @@
+"""QVI's ops of the `attndeploy` ONNX set (ops.md): one `op_*.py` per op, listed here."""
+
+from __future__ import annotations
+
+import torch
+
+from attndeploy.export.ops._spec import OpSpec
+from attndeploy.variants import functional
+from attndeploy.variants.qvi import op_pairwise, op_pooled
+
+OPS = (
+    OpSpec("QVIAttention", functional.qvi_attention,
+           torch.ops.attndeploy.qvi_attention.default, op_pooled.QVIAttention),
+    OpSpec("QVIPairwiseAttention", functional.qvi_pairwise_attention,
+           torch.ops.attndeploy.qvi_pairwise_attention.default,
+           op_pairwise.QVIPairwiseAttention, torch_only=("chunk_size",)),
+)
