@@ -41,6 +41,7 @@ COMMANDS = {
     "serve": ("serve", "command"),
     "stop": ("serve", "stop_command"),
     "infer": ("infer", "command"),
+    "predict": ("predict", "command"),
     "loadtest": ("loadtest", "command"),
     "quickstart": ("quickstart", "command"),
     "deploy": ("deploy", "command"),

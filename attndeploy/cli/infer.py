@@ -23,6 +23,8 @@ def command(
     json_output: JsonFlag = False,
 ) -> None:
     """Send one example; print the label and scores (GA-Net: the tokens whose gates are open)."""
+    from rich.markup import escape
+
     from attndeploy.errors import DataError
     from attndeploy.serving.infer import infer_request
 
@@ -38,13 +40,14 @@ def command(
         print_json(result)
         return
     if "label" in result:
-        console.print(f"[bold]{result['label']}[/]")
+        console.print(f"[bold]{escape(str(result['label']))}[/]")
         for label, score in sorted(result["scores"].items(), key=lambda kv: -kv[1]):
-            console.print(f"  {label:>12}  {score:.4f}")
+            console.print(f"  {escape(label):>12}  {score:.4f}")
     else:
-        console.print(" ".join(f"{t}/{tag}" for t, tag in zip(result["tokens"], result["tags"],
-                                                               strict=True)))
+        console.print(escape(" ".join(f"{t}/{tag}" for t, tag in zip(
+            result["tokens"], result["tags"], strict=True))))
     if "open_tokens" in result:
-        shown = " ".join(f"[reverse]{t}[/]" if g else t
+        # the text's own tokens: "[" or "[/]" in a text must print as written, not as markup
+        shown = " ".join(f"[reverse]{escape(t)}[/]" if g else escape(t)
                          for t, g in zip(result["tokens"], result["gates"], strict=True))
         console.print(f"open gates ({len(result['open_tokens'])}/{len(result['tokens'])}): {shown}")

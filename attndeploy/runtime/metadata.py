@@ -1,0 +1,135 @@
+"""What in-process inference needs from an exported model's `metadata_props`, parsed from a dict.
+
+`attndeploy export` records (ops.md, "Model-level interface"; exporter `build_metadata`):
+`attndeploy.variant`, `attndeploy.version`, `attndeploy.config` (the JSON model config),
+`attndeploy.weights_sha256`, `attndeploy.labels` (JSON list of label names), `attndeploy.max_seq`
+(the export's limit, at most the config's) and `attndeploy.tokenizer` (the word vocabulary as
+JSON, or "" when the checkpoint had none). A file without the required keys was not made by
+attndeploy.
+
+The input is a plain `{key: value}` mapping, so no ONNX parser is needed: `InferenceModel` hands
+in onnxruntime's `get_modelmeta().custom_metadata_map`, `attndeploy infer` the metadata_props
+that `onnx` reads. The checks and messages follow `attndeploy.serving.onnx_info.read_model_info`
+(the packager's reader, which works on an `onnx.ModelProto`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from attndeploy.errors import DataError, ExportError
+from attndeploy.runtime.tokenizer import WordTokenizer
+
+PREFIX = "attndeploy."
+META_VARIANT = PREFIX + "variant"
+META_VERSION = PREFIX + "version"
+META_CONFIG = PREFIX + "config"
+META_WEIGHTS = PREFIX + "weights_sha256"
+META_LABELS = PREFIX + "labels"
+META_MAX_SEQ = PREFIX + "max_seq"
+META_TOKENIZER = PREFIX + "tokenizer"
+REQUIRED = (META_VARIANT, META_VERSION, META_CONFIG, META_WEIGHTS, META_LABELS)
+REQUIRED_CONFIG_KEYS = ("variant", "head", "num_labels", "max_seq", "vocab_size")
+HEADS = ("classification", "tagging")
+GATED_VARIANTS = ("ganet",)
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """The facts of one exported model that tokenizing, running and decoding depend on."""
+
+    variant: str
+    head: str  # "classification" or "tagging"
+    labels: tuple[str, ...]
+    max_seq: int  # the longest sequence the export takes
+    vocab_size: int
+    tokenizer: WordTokenizer | None  # None: the checkpoint had no vocabulary (ids only)
+    exporter_version: str
+    weights_sha256: str
+    config: dict[str, Any]
+
+    @property
+    def gated(self) -> bool:
+        """Whether the model outputs `gates` (GA-Net models only)."""
+        return self.variant in GATED_VARIANTS
+
+    @property
+    def tagging(self) -> bool:
+        return self.head == "tagging"
+
+
+def _positive_int(value: Any, what: str, source: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ExportError(f"{source}: {what} must be a positive integer, got {value!r}; "
+                          "re-export the model.")
+    return value
+
+
+def _json(meta: Mapping[str, str], key: str, source: str) -> Any:
+    try:
+        return json.loads(meta[key])
+    except json.JSONDecodeError as exc:
+        raise ExportError(f"{source}: corrupt attndeploy metadata {key} ({exc}).") from exc
+
+
+def parse_metadata(meta: Mapping[str, str], source: str = "the model") -> ModelMetadata:
+    """The `ModelMetadata` in an exported model's metadata_props; ExportError naming what is
+    missing or wrong (`source` names the file in the message)."""
+    missing = [key for key in REQUIRED if key not in meta]
+    if missing:
+        raise ExportError(
+            f"{source} was not exported by attndeploy: its metadata lacks {', '.join(missing)}. "
+            "Export the checkpoint with `attndeploy export CHECKPOINT --out model.onnx`."
+        )
+    config = _json(meta, META_CONFIG, source)
+    labels = _json(meta, META_LABELS, source)
+    if not isinstance(config, dict):
+        raise ExportError(f"{source}: {META_CONFIG} must be a JSON object.")
+    missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
+    if missing:
+        raise ExportError(f"{source}: the model config in {META_CONFIG} lacks "
+                          f"{', '.join(missing)}; re-export the model with this attndeploy.")
+    num_labels = _positive_int(config["num_labels"], "num_labels", source)
+    if not (isinstance(labels, list) and all(isinstance(x, str) for x in labels)):
+        raise ExportError(f"{source}: {META_LABELS} must be a JSON list of strings.")
+    if len(labels) != num_labels:
+        raise ExportError(
+            f"{source}: {len(labels)} label names in {META_LABELS} but num_labels = {num_labels}."
+        )
+    if config["head"] not in HEADS:
+        raise ExportError(f"{source}: unknown head {config['head']!r} in the model config.")
+    if config["variant"] != meta[META_VARIANT]:
+        raise ExportError(f"{source}: {META_VARIANT} = {meta[META_VARIANT]!r} but the model "
+                          f"config says {config['variant']!r}.")
+    config_max_seq = _positive_int(config["max_seq"], "the config's max_seq", source)
+    max_seq = config_max_seq
+    raw_max_seq = meta.get(META_MAX_SEQ)
+    if raw_max_seq is not None:  # export --max-seq may lower it
+        if not raw_max_seq.isdigit() or not 1 <= int(raw_max_seq) <= config_max_seq:
+            raise ExportError(f"{source}: {META_MAX_SEQ} = {raw_max_seq!r} must be an integer "
+                              f"in [1, {config_max_seq}] (the config's max_seq); re-export.")
+        max_seq = int(raw_max_seq)
+    vocab_size = _positive_int(config["vocab_size"], "the config's vocab_size", source)
+    tokenizer = None
+    if meta.get(META_TOKENIZER):
+        try:
+            tokenizer = WordTokenizer.from_dict(_json(meta, META_TOKENIZER, source))
+        except DataError as exc:
+            raise ExportError(f"{source}: {META_TOKENIZER}: {exc}") from exc
+        if len(tokenizer) > vocab_size:
+            raise ExportError(f"{source}: the vocabulary has {len(tokenizer)} words but the "
+                              f"model embeds {vocab_size}; re-export the model.")
+    return ModelMetadata(
+        variant=str(config["variant"]),
+        head=str(config["head"]),
+        labels=tuple(labels),
+        max_seq=max_seq,
+        vocab_size=vocab_size,
+        tokenizer=tokenizer,
+        exporter_version=meta[META_VERSION],
+        weights_sha256=meta[META_WEIGHTS],
+        config=config,
+    )

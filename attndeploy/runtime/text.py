@@ -1,0 +1,167 @@
+"""Text in, predictions out: THE tokenization and decoding of every text path.
+
+`InferenceModel.predict`, `attndeploy predict` and `attndeploy infer --text` all encode with
+`encode_text` and decode with `decode_batch`; a served text model is to do the same. Nothing here
+runs a model or imports more than numpy, so any runner can use it.
+
+- Encoding: the model's `WordTokenizer` splits the text into tokens; a text with no token, or
+  with more than the model's `max_seq` tokens, is refused with a `TextError` (a `DataError`)
+  naming its index, unless `truncate` keeps the first `max_seq` tokens.
+- Decoding: `scores` are the softmax of the logits over the labels; the label (or, for a tagging
+  model, one tag per token) is their argmax; GA-Net's `attended` are the text's tokens whose hard
+  gate is open, in order. Tokens are the text's own (lowercased) words, so a word outside the
+  vocabulary is shown as written although the model saw `<unk>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import compress
+from typing import Any
+
+import numpy as np
+
+from attndeploy.errors import DataError
+from attndeploy.runtime.tokenizer import WordTokenizer
+
+
+class TextError(DataError):
+    """A text that cannot be encoded: "text {index} {reason}[; {hint}]".
+
+    `index` is the text's position in the caller's list; a command that reads texts from
+    elsewhere (a file's lines, one --text) rewords the message from `reason`, and `too_long`
+    tells it to name its own way to truncate.
+    """
+
+    def __init__(self, index: int, reason: str, *, too_long: bool = False) -> None:
+        hint = "; shorten it or pass truncate=True" if too_long else ""
+        super().__init__(f"text {index} {reason}{hint}")
+        self.index = index
+        self.reason = reason
+        self.too_long = too_long
+
+
+@dataclass(frozen=True)
+class EncodedText:
+    """One text as the model sees it: ids and the tokens they came from (same length)."""
+
+    ids: list[int]
+    tokens: list[str]
+    truncated: bool = False  # whether tokens past max_seq were dropped
+
+
+def encode_text(
+    tokenizer: WordTokenizer, text: str, *, max_seq: int, index: int = 0, truncate: bool = False
+) -> EncodedText:
+    """`text` tokenized and encoded; TextError (naming `index`) if it has no token or, without
+    `truncate`, more than `max_seq` tokens."""
+    if not isinstance(text, str):
+        raise TextError(index, f"is a {type(text).__name__}, not a str")
+    tokens = tokenizer.tokenize(text)
+    if not tokens:
+        raise TextError(index, "has no tokens; every text needs at least one word")
+    truncated = len(tokens) > max_seq
+    if truncated:
+        if not truncate:
+            raise TextError(index, f"has {len(tokens)} tokens, more than the model's "
+                                   f"max_seq={max_seq}", too_long=True)
+        tokens = tokens[:max_seq]
+    return EncodedText(tokenizer.encode_tokens(tokens), tokens, truncated)
+
+
+def encode_texts(
+    tokenizer: WordTokenizer, texts: Sequence[str], *, max_seq: int, truncate: bool = False
+) -> list[EncodedText]:
+    """`encode_text` of every text; the first bad one raises, naming its index."""
+    if isinstance(texts, str):
+        raise DataError("give a list of texts, not one str (wrap a single text in a list)")
+    return [encode_text(tokenizer, text, max_seq=max_seq, index=index, truncate=truncate)
+            for index, text in enumerate(texts)]
+
+
+@dataclass(frozen=True, eq=False)
+class Prediction:
+    """The decoded outputs for one text (or one row of ids).
+
+    Classification: `label` and `scores` [num_labels]. Tagging: `tags` (one label per token),
+    `scores` [T, num_labels] and `label` None. GA-Net: `gates` bool [T] and `attended`, the
+    tokens whose gate is open. `logits` are the model's raw outputs for the row ([num_labels]
+    or [T, num_labels]); per-token arrays cover the real tokens only.
+    """
+
+    label: str | None
+    scores: np.ndarray
+    tokens: list[str]
+    logits: np.ndarray
+    label_names: tuple[str, ...] = field(repr=False)
+    tags: list[str] | None = None
+    gates: np.ndarray | None = field(default=None, repr=False)
+    attended: list[str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record: tokens, label and scores by label name (tagging: tags and one
+        such mapping per token), and for GA-Net `attended`."""
+        names = self.label_names
+        record: dict[str, Any] = {"tokens": list(self.tokens)}
+        if self.tags is None:
+            record["label"] = self.label
+            record["scores"] = dict(zip(names, self.scores.tolist(), strict=True))
+        else:
+            record["tags"] = list(self.tags)
+            record["scores"] = [dict(zip(names, row, strict=True))
+                                for row in self.scores.tolist()]
+        if self.attended is not None:
+            record["attended"] = list(self.attended)
+        return record
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, in the logits' dtype (max subtracted first)."""
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def label_names_for(labels: Sequence[str] | None, num_labels: int) -> tuple[str, ...]:
+    """The model's label names, or "0", "1", … when they are unknown."""
+    return tuple(labels) if labels is not None else tuple(str(i) for i in range(num_labels))
+
+
+def decode_batch(
+    logits: np.ndarray,
+    gates: np.ndarray | None,
+    tokens: Sequence[list[str]],
+    labels: Sequence[str] | None,
+    *,
+    tagging: bool,
+) -> list[Prediction]:
+    """One Prediction per row of a right-padded batch.
+
+    `logits` [B, C] (tagging [B, T, C]) and `gates` bool [B, T] are the model's outputs for the
+    batch; `tokens[row]` are that row's real tokens (its length is the row's length, T at most),
+    and the list becomes the Prediction's `tokens`. Per-row arrays are views of the batch's.
+    """
+    names = label_names_for(labels, logits.shape[-1])
+    scores = softmax(logits)  # [B, C] or [B, T, C]
+    best = scores.argmax(axis=-1).tolist()  # [B] or [B, T], as Python ints
+    if gates is not None and gates.dtype != np.bool_:
+        gates = gates.astype(bool)
+    predictions = []
+    for row, row_tokens in enumerate(tokens):
+        length = len(row_tokens)
+        row_gates = attended = None
+        if gates is not None:
+            row_gates = gates[row, :length]  # [T_row]
+            attended = list(compress(row_tokens, row_gates.tolist()))
+        if tagging:
+            predictions.append(Prediction(
+                label=None, scores=scores[row, :length], tokens=row_tokens,
+                logits=logits[row, :length], label_names=names,
+                tags=[names[i] for i in best[row][:length]], gates=row_gates, attended=attended,
+            ))
+        else:
+            predictions.append(Prediction(
+                label=names[best[row]], scores=scores[row], tokens=row_tokens,
+                logits=logits[row], label_names=names, gates=row_gates, attended=attended,
+            ))
+    return predictions
