@@ -5,7 +5,8 @@ inputs/outputs both match the model-level interface recorded in the model's meta
 dtypes, dims: batch implicit, `seq` -1 in the config and symbolic in ONNX); every custom-domain
 (`attndeploy`) node has a model-local function; the served versions and their files exist; the
 python flavour's `model.py` is exactly what this attndeploy version generates; the labels file
-has one line per label; parameters and warm-up data agree with the model.
+has one line per label; parameters and warm-up data agree with the model. A text model
+(`text_model.py`) is checked against the id model it calls.
 
 Findings are collected, never raised one at a time: the `RepoReport` is truthy when no finding
 is an error, and `raise_for_errors()` turns a failed report into one `RepositoryError`.
@@ -34,6 +35,7 @@ from attndeploy.serving.onnx_info import (
     read_model_info,
 )
 from attndeploy.serving.signature import config_mismatches, onnx_mismatches
+from attndeploy.serving.text_model import check_text_model, is_text_config
 
 Severity = Literal["error", "warning"]
 
@@ -331,6 +333,9 @@ def _check_model(model: _Model) -> None:
         return
     if cfg.name and cfg.name != model.name:
         model.error(f"config name {cfg.name!r} differs from the folder name")
+    if is_text_config(cfg):  # `<name>_text`: checked against the id model it calls
+        check_text_model(model, cfg, _served_versions(model, cfg))
+        return
     flavor = _flavor(cfg)
     if flavor is None:
         what = cfg.backend or cfg.platform or "no backend"

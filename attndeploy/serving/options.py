@@ -91,6 +91,13 @@ class PackageOptions:
     - `execution_env`: optional python environment directory for the python backend stub
       (`EXECUTION_ENV_PATH`); left out by default because `attndeploy.serving.server` puts the
       current environment's `bin/` first on the server's PATH.
+    - `text`: also write the text model `<name>_text` (raw text in, label out; see
+      `attndeploy.serving.text_model`) when the model's metadata holds a tokenizer. It calls the
+      python flavour when that is written, else the onnxruntime one.
+    - `truncate_text`: the text model keeps the first `max_seq` tokens of a longer text instead
+      of refusing it (off by default: a cut text is a different text).
+    - `text_instances`: instances of the text model (it tokenizes and decodes while the id
+      model runs, so two overlap the two halves of the work).
     """
 
     flavor: Flavor | str = Flavor.PYTHON
@@ -106,13 +113,17 @@ class PackageOptions:
     threads: int = 1
     max_seq: int | None = None
     execution_env: Path | None = None
+    text: bool = True
+    truncate_text: bool = False
+    text_instances: int = 2
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "flavor", _enum(Flavor, self.flavor, "flavor"))
         object.__setattr__(self, "kind", _enum(Kind, self.kind, "instance kind"))
         if self.name is not None:
             _check_name(self.name)
-        for field_name in ("version", "max_batch_size", "instances", "threads"):
+        for field_name in ("version", "max_batch_size", "instances", "threads",
+                           "text_instances"):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise RepositoryError(f"{field_name} must be an integer >= 1, got {value!r}.")

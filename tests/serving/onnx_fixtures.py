@@ -66,8 +66,12 @@ def build_model(
     max_seq: int = 32,
     seed: int = 0,
     drop_metadata: Sequence[str] = (),
+    vocab: Sequence[str] | None = None,
 ) -> onnx.ModelProto:
-    """A tiny padding-invariant model with the model-level interface and attndeploy metadata."""
+    """A tiny padding-invariant model with the model-level interface and attndeploy metadata.
+
+    `vocab`: record a word tokenizer with these words (`attndeploy.tokenizer`), as an export of
+    a checkpoint with a vocabulary does; `package` then writes a text model too."""
     rng = np.random.default_rng(seed)
     weights = {
         "embedding": _dyadic(rng, (vocab_size, hidden)),  # [V, D]
@@ -157,8 +161,15 @@ def build_model(
         "attndeploy.labels": json.dumps([f"label_{i}" for i in range(num_labels)]),
         "attndeploy.opset": "1",
     }
+    if vocab is not None:
+        metadata["attndeploy.tokenizer"] = json.dumps({"type": "word", "vocab": list(vocab)})
     helper.set_model_props(model, {k: v for k, v in metadata.items() if k not in drop_metadata})
     return model
+
+
+def fixture_vocab(vocab_size: int = 16) -> list[str]:
+    """A word vocabulary of `vocab_size` entries: `<pad>`, `<unk>`, then w2, w3, ..."""
+    return ["<pad>", "<unk>", *(f"w{i}" for i in range(2, vocab_size))]
 
 
 def save_model(model: onnx.ModelProto, path: Path) -> Path:

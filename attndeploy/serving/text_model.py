@@ -1,0 +1,388 @@
+"""The text model `<name>_text`: raw text in, label out, served beside the id model it calls.
+
+`attndeploy package` writes one for every model whose ONNX metadata holds a tokenizer
+(`attndeploy.tokenizer`), unless `PackageOptions.text` is off:
+
+```
+<name>_text/config.pbtxt      python backend; `text` BYTES [1] in; dynamic batching
+<name>_text/labels.txt        the label names (the id model's)
+<name>_text/tokenizer.json    the tokenizer record from the ONNX metadata
+<name>_text/<v>/model.py      generated from templates/text_model.py.tmpl
+<name>_text/<v>/attndeploy/   byte-for-byte copies of the runtime's tokenizer and decoder
+```
+
+Interface (batch implicit): input `text` BYTES [1] (one UTF-8 text per row); outputs `label`
+BYTES [1] (the label's name), `scores` FP32 [num_labels] (the id model's logits); GA-Net also
+`attended` BYTES [1] (the open tokens, space-joined). A tagging model answers per token: `label`
+BYTES [-1], `scores` FP32 [-1, num_labels] and `tokens` BYTES [-1].
+
+BLS, not an ensemble: `model.py` tokenizes the whole batch the dynamic batcher hands it, sends it
+to the id model (parameter `ID_MODEL`) as one padded request, and decodes the answer, in one
+python-backend process. An ensemble would need a tokenizer model and a decoder model around the
+id model, so two more python-backend hops per batch (each a round trip through shared memory)
+plus the ensemble scheduler's per-step copies, and the decoder would need the tokens passed to
+it as one more intermediate tensor; for GA-Net's `attended` the tokens and the gates must meet
+anyway. With BLS the id model still forms its own batches (its dynamic batcher merges the text
+model's batches with direct id requests), and a bad text is refused before the id model runs.
+The cost is that Triton does not know the dependency: `attndeploy serve` adds the id model to
+what it serves (`serving/launch.py`), and check-repo verifies that it is in the repository and
+agrees with the text model.
+
+The text model has no warm-up request: Triton loads models in parallel, so the id model may not
+be ready while the text model warms up, and a failed warm-up fails the load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import onnx
+from tritonclient.grpc import model_config_pb2 as mc
+
+from attndeploy.errors import RepositoryError
+from attndeploy.runtime.shipping import TOKENIZER_TYPES, runtime_sources
+from attndeploy.serving import model_config as cfgmod
+from attndeploy.serving.interface import CLASSIFICATION, TAGGING
+from attndeploy.serving.onnx_info import ModelInfo, load_onnx_graph, read_model_info
+
+TEXT = "text"
+LABEL = "label"
+SCORES = "scores"
+ATTENDED = "attended"
+TOKENS = "tokens"
+TEXT_SUFFIX = "_text"
+TOKENIZER_FILE = "tokenizer.json"
+META_TOKENIZER = "attndeploy.tokenizer"
+
+PARAM_ID_MODEL = "ID_MODEL"  # the id model this text model calls (marks a text model)
+PARAM_ID_VERSION = "ID_MODEL_VERSION"
+PARAM_TRUNCATE = "TRUNCATE"  # "true": keep the first MAX_SEQ tokens of a longer text
+
+
+@dataclass(frozen=True)
+class TextTensor:
+    """One input or output of a text model as Triton's config states it (batch implicit)."""
+
+    name: str
+    triton_type: str  # `model_config_pb2.DataType` name
+    dims: tuple[int, ...]
+    doc: str = ""
+
+    @property
+    def triton_dims(self) -> list[int]:
+        return list(self.dims)
+
+
+@dataclass(frozen=True)
+class TextInterface:
+    """The inputs and outputs of a text model (duck-compatible with `ModelInterface` for
+    `signature.config_mismatches`)."""
+
+    inputs: tuple[TextTensor, ...]
+    outputs: tuple[TextTensor, ...]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [spec.name for spec in self.outputs]
+
+
+def text_interface(*, head: str, num_labels: int, gated: bool) -> TextInterface:
+    """The text model's interface for an id model with this head, label count and gates."""
+    if head not in (CLASSIFICATION, TAGGING):
+        raise ValueError(f"unknown head {head!r}; valid: {CLASSIFICATION}, {TAGGING}")
+    inputs = (TextTensor(TEXT, "TYPE_STRING", (1,), "one UTF-8 text per row"),)
+    if head == TAGGING:
+        outputs = [
+            TextTensor(LABEL, "TYPE_STRING", (-1,), "one label per token, '' past the text"),
+            TextTensor(SCORES, "TYPE_FP32", (-1, num_labels), "the id model's logits per token"),
+            TextTensor(TOKENS, "TYPE_STRING", (-1,), "the text's tokens, '' past the text"),
+        ]
+    else:
+        outputs = [
+            TextTensor(LABEL, "TYPE_STRING", (1,), "the label's name"),
+            TextTensor(SCORES, "TYPE_FP32", (num_labels,), "the id model's logits"),
+        ]
+    if gated:
+        outputs.append(TextTensor(ATTENDED, "TYPE_STRING", (1,),
+                                  "tokens whose hard gates are open, in order, space-joined"))
+    return TextInterface(inputs=inputs, outputs=tuple(outputs))
+
+
+def text_model_name(base: str) -> str:
+    return f"{base}{TEXT_SUFFIX}"
+
+
+# --------------------------------------------------------------------------- the tokenizer record
+
+
+def tokenizer_record(model: onnx.ModelProto, source: str = "the model") -> dict[str, Any] | None:
+    """The tokenizer record in an exported model's metadata, or None when it has none (a model
+    made without a vocabulary takes ids only). RepositoryError if it is corrupt."""
+    raw = next((p.value for p in model.metadata_props if p.key == META_TOKENIZER), "")
+    if not raw:
+        return None
+    try:
+        record = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RepositoryError(f"{source}: corrupt metadata {META_TOKENIZER} ({exc}).") from exc
+    if not isinstance(record, dict):
+        raise RepositoryError(f"{source}: {META_TOKENIZER} must be a JSON object.")
+    return record
+
+
+def check_tokenizer_record(record: dict[str, Any], info: ModelInfo, source: str) -> None:
+    """RepositoryError unless a served text model can load `record` (checked by loading it,
+    with the class a served model uses, when its required package is importable here)."""
+    import importlib
+
+    kind = record.get("type")
+    if kind not in TOKENIZER_TYPES:
+        raise RepositoryError(
+            f"{source}: its tokenizer type {kind!r} has no served text model in this attndeploy "
+            f"(it serves {', '.join(sorted(TOKENIZER_TYPES))}); package with --no-text to "
+            "write the id model alone"
+        )
+    entry = TOKENIZER_TYPES[kind]
+    if entry.requires is not None:
+        try:
+            importlib.import_module(entry.requires)
+        except ImportError:
+            return  # the server must have it; the served model says so at load if not
+    try:
+        tokenizer = getattr(importlib.import_module(entry.module), entry.cls).from_dict(record)
+    except Exception as exc:  # the class's own message says what is wrong with the record
+        raise RepositoryError(f"{source}: {META_TOKENIZER}: {exc}") from exc
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    if size is not None and size > info.vocab_size:
+        raise RepositoryError(f"{source}: the tokenizer has {size} tokens but the model embeds "
+                              f"{info.vocab_size}; re-export the model.")
+
+
+# --------------------------------------------------------------------------- config and files
+
+
+def text_parameters(info: ModelInfo, options: Any, id_model: str) -> dict[str, str]:
+    """The parameters the generated text model.py reads."""
+    parameters = {
+        PARAM_ID_MODEL: id_model,
+        PARAM_ID_VERSION: str(options.version),
+        cfgmod.PARAM_MAX_SEQ: str(cfgmod.effective_max_seq(info, options)),
+        PARAM_TRUNCATE: "true" if options.truncate_text else "false",
+        cfgmod.PARAM_HEAD: info.head,
+        cfgmod.PARAM_GATED: "true" if info.gated else "false",
+        cfgmod.PARAM_NUM_LABELS: str(info.num_labels),
+    }
+    if options.execution_env is not None:
+        parameters[cfgmod.PARAM_EXECUTION_ENV] = str(options.execution_env.resolve())
+    return parameters
+
+
+def build_text_config(info: ModelInfo, options: Any, *, name: str, id_model: str
+                      ) -> mc.ModelConfig:
+    """The `ModelConfig` of text model `name` calling `id_model` (options: `PackageOptions`)."""
+    cfg = mc.ModelConfig()
+    cfg.name = name
+    cfg.backend = cfgmod.PYTHON_BACKEND
+    cfg.version_policy.specific.versions.append(options.version)
+    # At most the id model's max_batch_size: one execution becomes one id-model request.
+    cfg.max_batch_size = options.max_batch_size
+    cfg.dynamic_batching.max_queue_delay_microseconds = options.max_queue_delay_us
+    interface = text_interface(head=info.head, num_labels=info.num_labels, gated=info.gated)
+    for blocks, specs in ((cfg.input, interface.inputs), (cfg.output, interface.outputs)):
+        for spec in specs:
+            entry = blocks.add()
+            entry.name = spec.name
+            entry.data_type = mc.DataType.Value(spec.triton_type)
+            entry.dims.extend(spec.triton_dims)
+    group = cfg.instance_group.add()
+    group.count = options.text_instances
+    group.kind = mc.ModelInstanceGroup.KIND_CPU
+    for key, value in text_parameters(info, options, id_model).items():
+        cfg.parameters[key].string_value = value
+    return cfg
+
+
+def text_model_files(info: ModelInfo, record: dict[str, Any], version: int
+                     ) -> dict[str, str | bytes]:
+    """Files of a text model folder (relative path -> text or bytes), config.pbtxt excepted."""
+    from attndeploy.serving.model_template import generate_text_model_py
+
+    files: dict[str, str | bytes] = {
+        cfgmod.LABELS_FILE: cfgmod.labels_text(info),
+        TOKENIZER_FILE: json.dumps(record, ensure_ascii=False) + "\n",
+        f"{version}/{cfgmod.MODEL_PY}": generate_text_model_py(),
+    }
+    for relative, content in runtime_sources().items():
+        files[f"{version}/{relative}"] = content
+    return files
+
+
+def write_text_model(staging: Path, info: ModelInfo, record: dict[str, Any], options: Any, *,
+                     name: str, id_model: str) -> None:
+    """Write every file of text model `name` into the empty folder `staging`."""
+    cfg = build_text_config(info, options, name=name, id_model=id_model)
+    (staging / cfgmod.CONFIG_FILE).write_text(cfgmod.serialize_config(cfg), encoding="utf-8")
+    for relative, content in text_model_files(info, record, options.version).items():
+        target = staging / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content, encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- reading a repository
+
+
+def id_model_of(cfg: mc.ModelConfig) -> str | None:
+    """The id model a text model's config calls, or None when `cfg` is not a text model's."""
+    if cfg.backend != cfgmod.PYTHON_BACKEND or PARAM_ID_MODEL not in cfg.parameters:
+        return None
+    return cfg.parameters[PARAM_ID_MODEL].string_value
+
+
+def is_text_config(cfg: mc.ModelConfig) -> bool:
+    return id_model_of(cfg) is not None
+
+
+def read_config(folder: Path) -> mc.ModelConfig | None:
+    """The parsed config.pbtxt of a model folder, or None if it is missing or does not parse."""
+    path = folder / cfgmod.CONFIG_FILE
+    try:
+        return cfgmod.parse_config(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, RepositoryError):
+        return None
+
+
+class _Findings(Protocol):
+    """What check-repo's per-model collector offers (`check_repo._Model`)."""
+
+    path: Path
+    name: str
+
+    def error(self, message: str) -> None: ...
+
+    def warning(self, message: str) -> None: ...
+
+
+def _id_model_source(model: _Findings, cfg: mc.ModelConfig
+                     ) -> tuple[mc.ModelConfig, ModelInfo, dict[str, Any] | None] | None:
+    """(id model config, its ModelInfo, its tokenizer record), or None after an error."""
+    id_name = id_model_of(cfg) or ""
+    folder = model.path.parent / id_name
+    if not id_name or "/" in id_name or not (folder / cfgmod.CONFIG_FILE).is_file():
+        model.error(f"its id model {id_name!r} (parameter {PARAM_ID_MODEL}) is not a model of "
+                    "this repository; re-package the model (the text model calls it)")
+        return None
+    id_cfg = read_config(folder)
+    if id_cfg is None:
+        model.error(f"the config of its id model {id_name!r} does not parse")
+        return None
+    raw_version = cfg.parameters[PARAM_ID_VERSION].string_value \
+        if PARAM_ID_VERSION in cfg.parameters else ""
+    if not raw_version.isdigit():
+        model.error(f"parameter {PARAM_ID_VERSION} is {raw_version!r}; it must name the id "
+                    "model's version")
+        return None
+    served = set(id_cfg.version_policy.specific.versions)
+    if served and int(raw_version) not in served:
+        model.error(f"it calls version {raw_version} of {id_name!r}, which serves "
+                    f"{sorted(served)}")
+    onnx_path = folder / raw_version / (id_cfg.default_model_filename or cfgmod.MODEL_FILE)
+    try:
+        onnx_model = load_onnx_graph(onnx_path)
+        info = read_model_info(onnx_model, source=str(onnx_path))
+        record = tokenizer_record(onnx_model, str(onnx_path))
+    except RepositoryError as exc:
+        model.error(f"its id model {id_name!r}: {exc}")
+        return None
+    return id_cfg, info, record
+
+
+def _check_version_folder(model: _Findings, version_dir: Path) -> None:
+    """model.py and the shipped runtime files are exactly what this attndeploy writes."""
+    from attndeploy.serving.model_template import (
+        TEXT_TEMPLATE_RESOURCE,
+        generate_text_model_py,
+        parse_header,
+        template_digest,
+    )
+
+    where = f"{version_dir.name}/{cfgmod.MODEL_PY}"
+    path = version_dir / cfgmod.MODEL_PY
+    if not path.is_file():
+        model.error(f"{where} is missing (text model)")
+    else:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if text != generate_text_model_py():
+            header = parse_header(text)
+            digest = template_digest(TEXT_TEMPLATE_RESOURCE)
+            if header is None:
+                model.error(f"{where} was not generated by attndeploy; re-package the model")
+            elif header.digest != digest:
+                model.error(f"{where} was generated by attndeploy {header.version} (template "
+                            f"{header.digest}), not by this version (template {digest}); "
+                            "re-package")
+            else:
+                model.error(f"{where} was edited by hand; re-package the model to regenerate it")
+    for relative, content in runtime_sources().items():
+        copy = version_dir / relative
+        if not copy.is_file():
+            model.error(f"{version_dir.name}/{relative} is missing (the text model's tokenizer "
+                        "and decoder); re-package the model")
+        elif copy.read_bytes() != content:
+            model.error(f"{version_dir.name}/{relative} differs from this attndeploy's "
+                        f"{relative}; re-package the model to copy it again")
+
+
+def check_text_model(model: _Findings, cfg: mc.ModelConfig, versions: list[int]) -> None:
+    """check-repo's findings for a text model folder (`versions`: the served version folders):
+    its id model is in the repository and agrees with it (interface, labels, tokenizer, limits),
+    and its model.py and runtime copies are this attndeploy's."""
+    from attndeploy.serving.signature import config_mismatches
+
+    for version in versions:
+        _check_version_folder(model, model.path / str(version))
+    found = _id_model_source(model, cfg)
+    if found is None:
+        return
+    id_cfg, info, record = found
+    interface = text_interface(head=info.head, num_labels=info.num_labels, gated=info.gated)
+    for problem in config_mismatches(cfg, interface):  # type: ignore[arg-type]
+        model.error(problem)
+    if id_cfg.max_batch_size and cfg.max_batch_size > id_cfg.max_batch_size:
+        model.error(f"max_batch_size {cfg.max_batch_size} exceeds its id model's "
+                    f"{id_cfg.max_batch_size} (one execution is one id-model request)")
+    params = {key: value.string_value for key, value in cfg.parameters.items()}
+    id_params = {key: value.string_value for key, value in id_cfg.parameters.items()}
+    limit = int(id_params[cfgmod.PARAM_MAX_SEQ]) if id_params.get(
+        cfgmod.PARAM_MAX_SEQ, "").isdigit() else info.max_seq
+    raw = params.get(cfgmod.PARAM_MAX_SEQ, "")
+    if not raw.isdigit() or not 1 <= int(raw) <= limit:
+        model.error(f"parameter {cfgmod.PARAM_MAX_SEQ} is {raw!r}; it must be an integer in "
+                    f"[1, {limit}] (what its id model takes)")
+    if params.get(PARAM_TRUNCATE, "false") not in ("true", "false"):
+        model.error(f"parameter {PARAM_TRUNCATE} must be 'true' or 'false'")
+    for key, want in ((cfgmod.PARAM_HEAD, info.head),
+                      (cfgmod.PARAM_GATED, "true" if info.gated else "false")):
+        if params.get(key) != want:
+            model.error(f"parameter {key} is {params.get(key)!r}, its id model needs {want!r}")
+    tokenizer_path = model.path / TOKENIZER_FILE
+    try:
+        shipped = json.loads(tokenizer_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        model.error(f"{TOKENIZER_FILE} is missing or not JSON ({exc})")
+    else:
+        if record is None:
+            model.error(f"its id model {id_model_of(cfg)!r} has no tokenizer in its metadata")
+        elif shipped != record:
+            model.error(f"{TOKENIZER_FILE} differs from the tokenizer in its id model's ONNX "
+                        "metadata; re-package the model")
+    labels = model.path / cfgmod.LABELS_FILE
+    if not labels.is_file():
+        model.error(f"{cfgmod.LABELS_FILE} is missing")
+    elif tuple(labels.read_text(encoding="utf-8").splitlines()) != info.labels:
+        model.error(f"{cfgmod.LABELS_FILE} differs from its id model's labels {list(info.labels)}")
