@@ -1,4 +1,4 @@
-"""`attndeploy infer`: one gRPC request to a served model."""
+"""`attndeploy infer`: one request to a served model, over gRPC or HTTP."""
 
 from __future__ import annotations
 
@@ -9,13 +9,19 @@ import typer
 
 from attndeploy.cli.options import JsonFlag
 from attndeploy.cli.output import console, print_json
+from attndeploy.serving.protocol import Protocol
 
 
 def command(
-    model: Annotated[str, typer.Option(help="Served model name.")],
+    model: Annotated[str, typer.Option(help="Served model name (an id model or NAME_text).")],
     text: Annotated[str | None, typer.Option(help="Text to classify.")] = None,
     ids: Annotated[str | None, typer.Option(help="Token ids, comma-separated.")] = None,
-    url: Annotated[str, typer.Option(help="Server gRPC address.")] = "127.0.0.1:8001",
+    protocol: Annotated[Protocol, typer.Option(help="gRPC or HTTP (KServe v2).")] = Protocol.GRPC,
+    url: Annotated[
+        str | None,
+        typer.Option(help="Server address host:port [default: 127.0.0.1:8001 for grpc, "
+                          "127.0.0.1:8000 for http]."),
+    ] = None,
     repo: Annotated[
         Path, typer.Option(help="Repository holding the model (for vocabulary and labels).")
     ] = Path("model_repository"),
@@ -35,7 +41,8 @@ def command(
         except ValueError:
             raise DataError(f"--ids must be comma-separated integers, got {ids!r}") from None
     result = infer_request(url=url, model=model, text=text, ids=id_list,
-                           repo=repo if repo.is_dir() else None, timeout_s=timeout)
+                           repo=repo if repo.is_dir() else None, timeout_s=timeout,
+                           protocol=protocol)
     if json_output:
         print_json(result)
         return
@@ -46,7 +53,9 @@ def command(
     else:
         console.print(escape(" ".join(f"{t}/{tag}" for t, tag in zip(
             result["tokens"], result["tags"], strict=True))))
-    if "open_tokens" in result:
+    if "open_tokens" in result and "gates" not in result:  # a text model's answer
+        console.print(f"open gates: {escape(' '.join(result['open_tokens']))}")
+    elif "open_tokens" in result:
         # the text's own tokens: "[" or "[/]" in a text must print as written, not as markup
         shown = " ".join(f"[reverse]{escape(t)}[/]" if g else escape(t)
                          for t, g in zip(result["tokens"], result["gates"], strict=True))

@@ -1,4 +1,4 @@
-"""`attndeploy loadtest`: a gRPC load test of a served model (perf_analyzer conventions)."""
+"""`attndeploy loadtest`: a gRPC or HTTP load test of a served model (perf_analyzer conventions)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from attndeploy.cli.output import console, print_json
+from attndeploy.serving.protocol import Protocol
 
 
 class Distribution(str, Enum):
@@ -17,8 +18,13 @@ class Distribution(str, Enum):
 
 
 def command(
-    model: Annotated[str, typer.Option(help="Served model name.")],
-    url: Annotated[str, typer.Option(help="Server gRPC address.")] = "127.0.0.1:8001",
+    model: Annotated[str, typer.Option(help="Served model name (an id model or NAME_text).")],
+    protocol: Annotated[Protocol, typer.Option(help="gRPC or HTTP (KServe v2).")] = Protocol.GRPC,
+    url: Annotated[
+        str | None,
+        typer.Option(help="Server address host:port [default: 127.0.0.1:8001 for grpc, "
+                          "127.0.0.1:8000 for http]."),
+    ] = None,
     concurrency: Annotated[
         str | None, typer.Option(help="Concurrency levels, e.g. 1,4,16 (closed loop).")
     ] = None,
@@ -29,7 +35,15 @@ def command(
         Distribution, typer.Option(help="Arrivals in request-rate mode.")
     ] = Distribution.constant,
     batch: Annotated[int, typer.Option(help="Rows per request.")] = 1,
-    seq: Annotated[str, typer.Option(help="Sequence length, or a mix: 16,32,64.")] = "32",
+    seq: Annotated[
+        str, typer.Option(help="Sequence length, or a mix: 16,32,64 (tokens, or words of a "
+                               "text model's random texts).")
+    ] = "32",
+    text_file: Annotated[
+        Path | None,
+        typer.Option(help="Send these texts (non-blank lines, --batch per request) instead of "
+                          "random ones; an id model gets them tokenized with its vocabulary."),
+    ] = None,
     window: Annotated[float, typer.Option(help="Measurement window (s).")] = 5.0,
     stability: Annotated[float, typer.Option(help="Stability threshold (0.10 = 10 %).")] = 0.10,
     max_windows: Annotated[int, typer.Option(help="Windows per level at most.")] = 10,
@@ -58,7 +72,7 @@ def command(
     from attndeploy.serving.loadtest import LoadTestConfig, parse_number_list, run_load_test
 
     config = LoadTestConfig(
-        model=model, url=url,
+        model=model, url=url, protocol=protocol.value, text_file=text_file,
         concurrency=parse_number_list(concurrency, "concurrency") if concurrency else (),
         request_rates=parse_number_list(request_rate, "request rate", float)
         if request_rate else (),

@@ -99,8 +99,16 @@ def servable_models(
 
 
 def find_model_onnx(repo: Path, model: str) -> Path | None:
-    """`<repo>/<model>/<newest version>/model.onnx`, or None if there is none."""
+    """`<repo>/<model>/<newest version>/model.onnx`, or None if there is none. For a text model
+    (which has no ONNX file), its id model's: the file whose outputs it returns."""
     folder = Path(repo) / model
+    if (folder / "config.pbtxt").is_file() and not any(folder.glob("*/model.onnx")):
+        try:
+            id_model = id_model_of(parse_config((folder / "config.pbtxt").read_text()))
+        except (OSError, RepositoryError):
+            id_model = None
+        if id_model and "/" not in id_model and id_model != model:
+            return find_model_onnx(repo, id_model)
     versions = sorted(
         (int(p.name), p) for p in folder.glob("*") if p.is_dir() and p.name.isdigit()
     ) if folder.is_dir() else []

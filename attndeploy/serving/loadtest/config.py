@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import LoadTestError
-from attndeploy.serving.client import DEFAULT_URL
 from attndeploy.serving.loadstats import DISTRIBUTIONS
+from attndeploy.serving.protocol import DEFAULT_URLS, Protocol
 
 DEFAULT_CONCURRENCY = (1, 4, 16)
 FIRST_TOKEN_ID = 2  # ids 0 and 1 are reserved (padding, unknown) by the built-in tokenizer
@@ -58,11 +58,20 @@ class LoadTestConfig:
     Give `concurrency` levels (closed loop, default 1,4,16) or `request_rates` (requests per
     second, open loop with `distribution` constant or poisson), not both. Each request carries
     `batch` rows of one length from `seq_lengths` (round-robin or random with `seed`), random
-    token ids in [2, vocab) and an all-ones attention mask.
+    token ids in [2, vocab) and an all-ones attention mask. A text model (input `text`) gets
+    `batch` texts of that many random vocabulary words instead.
+
+    `text_file`: send real texts, its non-blank lines in order, `batch` per request (then
+    `seq_lengths` is not used). A text model gets the lines as they are; an id model gets them
+    tokenized here with the vocabulary in its ONNX file's metadata (`onnx_path`), so both
+    kinds can be measured on the same texts.
+
+    `protocol`: `grpc` or `http`; `url` defaults to the protocol's loopback endpoint.
     """
 
     model: str
-    url: str = DEFAULT_URL
+    url: str | None = None
+    protocol: str = Protocol.GRPC.value
     concurrency: tuple[int, ...] = ()
     request_rates: tuple[float, ...] = ()
     distribution: str = "constant"
@@ -85,10 +94,18 @@ class LoadTestConfig:
     seed: int = 0
     request_timeout_s: float = 10.0
     max_level_s: float = 300.0  # hard bound on one level, warm-up and drain included
+    text_file: Path | None = None
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
+
+        protocol = self.protocol.value if isinstance(self.protocol, Protocol) else self.protocol
+        put("protocol", protocol)
+        if self.url is None and protocol in {p.value for p in Protocol}:
+            put("url", DEFAULT_URLS[Protocol(protocol)])
+        if self.text_file is not None:
+            put("text_file", Path(self.text_file))
 
         put("concurrency", _as_tuple(self.concurrency))
         put("request_rates", _as_tuple(self.request_rates))
@@ -109,8 +126,11 @@ class LoadTestConfig:
         out = []
         if not self.model:
             out.append("model is empty; pass the served model's name")
+        if self.protocol not in {p.value for p in Protocol}:
+            out.append(f"protocol must be grpc or http, got {self.protocol!r}")
         if not self.url:
-            out.append("url is empty; pass host:port of the gRPC endpoint, e.g. 127.0.0.1:8001")
+            out.append("url is empty; pass host:port of the endpoint, e.g. 127.0.0.1:8001 "
+                       "(gRPC) or 127.0.0.1:8000 (HTTP)")
         if any(int(c) != c or c < 1 for c in self.concurrency):
             out.append(f"concurrency levels must be integers >= 1, got {self.concurrency}")
         if any(not r > 0 for r in self.request_rates):
@@ -141,6 +161,8 @@ class LoadTestConfig:
             out.append(f"check_fraction must lie in [0, 1], got {self.check_fraction}")
         if self.onnx_path is not None and not self.onnx_path.is_file():
             out.append(f"onnx_path {self.onnx_path} is not a file")
+        if self.text_file is not None and not self.text_file.is_file():
+            out.append(f"text_file {self.text_file} is not a file")
         if self.atol < 0 or self.rtol < 0:
             out.append("atol and rtol must be >= 0")
         if self.vocab_size is not None and self.vocab_size <= FIRST_TOKEN_ID:
@@ -160,4 +182,5 @@ class LoadTestConfig:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["onnx_path"] = str(self.onnx_path) if self.onnx_path is not None else None
+        out["text_file"] = str(self.text_file) if self.text_file is not None else None
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}

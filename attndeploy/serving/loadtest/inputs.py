@@ -1,4 +1,10 @@
-"""Request inputs and checks: request pools, vocab and max_seq from ONNX, reference outputs."""
+"""Request inputs and checks: request pools, vocab and max_seq from ONNX, reference outputs.
+
+Three kinds of pool: random token ids (an id model), texts of random vocabulary words (a text
+model) and the lines of a text file (either kind: an id model gets them tokenized here by the
+runtime tokenizer, the code a text model runs in the server). Pools are
+`pool[length_index][i]`; a text file's lines make one group of requests.
+"""
 
 from __future__ import annotations
 
@@ -115,9 +121,123 @@ def _build_pool(config: LoadTestConfig, vocab: int, dtypes: dict[str, np.dtype])
                 "input_ids": ids.astype(dtypes["input_ids"]),
                 "attention_mask": np.ones_like(ids).astype(dtypes["attention_mask"]),
             }
-            entries.append(_PoolEntry(feed, make_inputs(feed)))
+            entries.append(_PoolEntry(feed, make_inputs(feed, config.protocol)))
         pool.append(entries)
     return pool
+
+
+# --------------------------------------------------------------------------- texts
+
+TEXT_INPUT = "text"
+PARAM_TRUNCATE = "TRUNCATE"  # a text model's config parameter, see text_model
+
+
+@dataclass(frozen=True)
+class TextSource:
+    """What the load tester knows of a model's texts: the runtime tokenizer and the limits.
+
+    `truncate`: the served text model cuts long texts (its TRUNCATE parameter)."""
+
+    tokenizer: Any  # attndeploy.runtime.tokenizer.WordTokenizer
+    max_seq: int
+    labels: tuple[str, ...]
+    tagging: bool
+    gated: bool
+    truncate: bool = False
+
+
+def text_source(onnx_path: Path, served: dict[str, Any] | None = None) -> TextSource | None:
+    """The tokenizer, labels and limits in an exported model's metadata (None without a
+    tokenizer); `served`: a served text model's config (its MAX_SEQ and TRUNCATE win)."""
+    from attndeploy.runtime.metadata import parse_metadata
+
+    model = _load_onnx(onnx_path)
+    meta = parse_metadata({p.key: p.value for p in model.metadata_props}, str(onnx_path))
+    if meta.tokenizer is None:
+        return None
+    max_seq = meta.max_seq
+    truncate = False
+    if served is not None:
+        max_seq = served_max_seq(served) or max_seq
+        raw = served.get("parameters", {}).get(PARAM_TRUNCATE, {})
+        truncate = isinstance(raw, dict) and raw.get("string_value") == "true"
+    return TextSource(meta.tokenizer, max_seq, meta.labels, meta.tagging, meta.gated, truncate)
+
+
+def read_text_file(path: Path) -> list[str]:
+    """The non-blank lines of `path` (UTF-8), without their line ends; LoadTestError if none."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LoadTestError(f"cannot read the text file {path}: {exc}") from exc
+    texts = [line for line in lines if line.strip()]
+    if not texts:
+        raise LoadTestError(f"the text file {path} has no non-blank line to send")
+    return texts
+
+
+def check_texts(texts: Sequence[str], source: TextSource, path: Path) -> list[Any]:
+    """Every text encoded by the runtime (`encode_text`); a text the model would refuse fails
+    now, naming its line, since every request that carries it would fail."""
+    from attndeploy.runtime.text import TextError, encode_text
+
+    encoded = []
+    for index, text in enumerate(texts):
+        try:
+            encoded.append(encode_text(source.tokenizer, text, max_seq=source.max_seq,
+                                       index=index, truncate=source.truncate))
+        except TextError as exc:
+            raise LoadTestError(f"{path}: non-blank line {index + 1} {exc.reason}; the model "
+                                "would refuse every request that carries it") from None
+    return encoded
+
+
+def random_texts(config: LoadTestConfig, source: TextSource | None) -> list[list[str]]:
+    """`texts[length_index]`: `pool_size * batch` texts of that many random vocabulary words
+    (without a vocabulary: unknown words, which the model takes as `<unk>`)."""
+    rng = np.random.default_rng(config.seed)
+    words = ([w for w in source.tokenizer.vocab[FIRST_TOKEN_ID:] if w.isalnum()]
+             if source is not None else [])
+    words = words or [f"x{i}" for i in range(32)]
+    groups = []
+    for seq in config.seq_lengths:
+        picks = rng.integers(0, len(words), (config.pool_size * config.batch, int(seq)))
+        groups.append([" ".join(words[i] for i in row) for row in picks])
+    return groups
+
+
+def _batches(texts: Sequence[Any], batch: int, count: int | None = None) -> list[list[Any]]:
+    """Consecutive groups of `batch` texts, wrapping around, enough to use each text once (or
+    `count` groups)."""
+    if count is None:
+        count = -(-len(texts) // batch)
+    return [[texts[(i * batch + j) % len(texts)] for j in range(batch)] for i in range(count)]
+
+
+def build_text_pool(config: LoadTestConfig, groups: list[list[str]]) -> list[list[_PoolEntry]]:
+    """A text model's pool: `text` BYTES [batch, 1] per request, from each group of texts."""
+    pool = []
+    for texts in groups:
+        entries = []
+        for rows in _batches(texts, config.batch):
+            feed = {TEXT_INPUT: np.array([[t.encode("utf-8")] for t in rows], dtype=object)}
+            entries.append(_PoolEntry(feed, make_inputs(feed, config.protocol)))
+        pool.append(entries)
+    return pool
+
+
+def build_tokenized_pool(config: LoadTestConfig, encoded: list[Any],
+                         dtypes: dict[str, np.dtype]) -> list[list[_PoolEntry]]:
+    """An id model's pool from encoded texts: `batch` texts per request, right-padded."""
+    from attndeploy.runtime.tokenizer import pad_sequences
+
+    entries = []
+    for rows in _batches(encoded, config.batch):
+        ids, mask = pad_sequences([e.ids for e in rows])  # [batch, T] each
+        feed = {"input_ids": ids.astype(dtypes["input_ids"]),
+                "attention_mask": mask.astype(dtypes["attention_mask"])}
+        entries.append(_PoolEntry(feed, make_inputs(feed, config.protocol)))
+    return [entries]
 
 
 class _Reference:
@@ -139,6 +259,58 @@ class _Reference:
         return self._cache[key]
 
 
+class _TextReference:
+    """What a text model should answer, from in-process onnxruntime on its id model's ONNX file:
+    the texts encoded and the logits decoded by the runtime (`encode_text`, `decode_batch`).
+
+    Expected: `scores` = the logits (per-token ones zero past each text, as the server pads),
+    `label` (tagging: per token, "" past the text), `tokens` (tagging) and `attended`
+    (GA-Net), as the text model returns them. Cached per pool entry."""
+
+    def __init__(self, path: Path, source: TextSource, served_outputs: Sequence[str]) -> None:
+        import onnxruntime as ort
+
+        self.source = source
+        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.run_outputs = ["logits", "gates"] if source.gated else ["logits"]
+        self.outputs = list(served_outputs)
+        self._cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+
+    def expected(self, key: tuple[int, int], feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if key not in self._cache:
+            self._cache[key] = self._expected(feed[TEXT_INPUT])
+        return self._cache[key]
+
+    def _expected(self, texts: np.ndarray) -> dict[str, np.ndarray]:
+        from attndeploy.runtime.text import decode_batch, encode_text
+        from attndeploy.runtime.tokenizer import pad_sequences
+
+        source = self.source
+        encoded = [encode_text(source.tokenizer, raw.decode("utf-8"), max_seq=source.max_seq,
+                               truncate=source.truncate) for raw in texts[:, 0].tolist()]
+        ids, mask = pad_sequences([e.ids for e in encoded])  # [B, T]
+        values = self.session.run(self.run_outputs, {"input_ids": ids, "attention_mask": mask})
+        logits = values[0]
+        gates = values[1] if source.gated else None
+        predictions = decode_batch(logits, gates, [e.tokens for e in encoded], source.labels,
+                                   tagging=source.tagging)
+        out: dict[str, np.ndarray] = {}
+        if source.tagging:
+            real = mask.astype(bool)  # [B, T]
+            out["scores"] = np.where(real[..., None], logits, 0).astype(logits.dtype)
+            out["label"] = np.array([[t.encode() for t in p.tags] + [b""] * (ids.shape[1] - len(
+                p.tags)) for p in predictions], dtype=object)
+            out["tokens"] = np.array([[t.encode() for t in p.tokens] + [b""] * (ids.shape[1] - len(
+                p.tokens)) for p in predictions], dtype=object)
+        else:
+            out["scores"] = logits
+            out["label"] = np.array([[p.label.encode()] for p in predictions], dtype=object)
+        if source.gated:
+            out["attended"] = np.array([[" ".join(p.attended).encode()] for p in predictions],
+                                       dtype=object)
+        return {name: value for name, value in out.items() if name in self.outputs}
+
+
 def _input_dtypes(
     runner: TritonRunner, config: LoadTestConfig, served: dict[str, Any]
 ) -> dict[str, np.dtype]:
@@ -148,13 +320,18 @@ def _input_dtypes(
 
     metadata = runner.metadata()
     dtypes = {}
-    for name in ("input_ids", "attention_mask"):
+    if metadata.input(TEXT_INPUT) is not None:  # a text model
+        names: tuple[str, ...] = (TEXT_INPUT,)
+    else:
+        names = ("input_ids", "attention_mask")
+    for name in names:
         spec = metadata.input(name)
         if spec is None:
             declared = ", ".join(s.name for s in metadata.inputs) or "none"
             raise LoadTestError(
                 f"Model '{config.model}' has no input '{name}' (its inputs: {declared}); the "
-                "load tester drives the model-level interface input_ids / attention_mask."
+                "load tester drives the model-level interface input_ids / attention_mask, or "
+                "a text model's text."
             )
         dtypes[name] = np.dtype(triton_to_np_dtype(spec.datatype))
     max_batch = int(served.get("max_batch_size", 0))

@@ -57,7 +57,8 @@ class _Tally:
 
 
 class _LevelRun:
-    """Drives one load level on an open tritonclient gRPC client; `run()` returns its result."""
+    """Drives one load level on an open client (tritonclient gRPC, or `client.HttpClient` with
+    the same calls); `run()` returns its result."""
 
     def __init__(
         self,
@@ -94,7 +95,7 @@ class _LevelRun:
             index = int(self.rng.integers(lengths))
         else:
             index = self.issued % lengths
-        return index, (self.issued // lengths) % self.config.pool_size
+        return index, (self.issued // lengths) % len(self.pool[index])
 
     def _issue(self) -> None:
         from tritonclient.utils import InferenceServerException
@@ -271,7 +272,7 @@ class _LevelRun:
             if self.issued > self.drained and now - self.last_activity_ns > stall_ns:
                 raise LoadTestError(
                     f"No response for {stall_ns / 1e9:.0f} s with {self.issued - self.drained} "
-                    f"request(s) in flight ({self.level.label}); the gRPC deadline should have "
+                    f"request(s) in flight ({self.level.label}); the request deadline should have "
                     "ended them — check the server and the network."
                 )
             self._step_issue(now)

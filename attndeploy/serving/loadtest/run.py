@@ -7,25 +7,35 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from attndeploy.errors import AttnDeployError
+from attndeploy.errors import AttnDeployError, LoadTestError
 from attndeploy.serving.client import TritonRunner
 from attndeploy.serving.loadreport import LevelResult, LoadTestReport
 from attndeploy.serving.loadstats import WindowStats
 from attndeploy.serving.loadtest.config import FIRST_TOKEN_ID, LoadLevel, LoadTestConfig
 from attndeploy.serving.loadtest.inputs import (
     PARAM_MAX_SEQ,
+    TEXT_INPUT,
     _build_pool,
     _input_dtypes,
     _load_onnx,
+    _PoolEntry,
     _Reference,
+    _TextReference,
+    build_text_pool,
+    build_tokenized_pool,
     check_seq_lengths,
+    check_texts,
     max_seq_from_onnx,
+    random_texts,
+    read_text_file,
     served_max_seq,
+    text_source,
     vocab_from_onnx,
 )
 from attndeploy.serving.loadtest.level import _LevelRun
 
 DEFAULT_VOCAB = 32
+MAX_HTTP_WORKERS = 128  # HTTP request threads in request-rate mode (max_in_flight may be more)
 
 
 class _Progress:
@@ -87,13 +97,16 @@ def run_load_test(
     vocab = config.vocab_size
     if config.onnx_path is not None:
         onnx_model = _load_onnx(config.onnx_path)
-        check_seq_lengths(config, max_seq_from_onnx(onnx_model), f"from {config.onnx_path}")
+        if config.text_file is None:  # a text file's lines are checked once they are read
+            check_seq_lengths(config, max_seq_from_onnx(onnx_model), f"from {config.onnx_path}")
         if vocab is None:
             vocab = vocab_from_onnx(onnx_model)
         del onnx_model
     if vocab is None:
         vocab = DEFAULT_VOCAB
-        notes.append(f"token ids drawn from [{FIRST_TOKEN_ID}, {vocab}): no vocab_size given")
+        if config.text_file is None:
+            notes.append(f"token ids drawn from [{FIRST_TOKEN_ID}, {vocab}) if the model takes "
+                         "ids: no vocab_size given")
     results: list[LevelResult] = []
 
     def report(partial_reason: str | None = None) -> LoadTestReport:
@@ -109,21 +122,18 @@ def run_load_test(
         )
 
     probe_timeout = min(config.request_timeout_s, 5.0)
-    with TritonRunner(config.url, config.model, timeout_s=probe_timeout) as runner:
+    workers = max(config.concurrency) if config.concurrency else min(config.max_in_flight,
+                                                                     MAX_HTTP_WORKERS)
+    with TritonRunner(config.url, config.model, timeout_s=probe_timeout,
+                      protocol=config.protocol, workers=workers) as runner:
         served = runner.model_config()
         dtypes = _input_dtypes(runner, config, served)
-        check_seq_lengths(config, served_max_seq(served),
-                          f"the served config's {PARAM_MAX_SEQ} parameter")
-        reference = None
-        if config.onnx_path is not None and config.check_fraction > 0:
-            served_outputs = [spec.name for spec in runner.metadata().outputs]
-            reference = _Reference(config.onnx_path, served_outputs)
-            if not reference.outputs:
-                notes.append("no output of the ONNX file is served: correctness not checked")
-                reference = None
-        elif config.check_fraction > 0:
-            notes.append("no onnx_path given: responses were not checked against onnxruntime")
-        pool = _build_pool(config, vocab, dtypes)
+        if config.text_file is None:
+            check_seq_lengths(config, served_max_seq(served),
+                              f"the served config's {PARAM_MAX_SEQ} parameter")
+        served_outputs = [spec.name for spec in runner.metadata().outputs]
+        pool, reference = _pool_and_reference(config, vocab, dtypes, served, served_outputs,
+                                              notes)
         with _Progress(progress, config.max_windows) as bar:
             for level in config.levels:
                 bar.start(level)
@@ -144,3 +154,57 @@ def run_load_test(
                         notes.append(f"every request failed; skipped {', '.join(skipped)}")
                     break
     return report()
+
+
+def _pool_and_reference(
+    config: LoadTestConfig,
+    vocab: int,
+    dtypes: dict[str, Any],
+    served: dict[str, Any],
+    served_outputs: list[str],
+    notes: list[str],
+) -> tuple[list[list[_PoolEntry]], Any]:
+    """The requests to send and the oracle of their answers (None: not checked).
+
+    An id model gets random ids, or `text_file`'s lines tokenized here; a text model (input
+    `text`) gets random vocabulary words, or the lines themselves. Either way the oracle is
+    in-process onnxruntime on `onnx_path` (for a text model: its id model's file).
+    """
+    takes_text = TEXT_INPUT in dtypes
+    source = None
+    if config.onnx_path is not None and (takes_text or config.text_file is not None):
+        source = text_source(config.onnx_path, served if takes_text else None)
+    texts = read_text_file(config.text_file) if config.text_file is not None else None
+    if texts is not None:
+        if source is None:
+            raise LoadTestError(
+                f"--text-file needs the model's vocabulary and max_seq: give the repository or "
+                f"the ONNX file of '{config.model}'"
+                + ("" if config.onnx_path is None else f" ({config.onnx_path} has no tokenizer)")
+            )
+        encoded = check_texts(texts, source, config.text_file)
+        lengths = [len(e.ids) for e in encoded]
+        notes.append(f"texts: the {len(texts)} non-blank lines of {config.text_file}, "
+                     f"{config.batch} per request ({min(lengths)}-{max(lengths)} tokens, mean "
+                     f"{sum(lengths) / len(lengths):.1f}); the seq lengths were not used")
+        pool = (build_text_pool(config, [texts]) if takes_text
+                else build_tokenized_pool(config, encoded, dtypes))
+    elif takes_text:
+        if source is None:
+            notes.append("no vocabulary (no ONNX file of the id model): texts of unknown words")
+        pool = build_text_pool(config, random_texts(config, source))
+    else:
+        pool = _build_pool(config, vocab, dtypes)
+    reference: Any = None
+    if config.onnx_path is not None and config.check_fraction > 0:
+        if takes_text:
+            reference = _TextReference(config.onnx_path, source, served_outputs) \
+                if source is not None else None
+        else:
+            reference = _Reference(config.onnx_path, served_outputs)
+        if reference is None or not reference.outputs:
+            notes.append("no output of the ONNX file is served: correctness not checked")
+            reference = None
+    elif config.check_fraction > 0:
+        notes.append("no onnx_path given: responses were not checked against onnxruntime")
+    return pool, reference
