@@ -1,0 +1,240 @@
+"""The documentation in docs/ against the code: the op table of docs/ops.md lists exactly the
+registered ops, every section the code cites exists, and the code cites docs/, not notes kept
+outside the repository."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+CITED_DOCS = ("variants", "ops", "architecture")
+
+# "variants.md §3.6", "docs/variants.md §2, §6" -> ("variants", "§3.6") / ("variants", "§2, §6")
+SECTION_CITATION = re.compile(
+    r"(?:docs/)?(variants|ops|architecture)\.md((?:,?\s*§\s?\d+(?:\.\d+)*)+)"
+)
+# "variants.md C3", "variants.md §6 C1, C2, C6", "variants.md C1,\nC3, C7, G2"
+INVARIANT_CITATION = re.compile(
+    r"(?:docs/)?variants\.md(?:\s*§\s?[\d.]*\d)?,?\s+((?:[CQGE]\d+\b(?:\s*[–-]\s*[CQGE]?\d+)?,?\s*)+)"
+)
+# 'ops.md, "Model-level interface"', 'architecture.md "Validation"'
+QUOTED_CITATION = re.compile(r'(?:docs/)?(variants|ops|architecture)\.md,?\s*\(?"([^"\n]+)"')
+# 'see "Serving: facts about Triton here" in the architecture notes'
+NOTES_CITATION = re.compile(r'"([^"\n]+)"\s+in\s+the\s+architecture\s+notes')
+# A citation of a design note not written as docs/<name>.md.
+BARE_CITATION = re.compile(r"(?<![\w./-])(?:variants|ops|architecture)\.md\b")
+
+# The invariants docs/variants.md §6 defines, by family and count.
+INVARIANTS = {"C": 7, "Q": 6, "G": 11, "E": 8}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _text_files(*folders: str) -> dict[Path, str]:
+    """{path: text} of every text file under the folders (no caches, not this file)."""
+    files = {}
+    for folder in folders:
+        for path in sorted((ROOT / folder).rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts or path == Path(__file__):
+                continue
+            try:
+                files[path] = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                continue
+    return files
+
+
+def _headings(doc: str) -> list[str]:
+    """The headings of docs/<doc>.md, without '#' and backticks."""
+    text = (DOCS / f"{doc}.md").read_text(encoding="utf-8")
+    return [
+        line.lstrip("#").strip().replace("`", "")
+        for line in text.splitlines()
+        if re.match(r"#{1,6}\s", line)
+    ]
+
+
+def _section_numbers(doc: str) -> set[str]:
+    """"1.2", "3", ... : the numbers that open the headings of docs/<doc>.md."""
+    numbers = set()
+    for heading in _headings(doc):
+        match = re.match(r"(\d+(?:\.\d+)*)\.?\s", heading)
+        if match:
+            numbers.add(match.group(1))
+    return numbers
+
+
+def _markdown_table(text: str, header: list[str]) -> list[list[str]]:
+    """The body rows (cells stripped) of the first table whose header row is `header`."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.lstrip().startswith("|") and cells == header:
+            rows = []
+            for row in lines[index + 2:]:  # skip the |---| separator
+                if not row.lstrip().startswith("|"):
+                    break
+                rows.append([cell.strip() for cell in row.strip().strip("|").split("|")])
+            return rows
+    raise AssertionError(f"no table with the header {header} in docs/ops.md")
+
+
+def _names(cell: str) -> tuple[str, ...]:
+    """`a`, `b` -> ("a", "b"); "—" -> ()."""
+    return tuple(re.findall(r"`([^`]+)`", cell))
+
+
+def _registered_ops() -> list[tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+    """(name, inputs, attributes, outputs) of every op the registered variants declare."""
+    from attndeploy.variants.registry import variant_specs
+
+    ops = []
+    for variant in variant_specs():
+        if variant.ops is None:
+            continue
+        for op in importlib.import_module(variant.ops).OPS:
+            ops.append((op.name, op.input_names, op.attributes, op.output_names))
+    return ops
+
+
+# ----------------------------------------------------------------------------- ops.md
+
+
+def _family_defaults(variant: str, family: str) -> dict:
+    """GA-Net in the bilstm family needs the BiLSTM gate network."""
+    if variant == "ganet" and family == "bilstm":
+        from attndeploy.config import GANetConfig
+
+        return {"ganet": GANetConfig(aux="bilstm")}
+    return {}
+
+
+def test_the_op_table_lists_exactly_the_registered_ops_with_their_signatures():
+    rows = _markdown_table(
+        (DOCS / "ops.md").read_text(encoding="utf-8"), ["op", "inputs", "attributes", "outputs"]
+    )
+    documented = [
+        (_names(op)[0], _names(inputs), _names(attributes), _names(outputs))
+        for op, inputs, attributes, outputs in rows
+    ]
+    registered = _registered_ops()
+    assert [row[0] for row in documented] == [op[0] for op in registered], (
+        "docs/ops.md's op table must list the registered ops, in registry order"
+    )
+    for doc_row, op in zip(documented, registered, strict=True):
+        assert doc_row == op, f"docs/ops.md row {doc_row[0]}: documented {doc_row}, code {op}"
+
+
+def test_the_op_table_agrees_with_the_export_op_set():
+    from attndeploy.export._registry import op_specs
+
+    assert [spec.name for spec in op_specs()] == [op[0] for op in _registered_ops()]
+
+
+def test_every_op_a_built_in_model_exports_has_a_section_in_ops_md():
+    from attndeploy.config import ModelConfig
+    from attndeploy.variants.registry import variant_specs
+
+    sections = {heading for heading in _headings("ops") if heading.startswith("attndeploy::")}
+    for variant in variant_specs():
+        for family in variant.families:
+            config = ModelConfig(vocab_size=10, num_labels=2, variant=variant.name,
+                                 family=family, **_family_defaults(variant.name, family))
+            for op in variant.model_ops(config):
+                assert any(s.startswith(f"attndeploy::{op}:") for s in sections), (
+                    f"docs/ops.md has no section `attndeploy::{op}` (variant {variant.name})"
+                )
+
+
+def test_ops_md_names_every_metadata_key_the_exporters_write():
+    from attndeploy.config import ModelConfig
+    from attndeploy.export import generic
+    from attndeploy.export.exporter import ExportOptions, build_metadata
+
+    checkpoint = SimpleNamespace(
+        model_config=ModelConfig(vocab_size=10, num_labels=2), weights_sha256="0" * 64,
+        label_names=("a", "b"), tokenizer=None,
+    )
+    keys = set(build_metadata(checkpoint, ExportOptions(), max_seq=16))
+    traced = SimpleNamespace(dynamic_axes={"input_ids": {"0": "batch"}})
+    keys |= set(generic.base_metadata(18, False, traced))
+    text = (DOCS / "ops.md").read_text(encoding="utf-8")
+    for key in sorted(keys):
+        short = key.removeprefix(generic.META_PREFIX)
+        assert f"`{short}`" in text, f"docs/ops.md does not name the metadata key {key}"
+
+
+# ----------------------------------------------------------------------------- citations
+
+
+def _citations() -> dict[str, list[tuple[Path, str]]]:
+    """Every citation of a design note under attndeploy/ and tests/, by kind."""
+    found: dict[str, list[tuple[Path, str]]] = {"section": [], "invariant": [], "quoted": []}
+    for path, text in _text_files("attndeploy", "tests").items():
+        for doc, sections in SECTION_CITATION.findall(text):
+            for number in re.findall(r"§\s?(\d+(?:\.\d+)*)", sections):
+                found["section"].append((path, f"{doc} {number}"))
+        for group in INVARIANT_CITATION.findall(text):
+            for name in re.findall(r"[CQGE]\d+", group):
+                found["invariant"].append((path, name))
+        for doc, title in QUOTED_CITATION.findall(text):
+            found["quoted"].append((path, f"{doc} {title}"))
+        for title in NOTES_CITATION.findall(text):
+            found["quoted"].append((path, f"architecture {title}"))
+    return found
+
+
+def test_every_cited_section_exists_in_docs():
+    citations = _citations()
+    assert len(citations["section"]) >= 20, "the citation scan found (almost) nothing"
+    missing = []
+    for path, cited in citations["section"]:
+        doc, number = cited.split(" ")
+        if number not in _section_numbers(doc):
+            missing.append(f"{path.relative_to(ROOT)}: {doc}.md §{number}")
+    for path, cited in citations["quoted"]:
+        doc, title = cited.split(" ", 1)
+        if not any(heading.startswith(title) for heading in _headings(doc)):
+            missing.append(f'{path.relative_to(ROOT)}: {doc}.md "{title}"')
+    assert not missing, "cited but not in docs/:\n" + "\n".join(sorted(set(missing)))
+
+
+def test_every_cited_invariant_is_defined_in_docs_variants_md():
+    text = (DOCS / "variants.md").read_text(encoding="utf-8")
+    defined = set(re.findall(r"^- \*\*([CQGE]\d+)\.\*\*", text, flags=re.MULTILINE))
+    expected = {f"{family}{n}" for family, count in INVARIANTS.items()
+                for n in range(1, count + 1)}
+    assert defined == expected
+    cited = _citations()["invariant"]
+    assert cited, "the citation scan found no invariant"
+    missing = sorted({f"{path.relative_to(ROOT)}: {name}" for path, name in cited
+                      if name not in defined})
+    assert not missing, "cited invariants missing from docs/variants.md §6:\n" + "\n".join(missing)
+
+
+def test_links_between_docs_resolve():
+    for path in sorted(DOCS.glob("*.md")):
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            assert (path.parent / target).exists(), f"{path.name}: broken link {target}"
+
+
+@pytest.mark.xfail(strict=True, reason="citations are re-pointed to docs/ in a follow-up commit")
+def test_the_package_cites_docs_not_notes_outside_the_repository():
+    offenders = []
+    for path, text in _text_files("attndeploy").items():
+        where = path.relative_to(ROOT)
+        for line_no, line in enumerate(text.splitlines(), 1):
+            if "../shared" in line or "shared/design" in line:
+                offenders.append(f"{where}:{line_no}: {line.strip()}")
+            elif BARE_CITATION.search(line) or "the architecture notes" in line:
+                offenders.append(f"{where}:{line_no}: {line.strip()} (cite docs/<name>.md)")
+    assert not offenders, "\n".join(offenders)
