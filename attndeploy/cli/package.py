@@ -45,10 +45,22 @@ def command(
     ] = 500,
     warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="Warm-up request.")] = True,
     threads: Annotated[int, typer.Option(help="onnxruntime intra-op threads per instance.")] = 1,
+    text: Annotated[
+        bool, typer.Option("--text/--no-text",
+                           help="Also write NAME_text (raw text in, label out) for a model with "
+                                "a tokenizer.")
+    ] = True,
+    truncate_text: Annotated[
+        bool, typer.Option("--truncate-text",
+                           help="The text model keeps the first max_seq tokens of a longer "
+                                "text instead of refusing it.")
+    ] = False,
+    text_instances: Annotated[int, typer.Option(help="Instances of the text model.")] = 2,
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
-    """Package models into a Triton repository (config.pbtxt, model.onnx, model.py, labels)."""
+    """Package models into a Triton repository (config.pbtxt, model.onnx, model.py, labels),
+    and for a model with a tokenizer the text model NAME_text that takes raw text."""
     from attndeploy.errors import RepositoryError
     from attndeploy.fsutil import check_output_dir
     from attndeploy.serving.options import PackageOptions
@@ -64,7 +76,8 @@ def command(
             version=version,
             max_batch_size=max_batch_size, instances=instances, kind=kind,
             dynamic_batching=dynamic_batching, max_queue_delay_us=max_queue_delay_us,
-            warmup=warmup, force=force, threads=threads,
+            warmup=warmup, force=force, threads=threads, text=text,
+            truncate_text=truncate_text, text_instances=text_instances,
         )
         with console.status(f"packaging {source}") if not json_output else _null():
             written.extend(package_model(source, repo, options))
@@ -72,8 +85,9 @@ def command(
         print_json({"repo": str(repo), "models": [m.to_dict() for m in written]})
         return
     for model in written:
-        flavor = model.to_dict()['flavor']
-        console.print(f"packaged [bold]{model.name}[/] ({flavor}, {model.variant}, "
+        what = (f"text model calling {model.id_model}" if model.is_text
+                else model.to_dict()["flavor"])
+        console.print(f"packaged [bold]{model.name}[/] ({what}, {model.variant}, "
                       f"version {model.version}) -> {model.path}")
 
 
