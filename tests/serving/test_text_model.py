@@ -581,3 +581,35 @@ def test_the_text_model_runs_where_attndeploy_is_not_installed(repo: Path, tmp_p
 def test_text_interface_refuses_an_unknown_head() -> None:
     with pytest.raises(ValueError, match="unknown head"):
         text_interface(head="ranking", num_labels=2, gated=False)
+
+
+# --------------------------------------------------------------------------- serving a text model
+
+
+def test_serving_a_text_model_brings_its_id_model(repo: Path) -> None:
+    from attndeploy.serving.launch import servable_models
+
+    models, skipped = servable_models(repo, ["gated_text"])
+    assert models == ["gated_text", "gated"] and skipped == {}
+    models, _ = servable_models(repo, ["gated", "gated_text"])
+    assert models == ["gated", "gated_text"]
+
+
+def test_a_text_model_whose_id_model_cannot_be_served_is_left_out_saying_why(
+    tmp_path: Path,
+) -> None:
+    from attndeploy.errors import ServerError
+    from attndeploy.serving.launch import servable_models
+
+    source = save_model(build_model(vocab=VOCAB), tmp_path / "m.onnx")
+    package_model(source, tmp_path / "repo", PackageOptions(name="m", flavor="onnxruntime"))
+    package_model(source, tmp_path / "repo", PackageOptions(name="p"))
+    models, skipped = servable_models(tmp_path / "repo")
+    assert models == ["p", "p_text"]
+    assert "no 'onnxruntime' backend" in skipped["m"]
+    assert skipped["m_text"].startswith("it calls the id model 'm', which is not served")
+    with pytest.raises(ServerError, match="m_text: it calls the id model 'm'"):
+        servable_models(tmp_path / "repo", ["m_text"])
+    shutil.rmtree(tmp_path / "repo" / "p")
+    with pytest.raises(ServerError, match=r"p_text: it calls the id model 'p', which is not in"):
+        servable_models(tmp_path / "repo", ["p_text"])
