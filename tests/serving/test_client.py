@@ -82,12 +82,34 @@ def test_an_inactive_runner_says_to_use_a_with_block() -> None:
     assert runner.is_ready() is False
 
 
-def test_no_server_is_a_server_error_within_seconds() -> None:
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_no_server_is_a_server_error_within_seconds(protocol: str) -> None:
     url = f"127.0.0.1:{free_port()}"
     started = time.monotonic()
     with pytest.raises(ServerError, match="No Triton server answers"):
-        infer_once(url, "tiny", np.full((1, 4), 3), np.ones((1, 4)), timeout_s=5.0)
+        infer_once(url, "tiny", np.full((1, 4), 3), np.ones((1, 4)), timeout_s=5.0,
+                   protocol=protocol)
     assert time.monotonic() - started < 10.0
+
+
+def test_an_http_server_that_never_answers_is_a_deadline() -> None:
+    import socket
+
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        url = f"127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(ServerError, match=r"did not answer the liveness probe within 1 s"):
+            TritonRunner(url, "m", timeout_s=1.0, protocol="http").activate()
+        assert time.monotonic() - started < 5.0
+
+
+def test_the_protocol_picks_the_default_port_and_an_unknown_one_is_refused() -> None:
+    assert TritonRunner(None, "m").url == "127.0.0.1:8001"
+    assert TritonRunner(None, "m", protocol="http").url == "127.0.0.1:8000"
+    with pytest.raises(ServerError, match="grpc or http"):
+        TritonRunner(None, "m", protocol="websocket")
 
 
 # --------------------------------------------------------------------------- the real server
@@ -107,12 +129,18 @@ def _feed(batch: int = 2, seq: int = 7, seed: int = 0) -> dict[str, np.ndarray]:
     return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
 
 
+def _url(server: TritonServer, protocol: str) -> str:
+    return server.grpc_url if protocol == "grpc" else server.http_url
+
+
 @pytest.mark.integration
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_one_inference_equals_in_process_onnxruntime_bit_for_bit(
-    tiny_server: TritonServer,
+    tiny_server: TritonServer, protocol: str
 ) -> None:
     feed = _feed()
-    with TritonRunner(tiny_server.grpc_url, TINY_MODEL, timeout_s=10) as runner:
+    with TritonRunner(_url(tiny_server, protocol), TINY_MODEL, timeout_s=10,
+                      protocol=protocol) as runner:
         served = runner.infer(feed)
     session = ort.InferenceSession(
         str(tiny_onnx_path(tiny_server.repo)), providers=["CPUExecutionProvider"]
@@ -125,11 +153,15 @@ def test_one_inference_equals_in_process_onnxruntime_bit_for_bit(
 
 
 @pytest.mark.integration
-def test_metadata_lists_the_model_level_interface(tiny_server: TritonServer) -> None:
-    with TritonRunner(tiny_server.grpc_url, TINY_MODEL) as runner:
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_metadata_lists_the_model_level_interface(tiny_server: TritonServer, protocol: str
+                                                  ) -> None:
+    with TritonRunner(_url(tiny_server, protocol), TINY_MODEL, protocol=protocol) as runner:
         metadata = runner.metadata()
         config = runner.model_config()
+        stats = runner.statistics()
         assert runner.is_ready()
+    assert stats["model_stats"][0]["name"] == TINY_MODEL
     assert int(config["max_batch_size"]) == 8 and config["backend"] == "python"
     assert [(s.name, s.datatype) for s in metadata.inputs] == [
         ("input_ids", "INT64"), ("attention_mask", "INT64")
@@ -148,20 +180,22 @@ def test_infer_once_returns_outputs_by_name(tiny_server: TritonServer) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_missing_model_is_a_server_error_listing_the_served_ones(
-    tiny_server: TritonServer,
+    tiny_server: TritonServer, protocol: str
 ) -> None:
     with pytest.raises(ServerError, match=r"no model 'nope' \(models there: tiny\)"):
-        TritonRunner(tiny_server.grpc_url, "nope").activate()
+        TritonRunner(_url(tiny_server, protocol), "nope", protocol=protocol).activate()
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_request_the_model_rejects_is_a_server_error_with_its_message(
-    tiny_server: TritonServer,
+    tiny_server: TritonServer, protocol: str
 ) -> None:
     feed = _feed()
     feed["input_ids"] = feed["input_ids"] + 1000  # beyond the vocabulary
-    with TritonRunner(tiny_server.grpc_url, TINY_MODEL) as runner:
+    with TritonRunner(_url(tiny_server, protocol), TINY_MODEL, protocol=protocol) as runner:
         with pytest.raises(ServerError, match="indices element out of data bounds"):
             runner.infer(feed)
 

@@ -197,11 +197,20 @@ def test_concurrency_defaults_to_a_sweep_and_rates_switch_the_mode() -> None:
         ({"onnx_path": Path("/no/such.onnx")}, "onnx_path"),
         ({"vocab_size": 2}, "vocab_size"),
         ({"model": ""}, "model is empty"),
+        ({"protocol": "ftp"}, "protocol must be grpc or http"),
+        ({"url": ""}, "url is empty"),
+        ({"text_file": Path("/no/such.txt")}, "text_file"),
     ],
 )
 def test_invalid_configurations_say_what_is_wrong(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(LoadTestError, match=message):
         LoadTestConfig(**{"model": "m", **kwargs})
+
+
+def test_the_url_defaults_to_the_protocol_s_loopback_port() -> None:
+    assert LoadTestConfig(model="m").url == "127.0.0.1:8001"
+    assert LoadTestConfig(model="m", protocol="http").url == "127.0.0.1:8000"
+    assert LoadTestConfig(model="m", protocol="http", url="h:1").url == "h:1"
 
 
 def test_number_lists_parse_for_the_command_line() -> None:
@@ -669,6 +678,25 @@ def test_a_poisson_request_rate_run_with_mixed_lengths(
 
 
 @pytest.mark.integration
+def test_an_http_sweep_batches_checks_and_agrees_with_the_server(
+    tiny_server: TritonServer, tiny_repo: Path
+) -> None:
+    config = LoadTestConfig(
+        model=TINY_MODEL, url=tiny_server.http_url, protocol="http", concurrency=(1, 4),
+        seq_lengths=(16,), window_s=1.0, max_windows=3, check_fraction=0.1,
+        onnx_path=tiny_onnx_path(tiny_repo),
+    )
+    report = run_load_test(config, progress=False)
+    assert report.passed, report.failures
+    one, four = report.levels
+    for level in (one, four):
+        assert level.error_count == 0 and level.checks.done > 0 and level.checks.failed == 0
+        assert level.count_rel_diff is not None and level.count_rel_diff <= 0.05
+    assert four.server is not None and four.server["avg_batch_size"] > 1.0
+    assert report.to_dict()["config"]["protocol"] == "http"
+
+
+@pytest.mark.integration
 def test_requests_the_model_rejects_are_errors_by_kind(tiny_server: TritonServer) -> None:
     config = LoadTestConfig(
         model=TINY_MODEL, url=tiny_server.grpc_url, concurrency=(2, 4), vocab_size=10_000,
@@ -683,8 +711,10 @@ def test_requests_the_model_rejects_are_errors_by_kind(tiny_server: TritonServer
 
 
 @pytest.mark.integration
-def test_no_server_at_the_url_is_a_server_error_within_seconds() -> None:
-    config = LoadTestConfig(model=TINY_MODEL, url=f"127.0.0.1:{free_port()}", concurrency=(1,))
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_no_server_at_the_url_is_a_server_error_within_seconds(protocol: str) -> None:
+    config = LoadTestConfig(model=TINY_MODEL, url=f"127.0.0.1:{free_port()}", concurrency=(1,),
+                            protocol=protocol)
     started = time.monotonic()
     with pytest.raises(ServerError, match="No Triton server answers"):
         run_load_test(config, progress=False)
