@@ -293,6 +293,10 @@ def read_checkpoint(path: Path) -> Checkpoint:
             f"{weights_path} does not match the SHA-256 recorded in {CONFIG_FILE}: "
             "the file is corrupt or was replaced"
         )
+    if "hf" in raw:  # a Hugging Face model converted by attndeploy.integrations
+        from attndeploy.integrations.hf_checkpoint import read_hf_checkpoint
+
+        return read_hf_checkpoint(path, raw, digest)
     _check_model_limits(raw.get("model"), path / CONFIG_FILE)
     try:
         model_config = ModelConfig.from_dict(raw.get("model"))

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from attndeploy import __version__
-from attndeploy.checkpoint import Checkpoint, read_checkpoint
+from attndeploy.checkpoint import Checkpoint, read_checkpoint, read_config
 from attndeploy.errors import ExportError
 from attndeploy.export import _tracing, generic
 from attndeploy.export._registry import DEFAULT_OPSET, SUPPORTED_OPSETS  # noqa: F401
@@ -227,6 +227,10 @@ def export_checkpoint(
     previous file at `out_path` untouched.
     """
     options = options or ExportOptions()
+    if "hf" in read_config(Path(checkpoint_dir)):  # a Hugging Face model (integrations)
+        from attndeploy.integrations.hf_checkpoint import export_hf_checkpoint
+
+        return export_hf_checkpoint(Path(checkpoint_dir), Path(out_path), options)
     started, cpu_started = time.perf_counter(), time.process_time()
     ckpt, model, max_seq = _load(Path(checkpoint_dir), options)
     config = ckpt.model_config

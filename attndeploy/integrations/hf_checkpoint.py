@@ -1,0 +1,414 @@
+"""Converted Hugging Face models as attndeploy checkpoints: save, read, export.
+
+A checkpoint is the usual directory (`config.json` + `model.safetensors`, architecture.md), so
+`attndeploy info`, `export`, `validate`, `package` and `serve` take it as they take a built-in
+one: `attndeploy.checkpoint.read_checkpoint` and `attndeploy.export.exporter.export_checkpoint`
+hand a config with an `"hf"` section to `read_hf_checkpoint` and `export_hf_checkpoint`.
+
+config.json (format "attndeploy-checkpoint", format_version 1), beside the usual keys:
+  hf          {"architecture": "BertForSequenceClassification" (a class `convert` supports),
+               "model_type": "bert" | "roberta" | "distilbert",
+               "config": the transformers config (`PretrainedConfig.to_dict()`),
+               "variant": "evolving", "options": the variant's whole config ({"alpha": ...}),
+               "max_seq": the longest input (<= the model's position table),
+               "transformers_version": the version that wrote it}
+  model       a summary derived from "hf", in the shape `info` and the ONNX metadata use:
+              {"family": "hf", "variant", "head": "classification" | "tagging", "num_labels",
+               "vocab_size", "max_seq", "d_model", "n_heads", "n_layers", "d_ff",
+               "architecture", "model_type", <variant>: options}
+  labels      label names (index = class id; also the HF config's id2label)
+  tokenizer   `WordPieceTokenizer.to_dict()` ({"type": "wordpiece", ...}) or null
+  data, training, metrics, weights_sha256   as for built-in checkpoints
+model.safetensors holds the converted model's `state_dict()` under the transformers names (the
+converted layers under `...attention.self.attention.*`, GA-Net's gate network under
+`...embeddings.gate_network.*`).
+
+Reading trusts nothing in config.json: the architecture must be one `convert` supports, the
+sizes are bounded before anything is built, and the safetensors header's names, shapes and
+dtypes are compared with the configured model built on the meta device before weights load.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attndeploy import __version__
+from attndeploy.errors import AttnDeployError, CheckpointError, ConfigError, ExportError
+from attndeploy.fsutil import atomic_directory, atomic_write_bytes, file_sha256
+from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
+from attndeploy.integrations.transformers import (
+    conversion_of,
+    convert,
+    forward_state,
+    supported_class,
+)
+from attndeploy.models.inputs import check_model_inputs
+from attndeploy.variants.functional import hard_gates
+from attndeploy.variants.ganet.layer import soft_density
+from attndeploy.variants.registry import variant_spec
+
+FAMILY = "hf"
+TOKEN_TYPE_MODELS = ("bert", "roberta")  # model types with segment (token type) embeddings
+# The checkpointed architectures and their heads (the model-level interface of ops.md).
+HEADS = {
+    "BertForSequenceClassification": "classification",
+    "RobertaForSequenceClassification": "classification",
+    "DistilBertForSequenceClassification": "classification",
+    "BertForTokenClassification": "tagging",
+    "RobertaForTokenClassification": "tagging",
+    "DistilBertForTokenClassification": "tagging",
+}
+# Bounds on the transformers config read from an untrusted config.json (as MODEL_LIMITS in
+# attndeploy.checkpoint), under the names BERT/RoBERTa and DistilBERT store them.
+HF_LIMITS: dict[str, int] = {
+    "vocab_size": 10_000_000, "num_labels": 1_000_000, "type_vocab_size": 1_024,
+    "hidden_size": 65_536, "dim": 65_536, "num_hidden_layers": 1_024, "n_layers": 1_024,
+    "num_attention_heads": 1_024, "n_heads": 1_024, "intermediate_size": 262_144,
+    "hidden_dim": 262_144, "max_position_embeddings": 1_048_576,
+}
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class HFModelConfig:
+    """What attndeploy needs to know about a converted HF model (the checkpoint's "model"
+    summary). Duck-types the fields of `ModelConfig` that export, validation and serving read."""
+
+    variant: str
+    head: str
+    num_labels: int
+    vocab_size: int
+    max_seq: int
+    d_model: int
+    n_heads: int
+    n_layers: int
+    d_ff: int
+    architecture: str
+    model_type: str
+    options: dict[str, Any] = field(default_factory=dict)
+    family: str = FAMILY
+
+    def to_dict(self) -> dict[str, Any]:
+        summary = {
+            "family": self.family, "variant": self.variant, "head": self.head,
+            "num_labels": self.num_labels, "vocab_size": self.vocab_size,
+            "max_seq": self.max_seq, "d_model": self.d_model, "n_heads": self.n_heads,
+            "n_layers": self.n_layers, "d_ff": self.d_ff, "architecture": self.architecture,
+            "model_type": self.model_type,
+        }
+        if self.options:
+            summary[self.variant] = dict(self.options)
+        return summary
+
+
+def position_limit(config: Any) -> int:
+    """The longest input the position table takes (RoBERTa's positions start after its pad id)."""
+    if config.model_type == "roberta":
+        return config.max_position_embeddings - config.pad_token_id - 1
+    return config.max_position_embeddings
+
+
+def model_config_of(model: nn.Module, max_seq: int) -> HFModelConfig:
+    """The `HFModelConfig` of a converted classification/tagging model."""
+    conversion = conversion_of(model)
+    if conversion is None:
+        raise ConfigError(f"{type(model).__name__} is not converted; call "
+                          "attndeploy.integrations.transformers.convert first")
+    architecture = type(model).__name__
+    if architecture not in HEADS:
+        raise ConfigError(f"an attndeploy checkpoint holds one of {', '.join(HEADS)}; "
+                          f"got {architecture}")
+    config = model.config
+    if not 1 <= max_seq <= position_limit(config):
+        raise ConfigError(f"max_seq must lie in [1, {position_limit(config)}] (the model's "
+                          f"position table); got {max_seq}")
+    layers = conversion.layer_config
+    return HFModelConfig(
+        variant=conversion.variant, head=HEADS[architecture], num_labels=config.num_labels,
+        vocab_size=config.vocab_size, max_seq=max_seq, d_model=layers.d_model,
+        n_heads=layers.n_heads, n_layers=layers.n_layers, d_ff=layers.d_ff,
+        architecture=architecture, model_type=conversion.model_type,
+        options=dict(conversion.options),
+    )
+
+
+class HFClassifier(nn.Module):
+    """A converted HF classifier or tagger behind attndeploy's model-level interface.
+
+    `forward(input_ids [B,T], attention_mask [B,T]) -> {"logits": [B,C] or [B,T,C],
+    "gates": bool [B,T] (GA-Net)}`; with `details=True` also GA-Net's "gate_logits" (the logits
+    the gates were decided on) and in training "density_penalty" (R, variants.md §3.5), as the
+    built-in models (`attndeploy.train.evaluate` and the validators call it this way).
+    """
+
+    def __init__(self, model: nn.Module, config: HFModelConfig) -> None:
+        super().__init__()
+        self.model = model
+        self.config = config
+        self.temperature = float(config.options.get("temperature", 1.0))
+
+    @property
+    def is_gated(self) -> bool:
+        return variant_spec(self.config.variant).gated
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, *, details: bool = False
+    ) -> dict[str, Tensor]:
+        if not torch.compiler.is_compiling():  # data-dependent checks cannot be traced
+            check_model_inputs(input_ids, attention_mask, max_seq=self.config.max_seq,
+                               vocab_size=self.config.vocab_size)
+        extra = {}
+        if self.config.model_type in TOKEN_TYPE_MODELS:
+            # Segment 0 everywhere, as the model's default; passed explicitly because the
+            # default gathers from a buffer (ONNX GatherElements), which onnx 1.23's reference
+            # evaluator computes wrongly for more than 32 positions (np.choose's limit).
+            extra["token_type_ids"] = torch.zeros_like(input_ids)
+        out = {"logits": self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                    **extra).logits}
+        if not self.is_gated:
+            return out
+        state = forward_state(self.model)
+        mask = attention_mask != 0
+        gates = state.gates
+        if gates is None:  # no layer ran (cannot happen for a converted encoder)
+            with torch.no_grad():
+                gates = hard_gates(state.gate_logits, mask)
+        out["gates"] = gates
+        if details:
+            out["gate_logits"] = state.gate_logits
+            if self.training:
+                soft = torch.sigmoid(state.gate_logits / self.temperature)  # g_soft [B, T]
+                out["density_penalty"] = soft_density(soft, mask)
+        return out
+
+
+# ----------------------------------------------------------------------------- save
+
+
+def save_hf_checkpoint(
+    model: HFClassifier,
+    out_dir: Path,
+    *,
+    label_names: tuple[str, ...] | list[str],
+    tokenizer: WordPieceTokenizer | None = None,
+    data: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+    metrics: dict[str, Any] | None = None,
+    force: bool = False,
+) -> Path:
+    """Write the checkpoint atomically; an existing directory is replaced only with `force`."""
+    from safetensors.torch import save_file
+    from transformers import __version__ as transformers_version
+
+    from attndeploy.checkpoint import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not force:
+        raise CheckpointError(f"{out_dir} already exists; pass --force to replace it")
+    config, hf_model = model.config, model.model
+    if len(label_names) != config.num_labels:
+        raise CheckpointError(f"{len(label_names)} label names for a model with "
+                              f"{config.num_labels} labels")
+    if tokenizer is not None and len(tokenizer) > config.vocab_size:
+        raise CheckpointError(f"the tokenizer has {len(tokenizer)} pieces, more than the model's "
+                              f"vocab_size {config.vocab_size}")
+    tensors = {name: t.detach().contiguous().clone() for name, t in hf_model.state_dict().items()}
+    hf_config = hf_model.config.to_dict()
+    hf_config["id2label"] = {str(i): name for i, name in enumerate(label_names)}
+    hf_config["label2id"] = {name: i for i, name in enumerate(label_names)}
+    with atomic_directory(out_dir, replace=force) as staging:
+        save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": FORMAT})
+        document = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "attndeploy_version": __version__,
+            "model": config.to_dict(),
+            "hf": {
+                "architecture": config.architecture, "model_type": config.model_type,
+                "config": hf_config, "variant": config.variant, "options": config.options,
+                "max_seq": config.max_seq, "transformers_version": transformers_version,
+            },
+            "labels": list(label_names),
+            "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
+            "data": data or {},
+            "training": training or {},
+            "metrics": metrics or {},
+            "weights_sha256": file_sha256(staging / WEIGHTS_FILE),
+        }
+        (staging / CONFIG_FILE).write_text(json.dumps(document, indent=2) + "\n")
+    return out_dir
+
+
+# ----------------------------------------------------------------------------- read
+
+
+def _hf_section(raw: dict[str, Any], source: Path) -> dict[str, Any]:
+    hf = raw.get("hf")
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{source}: 'hf' must be a JSON object")
+    for key, kind in (("architecture", str), ("variant", str), ("config", dict),
+                      ("options", dict), ("max_seq", int)):
+        if not isinstance(hf.get(key), kind) or isinstance(hf.get(key), bool):
+            raise CheckpointError(f"{source}: hf.{key} must be a {kind.__name__}")
+    if hf["architecture"] not in HEADS:
+        raise CheckpointError(f"{source}: hf.architecture must be one of {', '.join(HEADS)}; "
+                              f"got {hf['architecture']!r}")
+    for name, limit in HF_LIMITS.items():
+        value = hf["config"].get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > limit:
+            raise CheckpointError(f"{source}: hf config {name} is {value:,}, above the limit of "
+                                  f"{limit:,}; the config is corrupt or was edited")
+    return hf
+
+
+def _hf_config(hf: dict[str, Any]) -> Any:
+    """The transformers config object of an `hf` section (its class follows the architecture,
+    never a name read from the file)."""
+    cls = supported_class(hf["architecture"])
+    config = cls.config_class.from_dict(dict(hf["config"]))
+    if config.model_type != cls.config_class.model_type:
+        raise ConfigError(f"hf config model_type {config.model_type!r} does not fit "
+                          f"{hf['architecture']}")
+    return config
+
+
+def build_hf_model(hf: dict[str, Any], *, device: str | torch.device | None = None) -> HFClassifier:
+    """The converted model an `hf` section describes, weights uninitialised (to be loaded)."""
+    from transformers.initialization import no_init_weights
+
+    cls = supported_class(hf["architecture"])
+    config = _hf_config(hf)
+    with torch.device(device or "cpu"), no_init_weights():  # every weight is loaded next
+        model = convert(cls(config), hf["variant"], **hf["options"])
+    return HFClassifier(model, model_config_of(model, hf["max_seq"]))
+
+
+def read_hf_checkpoint(path: Path, raw: dict[str, Any], digest: str) -> Any:
+    """The `Checkpoint` of a converted HF model (called by `read_checkpoint`, which has read
+    `raw` from config.json and checked the weights' SHA-256 `digest`)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from attndeploy.checkpoint import (
+        CONFIG_FILE,
+        WEIGHTS_FILE,
+        Checkpoint,
+        _check_tensors,
+        _header_tensors,
+    )
+
+    path = Path(path)
+    source = path / CONFIG_FILE
+    try:
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise CheckpointError(f"{path} holds a Hugging Face model; reading it needs transformers "
+                              '(pip install "attndeploy[hf]")') from exc
+    hf = _hf_section(raw, source)
+    try:
+        # names and shapes first, from a model on the meta device (no memory)
+        expected = build_hf_model(hf, device="meta").model.state_dict()
+        labels = tuple(str(x) for x in raw.get("labels") or ())
+        tokenizer = (WordPieceTokenizer.from_dict(raw["tokenizer"]) if raw.get("tokenizer")
+                     else None)
+    except AttnDeployError as exc:
+        raise CheckpointError(f"{source}: {exc}") from exc
+    except (TypeError, ValueError) as exc:  # transformers' own config checks
+        raise CheckpointError(f"{source}: hf config: {exc}") from exc
+    weights_path = path / WEIGHTS_FILE
+    _check_tensors({n: (tuple(t.shape), str(t.dtype)) for n, t in expected.items()},
+                   _header_tensors(weights_path), weights_path)
+    model = build_hf_model(hf)
+    config = model.config
+    if len(labels) != config.num_labels:
+        raise CheckpointError(f"{source}: {len(labels)} labels for {config.num_labels} classes")
+    if tokenizer is not None and len(tokenizer) > config.vocab_size:
+        raise CheckpointError(f"{source}: the tokenizer has {len(tokenizer)} pieces, more than "
+                              f"the model's vocab_size {config.vocab_size}")
+    try:
+        tensors = load_file(str(weights_path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"{weights_path} is corrupt: {exc}") from exc
+    model.model.load_state_dict(tensors, strict=True, assign=True)
+    model.eval()
+    return Checkpoint(path, model, config, labels, tokenizer, digest, raw)
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def _check_structure(proto: Any, model: HFClassifier, *, inlined: bool) -> dict[str, int]:
+    """One `attndeploy` node per attention layer (with its function, no random op), one `LSTM`
+    per direction of a BiLSTM gate network, the interface's dims symbolic."""
+    from attndeploy.export import _tracing
+    from attndeploy.export.exporter import interface_of
+
+    conversion = conversion_of(model.model)
+    found = _tracing.check_custom_nodes(
+        proto, Counter() if inlined else conversion.expected_nodes(), inlined=inlined
+    )
+    lstms = sum(n.op_type == "LSTM" and n.domain in ("", "ai.onnx") for n in proto.graph.node)
+    if lstms != conversion.expected_lstm_nodes():
+        raise ExportError(f"the exported graph holds {lstms} LSTM nodes, expected "
+                          f"{conversion.expected_lstm_nodes()} (one per direction)")
+    interface = interface_of(model.config)
+    for value in list(proto.graph.input) + list(proto.graph.output):
+        dims = _tracing.dims_of(value)
+        for axis, want in enumerate(interface.spec(value.name).dims):
+            got = dims[axis] if axis < len(dims) else None
+            if got != want:
+                raise ExportError(f"{value.name}: dimension {axis} is {got!r}, expected {want!r}")
+    return found
+
+
+def export_hf_checkpoint(checkpoint_dir: Path, out_path: Path, options: Any = None) -> Any:
+    """`export_checkpoint` for a converted HF model: the same interface (`input_ids`,
+    `attention_mask` -> `logits`[, `gates`]), stages, checks and metadata, plus
+    `attndeploy.hf_architecture` and `attndeploy.hf_model_type`."""
+    from attndeploy.checkpoint import read_checkpoint
+    from attndeploy.export import generic
+    from attndeploy.export.exporter import _trace_checkpoint, build_metadata, runtime_check
+    from attndeploy.export.generic import META_PREFIX, ExportOptions, ExportResult
+
+    options = options or ExportOptions()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    ckpt = read_checkpoint(Path(checkpoint_dir))
+    config = ckpt.model_config
+    max_seq = options.max_seq or config.max_seq
+    if max_seq > config.max_seq:
+        raise ExportError(f"--max-seq {max_seq} exceeds the model's max_seq {config.max_seq}")
+    model = ckpt.model.eval()
+    if options.fp16:
+        model = model.half()
+    stages = {"load": time.perf_counter() - started}
+    traced = _trace_checkpoint(model, max_seq, options.opset, options.inline_functions)
+    stages.update(traced.stages)
+    finishing = time.perf_counter()
+    proto = traced.proto
+    custom = _check_structure(proto, model, inlined=options.inline_functions)
+    metadata = build_metadata(ckpt, options, max_seq)
+    metadata[META_PREFIX + "hf_architecture"] = config.architecture
+    metadata[META_PREFIX + "hf_model_type"] = config.model_type
+    generic.set_metadata(proto, metadata)
+    generic.check_model(proto)
+    stages["finish"] = time.perf_counter() - finishing
+    checking = time.perf_counter()
+    runtime_check(proto, config, max_seq, fp16=options.fp16)
+    stages["runtime_check"] = time.perf_counter() - checking
+    writing = time.perf_counter()
+    atomic_write_bytes(Path(out_path), proto.SerializeToString())
+    stages["write"] = time.perf_counter() - writing
+    return ExportResult(
+        Path(out_path), time.perf_counter() - started, custom, metadata, options, stages,
+        time.process_time() - cpu_started, traced.input_names, traced.output_names,
+    )

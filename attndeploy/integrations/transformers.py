@@ -1,0 +1,425 @@
+"""Swap the self-attention of Hugging Face BERT-family encoders for an attndeploy variant.
+
+    from transformers import BertConfig, BertForSequenceClassification
+    from attndeploy.integrations.transformers import convert
+
+    model = BertForSequenceClassification(BertConfig(...))   # or .from_pretrained(a local dir)
+    convert(model, "evolving", alpha=0.5, beta=1.0)          # in place; returns the model
+    out = model(input_ids=ids, attention_mask=mask)          # same signature, same outputs
+
+Letters: B batch, T positions, D hidden size, H heads, L layers.
+
+What `convert` changes (and nothing else):
+- Every self-attention module (`BertSelfAttention`, `RobertaSelfAttention`,
+  `DistilBertSelfAttention`) becomes a `ConvertedSelfAttention` holding the variant's
+  `attndeploy.nn` layer, built through the variant registry (`VariantSpec.layer`). The layer's
+  `qkv` holds the model's query, key and value weights, so a pretrained model starts from its own
+  projections. The output projection stays where the model has it: BERT and RoBERTa keep
+  `attention.output.dense` (the layer's `out` is the identity); DistilBERT's `out_lin` is copied
+  into the layer's `out`. The variant's own parameters (QVI maps, EA convs, the gate network)
+  start from the layers' initialisation.
+- The mask: a forward pre-hook on the base model (`model.base_model`) reads the 2-D
+  `attention_mask` [B, T] (non-zero = real token) as the layers' `key_padding_mask` and hands the
+  model None instead, so it builds no 4-D additive mask that nothing would read.
+- Evolving attention (EA-BERT): one chain through the encoder stack. Layer 0 starts it (vanilla,
+  no conv); layer l > 0 mixes its logits with those layer l-1 handed on ([B, H, T, T]).
+- GA-Net: ONE `GateNetwork` (registered as `<embeddings>.gate_network`) scores the token
+  embeddings (the word-embedding table's output, before positions; variants.md §3.2) once per
+  forward pass; every layer gates its keys with those logits. After a forward pass,
+  `forward_state(model).gates` holds the gates the last layer applied (bool [B, T]) and
+  `.gate_logits` the logits they were decided on (plus logistic noise in training).
+
+Not carried over: the attention-probability dropout of the original layers (the attndeploy
+layers have none; hidden dropout is unchanged) and attention weights (`output_attentions`).
+Refused: decoders and cross-attention, 4-D attention masks, GA-Net `gate_mode` `sample`, and
+gradient checkpointing with evolving attention (a recomputed layer would read the wrong chain).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attndeploy.config import ModelConfig
+from attndeploy.errors import ConfigError
+from attndeploy.variants._common import AttentionBase, LayerContext
+from attndeploy.variants.ganet.layer import GateNetwork
+from attndeploy.variants.registry import variant_spec
+
+__all__ = [
+    "SUPPORTED_CLASSES",
+    "Conversion",
+    "ConvertedSelfAttention",
+    "ForwardState",
+    "conversion_of",
+    "convert",
+    "forward_state",
+    "supported_class",
+    "variant_config",
+]
+
+# model_type -> the transformers classes `convert` takes (exact names in transformers 5.x).
+SUPPORTED_CLASSES: dict[str, tuple[str, ...]] = {
+    "bert": (
+        "BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
+        "BertForSequenceClassification", "BertForMultipleChoice", "BertForTokenClassification",
+        "BertForQuestionAnswering",
+    ),
+    "roberta": (
+        "RobertaModel", "RobertaForMaskedLM", "RobertaForSequenceClassification",
+        "RobertaForMultipleChoice", "RobertaForTokenClassification",
+        "RobertaForQuestionAnswering",
+    ),
+    "distilbert": (
+        "DistilBertModel", "DistilBertForMaskedLM", "DistilBertForSequenceClassification",
+        "DistilBertForMultipleChoice", "DistilBertForTokenClassification",
+        "DistilBertForQuestionAnswering",
+    ),
+}
+CONVERSION_ATTR = "_attndeploy_conversion"
+GATE_NETWORK_NAME = "gate_network"
+
+
+def _supported_names() -> str:
+    return ", ".join(name for names in SUPPORTED_CLASSES.values() for name in names)
+
+
+def supported_class(name: str) -> type:
+    """The transformers class called `name`, if `convert` supports it (ConfigError otherwise)."""
+    for names in SUPPORTED_CLASSES.values():
+        if name in names:
+            import transformers
+
+            return getattr(transformers, name)
+    raise ConfigError(f"attndeploy converts {_supported_names()}; not {name!r}")
+
+
+def _model_type(model: nn.Module) -> str:
+    """"bert", "roberta" or "distilbert" for a supported model; a one-line ConfigError naming
+    the supported classes otherwise."""
+    import transformers
+
+    for model_type, names in SUPPORTED_CLASSES.items():
+        if isinstance(model, tuple(getattr(transformers, name) for name in names)):
+            return model_type
+    raise ConfigError(
+        f"attndeploy.integrations.transformers.convert supports {_supported_names()}; "
+        f"got {type(model).__name__}"
+    )
+
+
+# ----------------------------------------------------------------------------- options
+
+
+def variant_config(variant: str, options: dict[str, Any] | None = None) -> Any:
+    """The variant's sub-config (e.g. `EvolvingConfig`) with `options` applied; None for a
+    variant without options. Unknown options list the valid ones."""
+    spec = variant_spec(variant)  # an unknown variant lists the valid ones
+    options = dict(options or {})
+    if spec.config is None:
+        if options:
+            raise ConfigError(f"variant {variant!r} takes no options; got {', '.join(options)}")
+        return None
+    valid = [f.name for f in dataclasses.fields(spec.config)]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ConfigError(f"unknown {variant} option(s) {', '.join(unknown)}; valid: "
+                          f"{', '.join(valid)}")
+    config = spec.config(**options)  # validates, says what to change
+    if spec.gated and getattr(config, "gate_mode", "threshold") != "threshold":
+        raise ConfigError("converted models decide GA-Net gates on the logits (gate_mode "
+                          "'threshold'); 'sample' is not supported")
+    return config
+
+
+# ----------------------------------------------------------------------------- state
+
+
+@dataclass
+class ForwardState:
+    """What the converted layers of one model share during a forward pass.
+
+    key_padding_mask: bool [B, T] from the base model's `attention_mask` (None outside a pass).
+    gate_logits: GA-Net decision logits [B, T] (s in eval; s + logistic noise in training).
+    prev_logits: Evolving attention's carried logits [B, H, T, T] (None outside a pass).
+    gates: GA-Net hard gates bool [B, T] the last layer applied (kept after the pass).
+    """
+
+    active: bool = False
+    key_padding_mask: Tensor | None = None
+    gate_logits: Tensor | None = None
+    prev_logits: Tensor | None = None
+    gates: Tensor | None = None
+
+    def start(self, key_padding_mask: Tensor) -> None:
+        self.active = True
+        self.key_padding_mask = key_padding_mask
+        self.gate_logits = self.prev_logits = self.gates = None
+
+    def finish(self) -> None:
+        """End of a pass: drop what only the pass needs (the chain holds B·H·T² floats)."""
+        self.active = False
+        self.key_padding_mask = self.prev_logits = None
+
+
+@dataclass
+class Conversion:
+    """What `convert` did to a model (`conversion_of(model)`)."""
+
+    variant: str
+    options: dict[str, Any]  # the variant's whole sub-config, defaults included
+    model_type: str  # "bert", "roberta" or "distilbert"
+    layer_config: ModelConfig  # what the layers were built from (head "tagging": no pooling)
+    state: ForwardState
+    num_layers: int
+    gate_network: GateNetwork | None = None
+    hooks: list[Any] = field(default_factory=list, repr=False)
+
+    @property
+    def gated(self) -> bool:
+        return variant_spec(self.variant).gated
+
+    def expected_nodes(self) -> Counter:
+        """The `attndeploy` ONNX nodes an export of the model holds: one per layer."""
+        return Counter(variant_spec(self.variant).model_ops(self.layer_config))
+
+    def expected_lstm_nodes(self) -> int:
+        """Standard `LSTM` nodes (a BiLSTM gate network: one per direction)."""
+        return variant_spec(self.variant).lstm_runs(self.layer_config)
+
+
+def conversion_of(model: nn.Module) -> Conversion | None:
+    """The `Conversion` of a model `convert` changed, else None."""
+    return getattr(model, CONVERSION_ATTR, None)
+
+
+def forward_state(model: nn.Module) -> ForwardState:
+    """The per-pass state of a converted model (GA-Net: `.gates` and `.gate_logits`)."""
+    conversion = conversion_of(model)
+    if conversion is None:
+        raise ConfigError(f"{type(model).__name__} was not converted by attndeploy")
+    return conversion.state
+
+
+# ----------------------------------------------------------------------------- the layer
+
+
+class ConvertedSelfAttention(nn.Module):
+    """Stands in for a BERT-family self-attention module: `forward(hidden_states [B,T,D], ...)
+    -> (context [B,T,D], None)`, computed by `attention`, an `attndeploy.nn` layer.
+
+    The key padding mask, the GA-Net gate logits and the evolving chain come from the model's
+    `ForwardState` (set by the base model's hooks); the HF mask argument is not read.
+    """
+
+    def __init__(self, attention: AttentionBase, state: ForwardState, *, index: int,
+                 gated: bool) -> None:
+        super().__init__()
+        self.attention = attention
+        self.index = index
+        self.gated = gated
+        self._state = state  # a plain attribute: shared by every layer of one model
+
+    def forward(
+        self, hidden_states: Tensor, attention_mask: Any = None, *args: Any, **kwargs: Any
+    ) -> tuple[Tensor, None]:
+        state = self._state
+        if not state.active:
+            raise ConfigError(
+                f"converted attention layer {self.index} runs inside its model's forward pass "
+                "(the model's hooks set its mask); call the model, not the layer"
+            )
+        mask = state.key_padding_mask  # [B, T] bool
+        if self.gated:
+            y, gates = self.attention(hidden_states, mask, state.gate_logits)  # [B,T,D], [B,T]
+            state.gates = gates
+            return y, None
+        result = self.attention.forward_context(
+            hidden_states, LayerContext(mask, prev_logits=state.prev_logits)
+        )
+        state.prev_logits = result.logits  # [B, H, T, T] (evolving) or None
+        return result.output, None
+
+    def extra_repr(self) -> str:
+        return f"index={self.index}"
+
+
+# ----------------------------------------------------------------------------- model surgery
+
+
+@dataclass(frozen=True)
+class _Site:
+    """One self-attention module of the model and the projections it holds."""
+
+    parent: nn.Module
+    name: str  # attribute of `parent` that holds the self-attention module
+    query: nn.Linear
+    key: nn.Linear
+    value: nn.Linear
+    out: nn.Linear | None  # None: the output projection lives outside (BERT's attention.output)
+
+
+def _sites(base: nn.Module, model_type: str) -> list[_Site]:
+    if model_type == "distilbert":
+        return [
+            _Site(block, "attention", block.attention.q_lin, block.attention.k_lin,
+                  block.attention.v_lin, block.attention.out_lin)
+            for block in base.transformer.layer
+        ]
+    return [
+        _Site(layer.attention, "self", layer.attention.self.query, layer.attention.self.key,
+              layer.attention.self.value, None)
+        for layer in base.encoder.layer
+    ]
+
+
+def _check_encoder(model: nn.Module, model_type: str) -> None:
+    config = model.config
+    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+        raise ConfigError(f"{type(model).__name__} is configured as a decoder (is_decoder / "
+                          "add_cross_attention); attndeploy converts encoders only")
+    if conversion_of(model) is not None:
+        raise ConfigError(f"{type(model).__name__} is already converted "
+                          f"({conversion_of(model).variant}); convert a fresh model")
+
+
+def _layer_config(config: Any, variant: str, sub: Any) -> ModelConfig:
+    """A built-in model config with the HF model's sizes: what the registry's `from_config`
+    builds layers from. Head "tagging": the variant's `model_ops` then counts layers only."""
+    return ModelConfig(
+        vocab_size=config.vocab_size, num_labels=2, variant=variant, family="transformer",
+        head="tagging", d_model=config.hidden_size, n_heads=config.num_attention_heads,
+        n_layers=config.num_hidden_layers,
+        d_ff=getattr(config, "intermediate_size", None) or config.hidden_dim,
+        max_seq=config.max_position_embeddings, **({variant: sub} if sub is not None else {}),
+    )
+
+
+def _build_layer(spec: Any, layer_config: ModelConfig, index: int, site: _Site) -> AttentionBase:
+    """The variant's layer `index`, holding the site's projection weights."""
+    weight = site.query.weight
+    layer = spec.layer_class().from_config(layer_config, index).to(weight.device, weight.dtype)
+    if site.query.bias is None:
+        raise ConfigError("attndeploy layers have biased Q/K/V projections; this model's "
+                          "query projection has no bias")
+    with torch.no_grad():
+        layer.qkv.weight.copy_(torch.cat([site.query.weight, site.key.weight,
+                                          site.value.weight]))  # [3D, D]
+        layer.qkv.bias.copy_(torch.cat([site.query.bias, site.key.bias, site.value.bias]))
+        if site.out is None:
+            layer.out = nn.Identity()  # the model applies its own output projection after us
+        else:
+            layer.out.weight.copy_(site.out.weight)
+            layer.out.bias.copy_(site.out.bias)
+    return layer
+
+
+def _forward_signature(module: nn.Module) -> inspect.Signature:
+    return inspect.signature(module.forward)
+
+
+def _install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Module]) -> None:
+    state = conversion.state
+    signature = _forward_signature(base)
+    gate_network = conversion.gate_network
+    evolving_chain = conversion.expected_nodes().get("EvolvingAttention", 0) > 0
+
+    def before(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        bound = signature.bind(*args, **kwargs)
+        arguments = bound.arguments
+        ids, embeds = arguments.get("input_ids"), arguments.get("inputs_embeds")
+        reference = ids if ids is not None else embeds
+        if reference is None:
+            return None  # the model raises its own error
+        mask = arguments.get("attention_mask")
+        if mask is None:
+            key_padding_mask = torch.ones(reference.shape[:2], dtype=torch.bool,
+                                          device=reference.device)  # [B, T]
+        elif mask.dim() != 2:
+            raise ConfigError(
+                f"converted models take a 2-D attention_mask [batch, seq] (1 = real token); got "
+                f"{list(mask.shape)}"
+            )
+        else:
+            key_padding_mask = mask != 0  # [B, T]
+        if evolving_chain and module.training and any(
+            getattr(layer, "gradient_checkpointing", False) for layer in layers
+        ):
+            raise ConfigError("gradient checkpointing recomputes layers out of order, which breaks "
+                              "the evolving-attention chain; disable it for evolving models")
+        state.start(key_padding_mask)
+        if gate_network is not None and ids is None:  # no token lookup: score the given embeds
+            state.gate_logits = gate_network(embeds, key_padding_mask)
+        if mask is None:
+            return None
+        arguments["attention_mask"] = None  # the layers read state.key_padding_mask
+        return bound.args, bound.kwargs
+
+    def after(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        state.finish()
+
+    conversion.hooks.append(base.register_forward_pre_hook(before, with_kwargs=True))
+    conversion.hooks.append(base.register_forward_hook(after, with_kwargs=True))
+    if gate_network is not None:
+
+        def score_tokens(module: nn.Module, args: tuple, output: Tensor) -> None:
+            if state.active and state.gate_logits is None:
+                state.gate_logits = gate_network(output, state.key_padding_mask)  # [B, T]
+
+        word_embeddings = base.embeddings.word_embeddings
+        conversion.hooks.append(word_embeddings.register_forward_hook(score_tokens))
+
+
+def convert(model: nn.Module, variant: str, **options: Any) -> nn.Module:
+    """Swap every self-attention layer of `model` for `variant`'s, in place; returns `model`.
+
+    `model`: BertModel / BertFor*, RobertaModel / RobertaFor*, DistilBertModel / DistilBertFor*
+    (transformers 5.x), an encoder. `variant`: a registered attndeploy variant (standard, qvi,
+    ganet, evolving). `options`: fields of the variant's config, e.g. `form="pairwise"` (QVI),
+    `aux="conv"`, `temperature=1.0` (GA-Net), `alpha=0.5, beta=1.0` (evolving).
+    The model keeps its forward signature and outputs; see the module docstring for what changes.
+    """
+    model_type = _model_type(model)
+    _check_encoder(model, model_type)
+    sub = variant_config(variant, options)
+    spec = variant_spec(variant)
+    base = model.base_model  # BertModel etc. (the model itself for a bare encoder)
+    layer_config = _layer_config(base.config, variant, sub)
+    sites = _sites(base, model_type)
+    state = ForwardState()
+    conversion = Conversion(
+        variant=variant,
+        options=dataclasses.asdict(sub) if sub is not None else {},
+        model_type=model_type, layer_config=layer_config, state=state, num_layers=len(sites),
+    )
+    if spec.gated:
+        embeddings = base.embeddings.word_embeddings.weight
+        gate_network = GateNetwork(
+            embeddings.shape[1], kind=sub.aux, hidden=sub.aux_hidden,
+            bias_init=sub.aux_bias_init, lstm_hidden=layer_config.lstm_hidden,
+        ).to(embeddings.device, embeddings.dtype)
+        base.embeddings.add_module(GATE_NETWORK_NAME, gate_network)
+        conversion.gate_network = gate_network
+    for index, site in enumerate(sites):
+        layer = _build_layer(spec, layer_config, index, site)
+        setattr(site.parent, site.name,
+                ConvertedSelfAttention(layer, state, index=index, gated=spec.gated))
+    encoder_layers = list(base.transformer.layer if model_type == "distilbert"
+                          else base.encoder.layer)
+    _install_hooks(conversion, base, encoder_layers)
+    for module in layer_modules(model) + ([conversion.gate_network] if spec.gated else []):
+        module.train(model.training)  # new modules take the model's mode (eval stays eval)
+    object.__setattr__(model, CONVERSION_ATTR, conversion)  # not a module: no state-dict entry
+    return model
+
+
+def layer_modules(model: nn.Module) -> list[ConvertedSelfAttention]:
+    """The converted attention modules of `model`, in layer order."""
+    return [m for m in model.modules() if isinstance(m, ConvertedSelfAttention)]
+

@@ -1,0 +1,223 @@
+"""`convert` swaps BERT-family self-attention for a variant in place, keeping the model's weights,
+forward signature and outputs (models built from small configs; nothing is downloaded)."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from attndeploy.errors import ConfigError  # noqa: E402
+from attndeploy.integrations.transformers import (  # noqa: E402
+    ConvertedSelfAttention,
+    conversion_of,
+    convert,
+    forward_state,
+)
+from attndeploy.variants.functional import hard_gates  # noqa: E402
+
+from .hf_models import MODEL_TYPES, VARIANTS, make_model, padded_batch  # noqa: E402
+
+KINDS = ("base", "seq", "tok", "mlm", "qa")
+
+
+def run(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor):
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask)
+
+
+def assert_same_outputs(got, want, atol: float = 1e-5) -> None:
+    assert type(got) is type(want)
+    assert list(got.keys()) == list(want.keys())
+    for key in want.keys():
+        torch.testing.assert_close(got[key], want[key], atol=atol, rtol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_standard_conversion_keeps_weights_signature_and_outputs(model_type: str, kind: str):
+    original = make_model(model_type, kind)
+    converted = convert(copy.deepcopy(original), "standard")
+    ids, mask = padded_batch(3, 9)
+    assert inspect.signature(converted.forward) == inspect.signature(original.forward)
+    assert_same_outputs(run(converted, ids, mask), run(original, ids, mask))
+    layers = [m for m in converted.modules() if isinstance(m, ConvertedSelfAttention)]
+    assert len(layers) == 2
+
+
+def _open_every_gate(model: torch.nn.Module) -> None:
+    network = conversion_of(model).gate_network
+    with torch.no_grad():
+        network.score.weight.zero_()
+        network.score.bias.fill_(50.0)  # s = 50 > 0 everywhere: every real key open
+
+
+def _qvi_gamma_one(model: torch.nn.Module) -> None:
+    for layer in model.modules():
+        if isinstance(layer, ConvertedSelfAttention):
+            with torch.no_grad():  # Γ = σ(50) = 1.0 in fp32: values are the model's own V
+                layer.attention.gate_v_weight.zero_()
+                layer.attention.gate_qv_weight.zero_()
+                layer.attention.gate_bias.fill_(50.0)
+
+
+REDUCTIONS = {  # variant settings that make it vanilla attention (variants.md §6: E1, Q1, G1)
+    "evolving": ({"alpha": 0.0, "beta": 0.0}, None),
+    "qvi": ({}, _qvi_gamma_one),
+    "ganet": ({}, _open_every_gate),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(REDUCTIONS))
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_a_variant_reduced_to_vanilla_reproduces_the_original_pretrained_model(
+    model_type: str, variant: str
+):
+    """The projections are the model's own: with its extra parts neutral, a converted model
+    computes exactly what it computed before (so a pretrained model starts from its weights)."""
+    original = make_model(model_type, "seq", layers=3)
+    options, neutralise = REDUCTIONS[variant]
+    converted = convert(copy.deepcopy(original), variant, **options)
+    if neutralise is not None:
+        neutralise(converted)
+    ids, mask = padded_batch(4, 11)
+    assert_same_outputs(run(converted, ids, mask), run(original, ids, mask))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_right_padding_leaves_the_logits_of_real_tokens_unchanged(model_type: str, variant: str):
+    model = convert(make_model(model_type, "tok", layers=3), variant)
+    ids, mask = padded_batch(3, 7)
+    short = run(model, ids, mask).logits  # [B, T, C]
+    padded_ids = torch.cat([ids, torch.zeros(3, 5, dtype=ids.dtype)], 1)
+    padded_mask = torch.cat([mask, torch.zeros(3, 5, dtype=mask.dtype)], 1)
+    long = run(model, padded_ids, padded_mask).logits
+    real = mask.bool()
+    torch.testing.assert_close(long[:, :7][real], short[real], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_ganet_scores_the_token_embeddings_once_and_every_layer_applies_those_gates(
+    model_type: str,
+):
+    model = convert(make_model(model_type, "seq", layers=3), "ganet")
+    ids, mask = padded_batch(3, 9)
+    applied = []
+    for layer in model.modules():
+        if isinstance(layer, ConvertedSelfAttention):
+            layer.attention.register_forward_hook(lambda m, a, out: applied.append(out[1]))
+    run(model, ids, mask)
+    state = forward_state(model)
+    tokens = model.base_model.embeddings.word_embeddings(ids)
+    scores = conversion_of(model).gate_network.scores(tokens, mask.bool())
+    torch.testing.assert_close(state.gate_logits, scores)
+    expected = hard_gates(scores, mask.bool())
+    assert len(applied) == 3
+    for gates in applied:
+        assert torch.equal(gates, expected)
+    assert torch.equal(state.gates, expected)
+    assert not (state.gates & ~mask.bool()).any()  # pads are never open
+
+
+def test_ganet_scores_given_input_embeddings_like_token_ids():
+    model = convert(make_model("bert", "seq"), "ganet")
+    ids, mask = padded_batch(2, 6)
+    by_ids = run(model, ids, mask).logits
+    gates = forward_state(model).gates.clone()
+    embeds = model.bert.embeddings.word_embeddings(ids).detach()
+    with torch.no_grad():
+        by_embeds = model(inputs_embeds=embeds, attention_mask=mask).logits
+    torch.testing.assert_close(by_embeds, by_ids)
+    assert torch.equal(forward_state(model).gates, gates)
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_evolving_chain_starts_at_layer_zero_and_continues_through_the_stack(model_type: str):
+    model = convert(make_model(model_type, "seq", layers=3), "evolving", alpha=0.3, beta=0.5)
+    layers = [m.attention for m in model.modules() if isinstance(m, ConvertedSelfAttention)]
+    assert [layer.is_chain_start for layer in layers] == [True, False, False]
+    assert not hasattr(layers[0], "conv")
+    assert all(layer.conv.weight.shape == (4, 4, 3, 3) for layer in layers[1:])
+    assert all((layer.alpha, layer.beta) == (0.3, 0.5) for layer in layers)
+    handed = []
+    for layer in layers:
+        layer.register_forward_hook(lambda m, args, out: handed.append((args, out)))
+    ids, mask = padded_batch(2, 6)
+    run(model, ids, mask)
+    assert handed[0][0][2] is None  # layer 0 starts the chain
+    for (args, _), (_, previous) in zip(handed[1:], handed[:-1], strict=True):
+        assert args[2] is previous[1]  # layer l reads the logits layer l-1 handed on
+
+
+def test_training_reaches_the_variant_parameters():
+    for variant, names in (("evolving", ("conv.weight",)), ("qvi", ("gate_bias",)),
+                           ("ganet", ("gate_network.score.weight",))):
+        model = convert(make_model("bert", "seq"), variant).train()
+        ids, mask = padded_batch(2, 6)
+        model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1])).loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if n.endswith(names)}
+        assert grads and all(g is not None and g.abs().sum() > 0 for g in grads.values()), variant
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def test_an_unsupported_class_gets_one_line_naming_the_supported_classes():
+    import transformers
+
+    model = transformers.GPT2Model(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2))
+    with pytest.raises(ConfigError) as raised:
+        convert(model, "evolving")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "GPT2Model" in message
+    for name in ("BertModel", "BertForSequenceClassification", "RobertaForMaskedLM",
+                 "DistilBertForTokenClassification"):
+        assert name in message
+
+
+@pytest.mark.parametrize(
+    ("model", "variant", "options", "match"),
+    [
+        (lambda: make_model("bert", "seq"), "evolving", {"gamma": 1.0},
+         "unknown evolving option.*gamma.*alpha, beta, negative_slope"),
+        (lambda: make_model("bert", "seq"), "standard", {"alpha": 1.0}, "takes no options"),
+        (lambda: make_model("bert", "seq"), "ganet", {"gate_mode": "sample"}, "threshold"),
+        (lambda: make_model("bert", "seq"), "nonsense", {}, "unknown variant"),
+        (lambda: make_model("bert", "base", is_decoder=True), "qvi", {}, "decoder"),
+        (lambda: convert(make_model("bert", "seq"), "qvi"), "qvi", {}, "already converted"),
+    ],
+    ids=["unknown-option", "options-to-standard", "sampled-gates", "unknown-variant",
+         "decoder", "twice"],
+)
+def test_convert_refuses_what_it_cannot_do(model, variant, options, match):
+    with pytest.raises(ConfigError, match=match):
+        convert(model(), variant, **options)
+
+
+def test_a_4d_attention_mask_is_refused():
+    model = convert(make_model("bert", "seq"), "evolving")
+    ids, _ = padded_batch(2, 5)
+    with pytest.raises(ConfigError, match="2-D attention_mask"):
+        model(input_ids=ids, attention_mask=torch.zeros(2, 1, 5, 5))
+
+
+def test_gradient_checkpointing_is_refused_for_the_evolving_chain():
+    model = convert(make_model("bert", "seq"), "evolving")
+    model.activation_checkpointing_enable()
+    model.train()
+    ids, mask = padded_batch(2, 5)
+    with pytest.raises(ConfigError, match="gradient checkpointing"):
+        model(input_ids=ids, attention_mask=mask)
+
+
+def test_a_converted_layer_runs_only_inside_its_model():
+    model = convert(make_model("bert", "seq"), "qvi")
+    layer = model.bert.encoder.layer[0].attention.self
+    with pytest.raises(ConfigError, match="inside its model's forward"):
+        layer(torch.zeros(1, 3, 32))

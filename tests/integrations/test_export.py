@@ -1,0 +1,98 @@
+"""Converted BERT, RoBERTa and DistilBERT checkpoints through `export` and `validate`, every
+variant: one `attndeploy` node per attention layer, symbolic dims, and fp32 parity with PyTorch
+over a padded shape grid (onnxruntime with all and no optimizations, the ONNX reference
+evaluator), as for built-in checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+
+pytest.importorskip("transformers")
+
+from attndeploy.export.exporter import export_checkpoint, read_metadata  # noqa: E402
+from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer  # noqa: E402
+from attndeploy.serving.repository import PackageOptions, package_model  # noqa: E402
+from attndeploy.validate import ValidationOptions, validate_model  # noqa: E402
+
+from .hf_models import LABELS, MODEL_TYPES, VARIANTS, save_converted_checkpoint  # noqa: E402
+
+# padded shapes: seq 1, odd lengths, mixed lengths in one batch (validate/grid.py pads rows)
+GRID = "1x1,3x1,2x5,4x17,3x32"
+PARITY = {"atol": 1e-5, "rtol": 1e-4}  # fp32, within the issue's 1e-4
+LAYERS = {"evolving": 3}  # a Start -> EA -> EA chain; two layers elsewhere
+
+
+def expected_nodes(variant: str, layers: int) -> dict[str, int]:
+    return {
+        "standard": {},
+        "qvi": {"QVIAttention": layers},
+        "ganet": {"GatedAttention": layers},
+        "evolving": {"EvolvingAttentionStart": 1, "EvolvingAttention": layers - 1},
+    }[variant]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_export_has_one_node_per_layer_and_matches_pytorch_on_a_padded_grid(
+    tmp_path: Path, model_type: str, variant: str
+):
+    layers = LAYERS.get(variant, 2)
+    checkpoint = save_converted_checkpoint(tmp_path / "ckpt", model_type, variant, layers=layers)
+    onnx_path = tmp_path / "model.onnx"
+    result = export_checkpoint(checkpoint, onnx_path)
+    assert result.custom_nodes == expected_nodes(variant, layers)
+    assert list(result.output_names) == (["logits", "gates"] if variant == "ganet"
+                                         else ["logits"])
+    report = validate_model(checkpoint, onnx_path, ValidationOptions(shapes=GRID, **PARITY))
+    failures = [(o.name, o.message) for o in report.oracles.values() if not o.passed]
+    assert report.passed, failures
+    assert set(report.oracles) == {"onnxruntime[all]", "onnxruntime[none]", "onnx-reference"}
+
+
+def test_export_metadata_says_what_serving_and_the_runtime_need(tmp_path: Path):
+    tokenizer = WordPieceTokenizer.train(["w1 w2 alpha", "bravo w3 w4", "w5 charlie"] * 4)
+    checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "bert", "ganet",
+                                           tokenizer=tokenizer, max_seq=24)
+    onnx_path = tmp_path / "model.onnx"
+    export_checkpoint(checkpoint, onnx_path)
+    meta = read_metadata(onnx_path)
+    config = json.loads(meta["config"])
+    assert meta["variant"] == config["variant"] == "ganet"
+    assert meta["family"] == config["family"] == "hf"
+    assert (config["head"], config["num_labels"], config["max_seq"]) == ("classification", 3, 24)
+    assert config["vocab_size"] == 120
+    assert meta["hf_architecture"] == "BertForSequenceClassification"
+    assert meta["hf_model_type"] == "bert"
+    assert json.loads(meta["labels"]) == list(LABELS)
+    record = json.loads(meta["tokenizer"])
+    assert record["type"] == "wordpiece" and record["pad_id"] == 0
+    assert WordPieceTokenizer.from_dict(record) == tokenizer
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in list(graph.input) + list(graph.output)}
+    assert dims == {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "seq"],
+                    "logits": ["batch", 3], "gates": ["batch", "seq"]}
+
+
+def test_a_token_classifier_exports_per_token_logits(tmp_path: Path):
+    checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "distilbert", "qvi", kind="tok")
+    onnx_path = tmp_path / "model.onnx"
+    export_checkpoint(checkpoint, onnx_path)
+    assert json.loads(read_metadata(onnx_path)["config"])["head"] == "tagging"
+    report = validate_model(checkpoint, onnx_path, ValidationOptions(shapes="2x5,3x9", **PARITY))
+    assert report.passed
+
+
+def test_package_takes_a_converted_checkpoint_like_a_built_in_one(tmp_path: Path):
+    checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "roberta", "evolving")
+    repo = tmp_path / "repo"
+    packaged = package_model(checkpoint, repo, PackageOptions(name="ea", text=False))
+    assert [(p.name, p.variant, p.head, p.max_seq) for p in packaged] == [
+        ("ea", "evolving", "classification", 32)]
+    assert (repo / "ea" / "1" / "model.onnx").is_file()
+    assert (repo / "ea" / "labels.txt").read_text().split() == list(LABELS)

@@ -1,0 +1,126 @@
+"""Fine-tuning converted HF encoders (`attndeploy train --hf-model`): a tiny BERT config learns
+the built-in `sparse_evidence` task rendered as text, with a WordPiece tokenizer trained on it;
+local pretrained folders are read without the Hub; bad sources fail with one clear line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+import transformers  # noqa: E402
+
+from attndeploy.checkpoint import read_checkpoint  # noqa: E402
+from attndeploy.cli.train_hf import train_hf_command  # noqa: E402
+from attndeploy.errors import CheckpointError, ConfigError, DataError  # noqa: E402
+from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer  # noqa: E402
+from attndeploy.integrations.hf_train import train_hf_checkpoint  # noqa: E402
+from attndeploy.train import TrainConfig  # noqa: E402
+from attndeploy.variants.evolving.config import EvolvingConfig  # noqa: E402
+
+CHANCE = 0.25  # sparse_evidence has 4 balanced classes
+MIN_ACCURACY = 0.9
+
+
+def tiny_bert(folder: Path) -> Path:
+    """A `save_pretrained` folder holding a config only (random weights when built)."""
+    transformers.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=128, max_position_embeddings=80,
+                            ).save_pretrained(str(folder))
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["evolving", "ganet"])
+def test_a_tiny_bert_learns_sparse_evidence_as_text(tmp_path: Path, variant: str):
+    result = train_hf_checkpoint(
+        tiny_bert(tmp_path / "bert"), variant, tmp_path / "ckpt", task="sparse_evidence",
+        train_config=TrainConfig(steps=120, batch_size=32, learning_rate=3e-3),
+        n_train=1500, n_eval=300, max_seq=72, progress=False,
+    )
+    assert result.metrics["accuracy"] >= MIN_ACCURACY > CHANCE
+    ckpt = read_checkpoint(tmp_path / "ckpt")
+    assert ckpt.metadata["metrics"] == result.metrics
+    assert ckpt.metadata["data"]["tokenizer"] == "wordpiece trained on the training texts"
+    assert ckpt.model_config.vocab_size == len(ckpt.tokenizer)  # the model took the vocabulary
+    ids, mask = ckpt.tokenizer.encode_batch(["w1 w2 alpha w3", "cobalt w4 w5"], max_seq=72)
+    with torch.no_grad():
+        logits = ckpt.model(torch.from_numpy(ids), torch.from_numpy(mask))["logits"]
+    predicted = [ckpt.label_names[i] for i in logits.argmax(-1).tolist()]
+    assert predicted == ["alpha", "charlie"]
+
+
+def test_the_cli_function_trains_from_a_jsonl_file_and_prints_json(tmp_path: Path, capsys):
+    data = tmp_path / "data.jsonl"
+    rows = [{"text": f"w{i} good day", "label": "pos"} if i % 2 else
+            {"text": f"w{i} bad day", "label": "neg"} for i in range(40)]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    train_hf_command(
+        hf_model=tiny_bert(tmp_path / "bert"), variant="evolving",
+        variant_config=EvolvingConfig(alpha=0.3, beta=0.5), out=tmp_path / "ckpt", task=None,
+        data=data, max_seq=16, steps=3, batch_size=8, lr=1e-3, seed=0, n_train=0, n_eval=0,
+        eval_fraction=0.25, max_seconds=None, force=False, json_output=True,
+    )
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["checkpoint"] == str(tmp_path / "ckpt")
+    assert printed["metrics"]["examples"] == 10
+    ckpt = read_checkpoint(tmp_path / "ckpt")
+    assert ckpt.label_names == ("neg", "pos")
+    assert ckpt.model_config.options == {"alpha": 0.3, "beta": 0.5, "negative_slope": 0.0}
+    assert ckpt.metadata["data"]["data_file"] == str(data)
+
+
+def test_a_pretrained_folder_keeps_its_encoder_and_its_tokenizer(tmp_path: Path):
+    """save_pretrained weights (safetensors) and tokenizer.json, read locally; a new head."""
+    folder = tmp_path / "pretrained"
+    tokenizer = WordPieceTokenizer.train(["w1 w2 alpha amber bravo cobalt w3 w4"] * 3)
+    config = transformers.BertConfig(vocab_size=len(tokenizer) + 7, hidden_size=32,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=80)
+    encoder = transformers.BertForMaskedLM(config)
+    encoder.save_pretrained(str(folder))
+    tokenizer._tokenizer.save(str(folder / "tokenizer.json"))
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i % 5} alpha", "label": i % 2})
+                              for i in range(12)))
+    result = train_hf_checkpoint(
+        folder, "qvi", tmp_path / "ckpt", data_file=data,
+        train_config=TrainConfig(steps=1, batch_size=4, learning_rate=1e-9), max_seq=16,
+        progress=False,
+    )
+    ckpt = read_checkpoint(tmp_path / "ckpt")
+    assert ckpt.tokenizer == tokenizer
+    assert ckpt.model_config.vocab_size == config.vocab_size
+    assert ckpt.metadata["data"]["pretrained"] is True
+    weights = dict(ckpt.model.model.named_parameters())
+    torch.testing.assert_close(weights["bert.embeddings.word_embeddings.weight"],
+                               encoder.bert.embeddings.word_embeddings.weight, atol=1e-6,
+                               rtol=0)
+    assert result.model.config.architecture == "BertForSequenceClassification"
+
+
+def test_sources_that_cannot_be_used_fail_with_one_line(tmp_path: Path):
+    def train(source: Path, **kwargs):
+        return train_hf_checkpoint(source, "evolving", tmp_path / "out", progress=False,
+                                   train_config=TrainConfig(steps=1), n_train=4, n_eval=4,
+                                   **kwargs)
+
+    with pytest.raises(DataError, match="never downloads"):
+        train(Path("bert-base-uncased"))
+    gpt = tmp_path / "gpt"
+    transformers.GPT2Config(n_layer=1).save_pretrained(str(gpt))
+    with pytest.raises(ConfigError, match="model_type 'gpt2'.*bert, roberta, distilbert"):
+        train(gpt)
+    pickled = tiny_bert(tmp_path / "pickled")
+    (pickled / "pytorch_model.bin").write_bytes(b"not loaded")
+    with pytest.raises(CheckpointError, match="never unpickles"):
+        train(pickled)
+    with pytest.raises(DataError, match="tags tokens"):
+        train(tiny_bert(tmp_path / "bert"), task="tagging")
+    with pytest.raises(DataError, match="raise max_seq"):
+        train(tmp_path / "bert", max_seq=20)
