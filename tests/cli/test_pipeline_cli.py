@@ -1,5 +1,6 @@
 """export → validate → package → check-repo → serve → infer → loadtest → stop, as a person runs
 them: real subprocesses, a real tritonserver on free loopback ports, JSON parsed (never scraped).
+The text models (`<name>_text`) are packaged, served and sent raw text over gRPC and HTTP.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ TINY = ["--d-model", "16", "--heads", "2", "--layers", "2", "--d-ff", "32", "--s
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    """Tiny GA-Net and standard checkpoints, exported, packaged (both flavours)."""
+    """Tiny GA-Net and standard checkpoints, exported, packaged (both flavours and the text
+    models)."""
     cwd = tmp_path_factory.mktemp("pipeline")
     for variant in ("ganet", "standard"):
         parse_json(run_cli("train", "--variant", variant, *TINY, "--out", variant, "--json",
@@ -35,7 +37,11 @@ def workdir(tmp_path_factory) -> Path:
     packaged = parse_json(run_cli("package", "ganet", "standard.onnx", "--repo", "repo",
                                   "--flavor", "both", "--json", cwd=cwd))
     assert {m["name"] for m in packaged["models"]} == {
-        "ganet_python", "ganet_onnxruntime", "standard_python", "standard_onnxruntime"}
+        "ganet_python", "ganet_onnxruntime", "ganet_text", "standard_python",
+        "standard_onnxruntime", "standard_text"}
+    assert {m["name"]: m["id_model"] for m in packaged["models"] if m["kind"] == "text"} == {
+        "ganet_text": "ganet_python", "standard_text": "standard_python"}
+    (cwd / "lines.txt").write_text("w1 w2 alpha w3 amber\nbravo w1\n\nW7, w8 w9 w10 alpha\n")
     return cwd
 
 
@@ -73,7 +79,7 @@ def test_validate_refuses_an_onnx_file_of_another_checkpoint(workdir):
 
 def test_check_repo_passes_on_the_packaged_repository(workdir):
     report = json.loads(run_cli("check-repo", "repo", "--json", cwd=workdir).stdout)
-    assert report["passed"] is True and len(report["models"]) == 4
+    assert report["passed"] is True and len(report["models"]) == 6
 
 
 def test_package_refuses_to_overwrite_without_force(workdir):
@@ -82,8 +88,45 @@ def test_package_refuses_to_overwrite_without_force(workdir):
 
 
 def test_serve_leaves_out_the_onnxruntime_flavour_and_serves_the_python_one(server):
-    assert sorted(server["models"]) == ["ganet_python", "standard_python"]
+    assert sorted(server["models"]) == ["ganet_python", "ganet_text", "standard_python",
+                                        "standard_text"]
     assert server["host"] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_infer_text_to_the_text_model_equals_infer_text_to_the_id_model(workdir, server,
+                                                                         protocol):
+    url = server["grpc_url"] if protocol == "grpc" else server["http_url"]
+    text = "w1 w2 alpha w3 amber"
+    by_id = parse_json(run_cli("infer", "--model", "ganet_python", "--url", url, "--protocol",
+                               protocol, "--repo", "repo", "--text", text, "--json",
+                               cwd=workdir))
+    by_text = parse_json(run_cli("infer", "--model", "ganet_text", "--url", url, "--protocol",
+                                 protocol, "--repo", "repo", "--text", text, "--json",
+                                 cwd=workdir))
+    assert by_text["label"] == by_id["label"]
+    assert by_text["open_tokens"] == by_id["open_tokens"]
+    for got, want in zip(by_text["logits"], by_id["logits"], strict=True):
+        assert abs(got - want) <= 1e-5
+
+
+def test_infer_text_refuses_a_bad_text_in_one_line(workdir, server):
+    result = run_cli("infer", "--model", "standard_text", "--url", server["grpc_url"],
+                     "--repo", "repo", "--text", "   ", cwd=workdir)
+    assert_one_line_error(result, "server", "text 0 has no tokens")
+
+
+def test_loadtest_over_http_sends_the_text_file_to_the_text_model(workdir, server):
+    result = run_cli("loadtest", "--model", "ganet_text", "--protocol", "http", "--url",
+                     server["http_url"], "--repo", "repo", "--text-file", "lines.txt",
+                     "--concurrency", "4", "--window", "0.5", "--max-windows", "3",
+                     "--warmup", "5", "--check-fraction", "0.5", "--json", "-", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["passed"] is True and report["config"]["protocol"] == "http"
+    (level,) = report["levels"]
+    assert level["error_count"] == 0
+    assert level["checks"]["done"] > 0 and level["checks"]["failed"] == 0
 
 
 def test_infer_text_returns_a_label_and_the_open_gate_tokens(workdir, server):
