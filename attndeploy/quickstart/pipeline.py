@@ -1,5 +1,6 @@
 """The whole pipeline on a built-in task: train -> export -> validate -> package -> serve ->
-load test -> one report (`<workdir>/report.md` + `report.json` + pictures).
+load test -> one text request per variant -> one report (`<workdir>/report.md` + `report.json`
++ pictures).
 
 Reuses what a previous run left in the work directory: a checkpoint that loads is not trained
 again, and an ONNX file exported from the same weights is not exported again.
@@ -50,6 +51,8 @@ class VariantOutcome:
     validation: dict[str, Any] = field(default_factory=dict)
     validation_files: dict[str, str] = field(default_factory=dict)
     served_model: str | None = None
+    text_model: str | None = None
+    text_example: dict[str, Any] = field(default_factory=dict)
     loadtest: dict[str, Any] = field(default_factory=dict)
     loadtest_files: dict[str, str] = field(default_factory=dict)
 
@@ -83,8 +86,8 @@ def _train_or_reuse(variant: str, ckpt_dir: Path, options: QuickstartOptions, lo
 
 def _export_or_reuse(variant: str, ckpt_dir: Path, onnx_path: Path, log: Log
                      ) -> tuple[bool, float | None]:
-    from attndeploy.fsutil import file_sha256
     from attndeploy.export.exporter import export_checkpoint, read_metadata
+    from attndeploy.fsutil import file_sha256
 
     if onnx_path.is_file():
         try:
@@ -178,6 +181,8 @@ def _outcome_json(outcome: VariantOutcome) -> dict[str, Any]:
         "validation_passed": outcome.validation.get("passed"),
         "validation_files": outcome.validation_files,
         "served_model": outcome.served_model,
+        "text_model": outcome.text_model,
+        "text_example": outcome.text_example,
         "loadtest_passed": outcome.loadtest.get("passed"),
         "loadtest_files": outcome.loadtest_files,
     }
@@ -194,7 +199,9 @@ def _package(outcomes: list[VariantOutcome], options: QuickstartOptions, log: Lo
             PackageOptions(flavor="both", name=outcome.variant, force=True),
         )
         for model in written:
-            if model.to_dict()["flavor"] == "python":
+            if model.is_text:
+                outcome.text_model = model.name
+            elif model.to_dict()["flavor"] == "python":
                 outcome.served_model = model.name
         log(f"{outcome.variant}: packaged {', '.join(m.name for m in written)}")
     report = check_repository(options.repo)
@@ -209,6 +216,7 @@ def _serve_and_load(outcomes: list[VariantOutcome], options: QuickstartOptions, 
 
     grpc, http, metrics = options.ports or free_ports(3)
     models = [o.served_model for o in outcomes if o.served_model]
+    models += [o.text_model for o in outcomes if o.text_model]
     work = Path(options.workdir)
     server = TritonServer(options.repo, grpc_port=grpc, http_port=http, metrics_port=metrics,
                           host=options.host, log_file=work / "tritonserver.log", models=models)
@@ -227,4 +235,33 @@ def _serve_and_load(outcomes: list[VariantOutcome], options: QuickstartOptions, 
             outcome.loadtest = report.to_dict()
             outcome.loadtest_files = {k: str(v) for k, v in files.items()}
             log(f"{outcome.variant}: load test {'passed' if report.passed else 'FAILED'}")
+            if outcome.text_model:
+                outcome.text_example = text_request(server.http_url, outcome.text_model,
+                                                    _example_text(options))
+                log(f"{outcome.variant}: {outcome.text_model} answered "
+                    f"{outcome.text_example['label']!r}")
     log("stopped tritonserver")
+
+
+def _example_text(options: QuickstartOptions) -> str:
+    from attndeploy.data import example_texts
+
+    (text,) = example_texts(options.task, 1, seed=options.seed + 11)
+    return text
+
+
+def text_request(http_url: str, model: str, text: str, timeout_s: float = 30.0
+                 ) -> dict[str, Any]:
+    """One KServe v2 JSON request to a text model over HTTP, as `curl` sends it: the path, the
+    request body and the response body, both parsed, plus the label for the log."""
+    import urllib.request
+
+    path = f"/v2/models/{model}/infer"
+    body = {"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]}
+    request = urllib.request.Request(f"http://{http_url}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+        response = json.load(answer)
+    outputs = {o["name"]: o["data"] for o in response.get("outputs", [])}
+    label = outputs.get("label", [None])[0]
+    return {"path": path, "request": body, "response": response, "label": label}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,20 @@ def write_report(data: dict[str, Any], outcomes: list, work: Path, options: Any)
         paths["latency_throughput"] = figures.plot_latency_throughput(
             curves, pictures / "latency_throughput.png")
         lines += ["", f"![latency vs throughput]({_rel(paths['latency_throughput'], work)})", ""]
+
+    text_examples = [o for o in outcomes if o.text_example]
+    if text_examples:
+        lines += ["## Text in, label out (the text models, KServe v2 over HTTP)", "",
+                  "Each variant's text model `<variant>_text` tokenizes in the server with the "
+                  "checkpoint's tokenizer, calls the id model and decodes: `scores` are the id "
+                  "model's logits, GA-Net's `attended` the tokens whose hard gates are open. "
+                  "One request and its response per variant, as `curl -d @request.json "
+                  "localhost:8000<path>` sends and receives them:", ""]
+        for o in text_examples:
+            example = o.text_example
+            lines += [f"**{o.variant}**: `POST {example['path']}`", "", "```json",
+                      json.dumps(example["request"]), "```", "", "```json",
+                      json.dumps(example["response"]), "```", ""]
 
     by_variant = {o.variant: o for o in outcomes}
     if "ganet" in by_variant:

@@ -42,16 +42,36 @@ def test_every_stage_passes_for_every_variant(first_run):
     for variant in data["variants"]:
         assert variant["validation_passed"] is True and variant["loadtest_passed"] is True
         assert variant["served_model"] == f"{variant['variant']}_python"
+        assert variant["text_model"] == f"{variant['variant']}_text"
         assert not variant["reused_checkpoint"] and not variant["reused_export"]
     assert set(data["timings_s"]) >= {"train", "export", "validate", "package",
                                       "serve_and_loadtest", "report", "total"}
 
 
-def test_the_repository_holds_both_flavours_of_every_variant(first_run):
+def test_the_repository_holds_both_flavours_and_the_text_model_of_every_variant(first_run):
     tmp_path, _ = first_run
     repo = tmp_path / "model_repository"
     assert sorted(p.name for p in repo.iterdir()) == sorted(
-        f"{v}_{flavour}" for v in VARIANTS for flavour in ("python", "onnxruntime"))
+        f"{v}_{kind}" for v in VARIANTS for kind in ("python", "onnxruntime", "text"))
+
+
+def test_the_report_shows_one_text_request_and_response_per_variant(first_run):
+    tmp_path, data = first_run
+    report = (tmp_path / "quickstart" / "report.md").read_text()
+    for variant in data["variants"]:
+        example = variant["text_example"]
+        name = f"{variant['variant']}_text"
+        assert example["path"] == f"/v2/models/{name}/infer"
+        (text_input,) = example["request"]["inputs"]
+        assert text_input["name"] == "text" and text_input["datatype"] == "BYTES"
+        outputs = {o["name"]: o for o in example["response"]["outputs"]}
+        assert outputs["label"]["data"] == [example["label"]]
+        assert outputs["scores"]["datatype"] == "FP32"
+        assert len(outputs["scores"]["data"]) == outputs["scores"]["shape"][1] >= 2
+        assert ("attended" in outputs) == (variant["variant"] == "ganet")
+        assert f"POST {example['path']}" in report
+        assert json.dumps(example["request"]) in report
+        assert json.dumps(example["response"]) in report
 
 
 def test_the_report_links_only_pictures_that_exist_and_read_back(first_run):
