@@ -55,7 +55,7 @@ def command(
                            help="The text model keeps the first max_seq tokens of a longer "
                                 "text instead of refusing it.")
     ] = False,
-    text_instances: Annotated[int, typer.Option(help="Instances of the text model.")] = 2,
+    text_instances: Annotated[int, typer.Option(help="Instances of the text model.")] = 1,
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:

@@ -25,7 +25,13 @@ import numpy as np
 from attndeploy.errors import DataError, ServerError
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
 from attndeploy.runtime.text import TextError, decode_batch, encode_text, label_names_for, softmax
-from attndeploy.serving.client import Protocol, TritonRunner, as_protocol, infer_once
+from attndeploy.serving.client import (
+    Protocol,
+    TritonRunner,
+    as_protocol,
+    infer_once,
+    infer_texts,
+)
 from attndeploy.serving.launch import find_model_onnx
 from attndeploy.serving.model_config import LABELS_FILE
 from attndeploy.serving.text_model import (
@@ -109,8 +115,7 @@ def infer_request(
             raise DataError(f"model {model!r} is a text model: send --text, or send --ids to "
                             f"its id model {cfg.parameters['ID_MODEL'].string_value!r}")
     if text is not None and _is_text_model(url, model, repo, timeout_s, protocol):
-        with TritonRunner(url, model, timeout_s=timeout_s, protocol=protocol) as runner:
-            outputs = runner.infer({TEXT: np.array([[text.encode("utf-8")]], dtype=object)})
+        outputs = infer_texts(url, model, [text], timeout_s=timeout_s, protocol=protocol)
         return _text_model_result(model, text, outputs, repo)
     onnx_path = onnx_path or (find_model_onnx(repo, model) if repo is not None else None)
     meta = _metadata(onnx_path) if onnx_path is not None else None

@@ -96,8 +96,9 @@ class PackageOptions:
       python flavour when that is written, else the onnxruntime one.
     - `truncate_text`: the text model keeps the first `max_seq` tokens of a longer text instead
       of refusing it (off by default: a cut text is a different text).
-    - `text_instances`: instances of the text model (it tokenizes and decodes while the id
-      model runs, so two overlap the two halves of the work).
+    - `text_instances`: instances of the text model. One by default: it batches the texts that
+      arrive while it runs, so each batch is as large as the load makes it and costs one BLS
+      call (see `text_model.py`, "Batching").
     """
 
     flavor: Flavor | str = Flavor.PYTHON
@@ -115,7 +116,7 @@ class PackageOptions:
     execution_env: Path | None = None
     text: bool = True
     truncate_text: bool = False
-    text_instances: int = 2
+    text_instances: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "flavor", _enum(Flavor, self.flavor, "flavor"))

@@ -237,6 +237,8 @@ def test_the_config_declares_text_in_and_the_decoded_outputs(repo: Path, base: s
         ("text", "TYPE_STRING", [1])]
     assert {o.name: list(o.dims) for o in cfg.output} == outputs
     assert cfg.HasField("dynamic_batching") and not cfg.model_warmup
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 0  # the id model's batcher waits
+    assert [(g.count, g.kind) for g in cfg.instance_group] == [(1, mc.ModelInstanceGroup.KIND_CPU)]
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     assert params["ID_MODEL"] == base and params["MAX_SEQ"] == str(MAX_SEQ)
     assert params["TRUNCATE"] == "false"

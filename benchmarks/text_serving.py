@@ -1,0 +1,272 @@
+"""Text serving: the text model `<variant>_text` against its id model, on the same texts.
+
+What it answers: does tokenizing and decoding in the server (the text model: a python-backend
+model that tokenizes a batch, calls the id model by BLS and decodes) cost throughput? Target:
+at concurrency 16, the text model's throughput (texts/s) is at least 0.8x the id model's on
+the same texts, the id model getting them tokenized by the client (`loadtest --text-file`
+tokenizes with the same runtime tokenizer the text model runs).
+
+Models: the quickstart's model per variant (task sparse_evidence, max_seq 64, d_model 64,
+2 layers; `attndeploy.quickstart.pipeline._train_or_reuse` / `_export_or_reuse`), trained for
+`--train-steps` steps and cached in `--workdir` (by default the folder `benchmarks/predict.py`
+uses, so the two share their models). Each is packaged with `PackageOptions()` (what
+`attndeploy package` writes: the python-flavour id model `<variant>` and the text model
+`<variant>_text`), and with `--text-instances` values other than the default as extra copies
+(`<variant>_i<N>` and `<variant>_i<N>_text`), all in ONE repository served by ONE
+`tritonserver`.
+
+Texts: `--texts FILE` (its non-blank lines), else `--lines` texts of the built-in task
+(`example_texts("sparse_evidence", n, seed)`: 16-64 words each). Requests carry one text each
+(`--batch`), closed loop.
+
+How: `--rounds` rounds; each round visits every (variant, model, protocol) in a fresh random
+order and runs `attndeploy.serving.loadtest.run_load_test` with `text_file` at each
+`--concurrency` (20 warm-up requests, `--windows` windows of `--window-s` s, all measured). The
+first round also checks a sample of every model's answers against in-process onnxruntime
+(the load tester's checks: a text model's `scores` against the id model's logits, its labels
+and attended tokens against the decoded ones). Statistics are medians over rounds; the ratio
+text / id is a ratio of medians, with the median of the per-round ratios beside it.
+
+Run: `.venv/bin/python benchmarks/text_serving.py [--quick] [--variants standard,ganet]
+[--protocols grpc,http] [--concurrency 1,16] [--text-instances 1,2] [--rounds 3]
+[--out DIR] [--workdir DIR]`. Writes DIR/text_serving.json (DIR defaults to
+benchmarks/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/text_serving.py` from a checkout
+    sys.path.insert(0, str(ROOT))
+
+from attndeploy.fsutil import atomic_write_text  # noqa: E402
+from attndeploy.serving.options import PackageOptions  # noqa: E402
+
+TARGET = 0.8  # text-model throughput / id-model throughput at concurrency TARGET_LEVEL
+TARGET_LEVEL = 16
+TASK = "sparse_evidence"
+VARIANTS = ("standard", "qvi", "ganet", "evolving")
+
+
+def prepare_model(variant: str, workdir: Path, steps: int, max_seconds: float) -> dict[str, Any]:
+    """Train (or reuse) and export the quickstart's model of `variant` (as predict.py does)."""
+    from attndeploy.quickstart.pipeline import (
+        QuickstartOptions,
+        _export_or_reuse,
+        _train_or_reuse,
+    )
+
+    options = QuickstartOptions(workdir=workdir, variants=(variant,), steps=steps,
+                                max_train_seconds=max_seconds)
+    ckpt = workdir / "checkpoints" / f"{variant}-steps{steps}"
+    onnx_path = workdir / "onnx" / f"{variant}-steps{steps}.onnx"
+    _, reused_ckpt, _ = _train_or_reuse(variant, ckpt, options, print, False)
+    reused_onnx, _ = _export_or_reuse(variant, ckpt, onnx_path, print)
+    return {"variant": variant, "onnx": str(onnx_path), "train_steps": steps,
+            "reused_checkpoint": reused_ckpt, "reused_export": reused_onnx}
+
+
+def write_texts(path: Path | None, n: int, seed: int, out: Path) -> tuple[Path, str]:
+    """The text file to send: `path`, or `n` texts of the built-in task written to `out`."""
+    if path is not None:
+        return path, str(path)
+    from attndeploy.data import example_texts
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(f"{t}\n" for t in example_texts(TASK, n, seed=seed)),
+                   encoding="utf-8")
+    return out, f"built-in task {TASK!r}, {n} texts (seed {seed})"
+
+
+def package(models: list[dict[str, Any]], repo: Path, instances: list[int]) -> list[dict]:
+    """Package every model (default options, plus one copy per extra `instances` value);
+    return the (variant, instances, id model, text model) rows to measure."""
+    from attndeploy.serving.repository import package_model
+
+    if repo.exists():
+        shutil.rmtree(repo)
+    default = PackageOptions().text_instances
+    rows = []
+    for facts in models:
+        variant = facts["variant"]
+        for count in instances:
+            base = variant if count == default else f"{variant}_i{count}"
+            written = package_model(Path(facts["onnx"]), repo,
+                                    PackageOptions(name=base, text_instances=count))
+            text = next(m.name for m in written if m.is_text)
+            rows.append({"variant": variant, "text_instances": count, "id_model": base,
+                         "text_model": text, "onnx": facts["onnx"]})
+    return rows
+
+
+def measure(model: str, url: str, protocol: str, onnx: str, texts: Path, concurrency: int,
+            args: argparse.Namespace, check: bool) -> dict[str, Any]:
+    from attndeploy.serving.loadtest import LoadTestConfig, run_load_test
+
+    config = LoadTestConfig(
+        model=model, url=url, protocol=protocol, concurrency=(concurrency,), batch=args.batch,
+        text_file=texts, window_s=args.window_s, max_windows=args.windows,
+        stable_windows=args.windows, warmup_requests=20,
+        check_fraction=0.05 if check else 0.0, onnx_path=Path(onnx), seed=args.seed,
+        max_level_s=120.0,
+    )
+    report = run_load_test(config, progress=False).to_dict()
+    level = report["levels"][0]
+    server = level.get("server") or {}
+    return {
+        "throughput": level["throughput_infer_per_s"],
+        "p50_ms": level["latency_ms"]["p50"],
+        "p95_ms": level["latency_ms"]["p95"],
+        "avg_batch_size": server.get("avg_batch_size"),
+        "queue_us": server.get("queue_us"),
+        "compute_infer_us": server.get("compute_infer_us"),
+        "errors": level["error_count"],
+        "checks_done": level["checks"]["done"],
+        "checks_failed": level["checks"]["failed"],
+        "first_check_failure": level["checks"].get("first_failure"),
+        "passed": report["passed"],
+    }
+
+
+def _median(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return float(statistics.median(kept)) if kept else None
+
+
+def summarize(runs: dict[tuple, list[dict[str, Any]]], rows: list[dict], protocols: list[str],
+              levels: list[int]) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        for protocol in protocols:
+            for level in levels:
+                ids = runs[(row["id_model"], protocol, level)]
+                texts = runs[(row["text_model"], protocol, level)]
+                id_tp = _median([r["throughput"] for r in ids])
+                text_tp = _median([r["throughput"] for r in texts])
+                ratio = text_tp / id_tp if id_tp and text_tp is not None else None
+                paired = _median([t["throughput"] / i["throughput"]
+                                  for i, t in zip(ids, texts, strict=True) if i["throughput"]])
+                out.append({
+                    **{k: row[k] for k in ("variant", "text_instances", "id_model",
+                                           "text_model")},
+                    "protocol": protocol, "concurrency": level,
+                    "id": {k: _median([r[k] for r in ids]) for k in
+                           ("throughput", "p50_ms", "p95_ms", "avg_batch_size")},
+                    "text": {k: _median([r[k] for r in texts]) for k in
+                             ("throughput", "p50_ms", "p95_ms", "avg_batch_size")},
+                    "ratio": ratio, "paired_median_ratio": paired,
+                    "meets_target": (ratio is not None and ratio >= TARGET
+                                     if level == TARGET_LEVEL else None),
+                    "errors": sum(r["errors"] for r in ids + texts),
+                    "checks_done": sum(r["checks_done"] for r in ids + texts),
+                    "checks_failed": sum(r["checks_failed"] for r in ids + texts),
+                })
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="1 round, 2 windows of 2 s, standard and ganet, 30 train steps")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--protocols", default="grpc,http")
+    parser.add_argument("--concurrency", default=f"1,{TARGET_LEVEL}")
+    parser.add_argument("--text-instances", default=str(PackageOptions().text_instances),
+                        help="text model instance counts to measure (the default is packaged "
+                             "as <variant>_text, others as <variant>_i<N>_text)")
+    parser.add_argument("--batch", type=int, default=1, help="texts per request")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--window-s", type=float, default=3.0)
+    parser.add_argument("--lines", type=int, default=2000)
+    parser.add_argument("--texts", type=Path, default=None)
+    parser.add_argument("--train-steps", type=int, default=300)
+    parser.add_argument("--max-train-seconds", type=float, default=60.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="checkpoints and exports [default: OUT/predict_work, shared with "
+                             "benchmarks/predict.py]")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.windows, args.window_s, args.train_steps = 1, 2, 2.0, 30
+        if args.variants == ",".join(VARIANTS):
+            args.variants = "standard,ganet"
+    variants = [v for v in args.variants.split(",") if v]
+    protocols = [p for p in args.protocols.split(",") if p]
+    levels = [int(c) for c in args.concurrency.split(",") if c]
+    instances = [int(i) for i in args.text_instances.split(",") if i]
+    workdir = args.workdir or args.out / "predict_work"
+    work = args.out / "text_serving_work"
+
+    from attndeploy.serving.launch import servable_models
+    from attndeploy.serving.server import TritonServer, free_ports
+
+    started = time.perf_counter()
+    models = [prepare_model(v, workdir, args.train_steps, args.max_train_seconds)
+              for v in variants]
+    texts, texts_source = write_texts(args.texts, args.lines, args.seed, work / "texts.txt")
+    rows = package(models, work / "repo", instances)
+    served, _ = servable_models(work / "repo")
+    grpc, http, metrics = free_ports(3)
+    runs: dict[tuple, list[dict[str, Any]]] = {}
+    order = [(row, model, protocol) for row in rows for model in ("id_model", "text_model")
+             for protocol in protocols]
+    rng = random.Random(args.seed)
+    with TritonServer(work / "repo", grpc_port=grpc, http_port=http, metrics_port=metrics,
+                      models=served, log_file=work / "tritonserver.log") as server:
+        urls = {"grpc": server.grpc_url, "http": server.http_url}
+        for round_index in range(args.rounds):
+            rng.shuffle(order)
+            for row, which, protocol in order:
+                for level in levels:
+                    result = measure(row[which], urls[protocol], protocol, row["onnx"], texts,
+                                     level, args, check=round_index == 0)
+                    runs.setdefault((row[which], protocol, level), []).append(result)
+                    print(f"round {round_index + 1}: {row[which]:>16} {protocol:>4} c{level:<3}"
+                          f" {result['throughput']:8.1f} texts/s  p50 {result['p50_ms']:.2f} ms"
+                          f"  batch {result['avg_batch_size'] or 0:.2f}", flush=True)
+    summary = summarize(runs, rows, protocols, levels)
+    default_rows = [s for s in summary if s["text_instances"] == PackageOptions().text_instances
+                    and s["concurrency"] == TARGET_LEVEL]
+    result = {
+        "benchmark": "text_serving",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "cpus": os.cpu_count()},
+        "target": {"ratio": TARGET, "concurrency": TARGET_LEVEL},
+        "passed": bool(default_rows) and all(s["meets_target"] for s in default_rows),
+        "texts": texts_source,
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "models": models,
+        "summary": summary,
+        "runs": {f"{m}|{p}|c{c}": r for (m, p, c), r in runs.items()},
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    out = args.out / "text_serving.json"
+    atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+    print(f"\n{'variant':>9} {'inst':>4} {'proto':>5} {'conc':>4} {'id/s':>8} {'text/s':>8} "
+          f"{'ratio':>6}")
+    for s in summary:
+        print(f"{s['variant']:>9} {s['text_instances']:>4} {s['protocol']:>5} "
+              f"{s['concurrency']:>4} {s['id']['throughput']:8.1f} "
+              f"{s['text']['throughput']:8.1f} {s['ratio']:6.2f}")
+    print(f"wrote {out}; target {'met' if result['passed'] else 'NOT met'}")
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
