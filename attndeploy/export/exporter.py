@@ -155,7 +155,8 @@ def _load(checkpoint_dir: Path, options: ExportOptions) -> tuple[Checkpoint, nn.
     return ckpt, model, max_seq
 
 
-def runtime_check(model: onnx.ModelProto, config: Any, max_seq: int, *, fp16: bool) -> None:
+def runtime_check(model: onnx.ModelProto | bytes | Path, config: Any, max_seq: int, *,
+                  fp16: bool) -> None:
     """Run the model once in onnxruntime's CPU provider (2 rows, one padded; not the export
     example's shape) and check the outputs' names, dtypes, shapes and finiteness.
 
@@ -175,9 +176,9 @@ def runtime_check(model: onnx.ModelProto, config: Any, max_seq: int, *, fp16: bo
     session_options = ort.SessionOptions()
     session_options.log_severity_level = 3  # errors only: fp16 graphs log harmless warnings
     try:
-        session = ort.InferenceSession(
-            model.SerializeToString(), session_options, providers=["CPUExecutionProvider"]
-        )
+        source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+        session = ort.InferenceSession(source if isinstance(source, bytes) else str(source),
+                                       session_options, providers=["CPUExecutionProvider"])
         outputs = session.run(interface.output_names, make_feed(ids, mask))
     except Exception as exc:  # onnxruntime raises its own pybind types
         hint = (

@@ -96,3 +96,36 @@ def test_package_takes_a_converted_checkpoint_like_a_built_in_one(tmp_path: Path
         ("ea", "evolving", "classification", 32)]
     assert (repo / "ea" / "1" / "model.onnx").is_file()
     assert (repo / "ea" / "labels.txt").read_text().split() == list(LABELS)
+
+
+def test_the_streamed_model_file_reads_back_as_the_proto(tmp_path: Path):
+    import io
+
+    from attndeploy.integrations.hf_checkpoint import write_model_streaming
+
+    checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "bert", "evolving")
+    onnx_path = tmp_path / "model.onnx"
+    export_checkpoint(checkpoint, onnx_path)
+    proto = onnx.load(str(onnx_path))
+    buffer = io.BytesIO()
+    write_model_streaming(proto, buffer)
+    again = onnx.load_from_string(buffer.getvalue())
+    assert again == proto
+    assert [i.name for i in again.graph.initializer] == [i.name for i in proto.graph.initializer]
+
+
+def test_a_failed_export_leaves_no_file_and_no_temporary(tmp_path: Path, monkeypatch):
+    import attndeploy.export.exporter as exporter
+    from attndeploy.errors import ExportError
+
+    checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "bert", "qvi")
+    out = tmp_path / "out" / "model.onnx"
+
+    def refuse(*args, **kwargs):
+        raise ExportError("onnxruntime cannot run it (simulated)")
+
+    monkeypatch.setattr(exporter, "runtime_check", refuse)
+    with pytest.raises(ExportError, match="simulated"):
+        export_checkpoint(checkpoint, out)
+    assert not out.exists()
+    assert list(out.parent.iterdir()) == []
