@@ -5,16 +5,32 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# onnxruntime as Triton 24.10 (server 2.51) bundles it (serving/check_repo.py TRITON_RELEASES),
+# in its own environment: tests/interop runs every exported model there; numpy<2 as in the
+# main environment (nvidia-pytriton pins it). ORT_PYTHON: a Python it has a wheel for (3.8-3.12).
+TRITON_ORT := 1.19.2
+ORT_PYTHON ?= $(PYTHON)
+ORT_VENV := $(VENV)/ort119
+ORT_STAMP := $(ORT_VENV)/.installed
 
 .PHONY: venv quickstart test lint benchmarks clean
 
-$(STAMP): pyproject.toml
+# The Triton onnxruntime environment is part of the venv step: an order-only prerequisite,
+# built whenever it is missing (also in a .venv made before it existed), never a reason to
+# reinstall the main environment.
+$(STAMP): pyproject.toml | $(ORT_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	# The CPU build of torch first: a bare range would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install "torch==2.13.0"
 	$(BIN)/python -m pip install -e ".[test]"
 	touch $(STAMP)
+
+$(ORT_STAMP):
+	test -x $(ORT_VENV)/bin/python || $(ORT_PYTHON) -m venv $(ORT_VENV)
+	$(ORT_VENV)/bin/python -m pip install --upgrade pip
+	$(ORT_VENV)/bin/python -m pip install "onnxruntime==$(TRITON_ORT)" "numpy<2"
+	touch $(ORT_STAMP)
 
 venv: $(STAMP)
 

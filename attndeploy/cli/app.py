@@ -36,6 +36,7 @@ COMMANDS = {
     "export": ("export", "command"),
     "inspect": ("inspect", "command"),
     "validate": ("validate", "command"),
+    "optimize": ("optimize", "command"),
     "package": ("package", "command"),
     "check-repo": ("check_repo", "command"),
     "serve": ("serve", "command"),

@@ -50,8 +50,17 @@ class TritonRelease:
     max_opset: int  # the highest default-domain opset that onnxruntime runs
 
 
-# Releases whose facts are known here, by NGC release. Triton 2.51 (NGC 24.10) bundles
-# onnxruntime 1.19, which runs default-domain opsets up to 21.
+# Releases whose facts are known here, by NGC release. Where each column comes from:
+# - ngc -> server: the NGC release notes ("Triton Inference Server Release 24.10" ships
+#   server 2.51.0) and the server repository's build.py, whose TRITON_VERSION_MAP maps a server
+#   version to its container release and the onnxruntime version the onnxruntime backend is
+#   built with: "2.51.0" -> ("24.10", ..., onnxruntime "1.19.2", ...).
+# - onnxruntime -> max_opset: onnxruntime's version table (docs/Versioning.md: 1.19 implements
+#   ONNX 1.16, default-domain opset 21), and the runtime itself: onnxruntime 1.19.2 refuses an
+#   opset-23 model with "Current official support for domain ai.onnx is till opset 21".
+# tests/interop runs every exported model in onnxruntime 1.19.2 (the `.venv/ort119` that
+# `make venv` builds) and checks that refusal against max_opset. A new row needs the same
+# sources and that environment's version bumped in the Makefile.
 TRITON_RELEASES = {"24.10": TritonRelease("24.10", "2.51", "1.19", 21)}
 TRITON_RELEASE = TRITON_RELEASES["24.10"]  # the release check-repo's opset check assumes
 TRITON_ORT_MAX_OPSET = TRITON_RELEASE.max_opset

@@ -207,11 +207,6 @@ CASES = (
         {**ATTENTION_DIMS, "prev_logits": "B H T T", "conv_weight": "H H 3 3",
          "conv_bias": "H", "logits": "B H T T"},
         {"scale": SCALE, "alpha": 0.3, "beta": 0.7, "negative_slope": 0.01},
-        reference_inlines_because=(
-            "onnx.reference's LeakyRelu (an OpRunUnaryNum) rejects an attribute reference: "
-            "`alpha=@negative_slope` fails with 'OpRunUnaryNum.run() got an unexpected keyword "
-            "argument linked_attributes' (onnx 1.23)"
-        ),
     ),
 )
 CASE_BY_OP = {case.op: case for case in CASES}
@@ -515,11 +510,13 @@ def test_evolving_attention_at_edge_weights_matches_the_reference(alpha, beta, r
 
 def test_evolving_attention_zeroes_the_pads_of_the_score_maps_twice_and_only_when_padded():
     """Z(alpha·prev) + Z((1-alpha)·S) is written as one Z of the mix, so the body holds two
-    [B, H, T, T] Wheres (A_in and A), each in the padded branch of an If (an unpadded batch
-    skips them: Z is the identity), plus the small additive-mask Where of the softmax."""
+    [B, H, T, T] Wheres (A_in and A), each in the body of a Loop that runs only for a padded
+    batch (an unpadded batch skips them: Z is the identity), plus the small additive-mask Where
+    of the softmax."""
     body = _registry.op_spec("EvolvingAttention").function_proto()
     top = [n.op_type for n in body.node]
-    assert "Where" not in top and top.count("If") == 4  # 2 ZeroPads, beta, MaskedSoftmax
+    assert "Where" not in top and top.count("Loop") == 2  # the 2 ZeroPads
+    assert top.count("If") == 3  # the activation (on negative_slope), beta, MaskedSoftmax
     assert _op_types(body.node).count("Where") == 3
 
 
@@ -536,9 +533,10 @@ def test_evolving_attention_body_folds_the_conv_only_branch_in_onnxruntime(tmp_p
             providers=["CPUExecutionProvider"],
         )
         op_types[beta] = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
-    # the If on beta is gone; the three left check for padding at run time (2 ZeroPads, the
-    # softmax mask)
-    assert op_types[1.0].count("If") == 3 and op_types[0.7].count("If") == 3
+    # the Ifs on beta and on the slope are gone; what is left checks for padding at run time
+    # (the 2 ZeroPads' Loops, the softmax mask's If)
+    for types in op_types.values():
+        assert types.count("If") == 1 and types.count("Loop") == 2
     # the general branch keeps beta·C + (1 - beta)·A_in; the conv-only branch does not
     assert op_types[0.7].count("Mul") > op_types[1.0].count("Mul")
 

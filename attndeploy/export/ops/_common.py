@@ -10,6 +10,19 @@ default-domain version to the model's opset.
 Every body is polymorphic in `T` (float, float16, bfloat16): float constants enter through
 `CastLike`; softmax and the gate decisions run in fp32 (`functional.masked_softmax` does the
 same), so the mask constant is the most negative finite fp32 value and fp16 cannot overflow.
+
+Control flow (the unpadded fast paths) follows one rule: a node's subgraphs read only values
+that the node itself depends on through its explicit inputs, because tools that rewrite the
+inlined graph follow explicit inputs only. onnxruntime's transformer optimizer (what Optimum's
+ORTOptimizer runs) sorts nodes by `node.input` alone (onnxruntime/python/tools/transformers/
+onnx_model.py, `graph_topological_sort`; "TODO: support graph_topological_sort() in subgraphs")
+and moved an `If` whose condition read only the mask above the producer of the scores its
+branches read: an invalid model. And onnxruntime's CPU provider, casting a float16 value to
+float32 inside a branch, names that Cast after the outer value, the same name as its Cast of the
+value in the main graph: one name defined twice, which the optimizer then rewires wrongly. So
+`ZeroPads` (float16 in float16 models) is a `Loop` of 0 or 1 trips whose body gets the tensor
+and the mask as loop-carried inputs, and `MaskedSoftmax`'s `If` has a condition that depends on
+the float32 scores its branches read. tests/interop checks both tools on every variant.
 """
 
 from __future__ import annotations
@@ -45,12 +58,18 @@ def MaskedSoftmax(scores: TFloat, allowed: BOOL) -> TFloat:
     against `scores`), the most negative finite fp32 value elsewhere (never -inf): a row with no
     allowed entry is uniform, not NaN. Equals `functional.masked_softmax`. When everything is
     allowed M is 0 and x + 0 = x, so the Add (a full pass over the scores) is skipped.
+
+    The If's condition also reads the size of `scores32` (always >= 0, no data read): the
+    branches read `scores32`, and a tool that orders nodes by their explicit inputs must not
+    move the If above it (module docstring).
     """
     scores32 = op.Cast(scores, to=FLOAT.dtype)
     all_allowed = op.Equal(
         op.ReduceMin(op.Cast(allowed, to=INT64.dtype), keepdims=0), op.Constant(value_int=1)
     )  # scalar
-    if all_allowed:
+    after_scores = op.GreaterOrEqual(op.Size(scores32), op.Constant(value_int=0))  # true
+    unmasked = op.And(all_allowed, after_scores)  # scalar
+    if unmasked:
         probs32 = op.Softmax(scores32, axis=-1)
     else:
         zero = op.Constant(value_float=0.0)
@@ -80,18 +99,31 @@ def ZeroPads(x: TFloat, key_padding_mask: BOOL) -> TFloat:
     multiplying, so nothing non-finite can leak). A batch without padding returns X as is: Z is
     then the identity, and onnxruntime's CPU Where costs about four Adds and runs on one thread
     (0.8-0.9 ms vs 0.2 ms for an Add on [8, 4, 128, 128]), so the check (a reduction over
-    [B, T] and an If) pays for itself on every unpadded batch, e.g. every batch-1 request.
+    [B, T]) pays for itself on every unpadded batch, e.g. every batch-1 request.
+
+    The Where runs in a Loop of one trip when the batch has padding, none otherwise (a Loop
+    with no trip returns its inputs). Not an If: an If's branches would read X from the outer
+    scope, and the Loop body gets X and the mask as loop-carried inputs (module docstring). It
+    costs what the If did (measured: the untaken Where is one copy of X in either).
     """
-    no_padding = op.Equal(
+    padded = op.Less(
         op.ReduceMin(op.Cast(key_padding_mask, to=INT64.dtype), keepdims=0),
         op.Constant(value_int=1),
     )  # scalar; an empty batch counts as unpadded (ReduceMin's identity is the largest int)
-    if no_padding:
-        zeroed = op.Identity(x)
-    else:
-        rows = op.Unsqueeze(key_padding_mask, [1, 3])  # [B, 1, T, 1]
-        cols = op.Unsqueeze(key_padding_mask, [1, 2])  # [B, 1, 1, T]
-        zeroed = op.Where(op.And(rows, cols), x, op.CastLike(0.0, x))  # [B, H, T, T]
+
+    @onnxscript.graph()
+    def zero_the_pads(trip: INT64, go_on: BOOL, x_in: TFloat, mask: BOOL[...]):
+        rows = op.Unsqueeze(mask, [1, 3])  # [B, 1, T, 1]
+        cols = op.Unsqueeze(mask, [1, 2])  # [B, 1, 1, T]
+        x_out = op.Where(op.And(rows, cols), x_in, op.CastLike(0.0, x_in))  # [B, H, T, T]
+        return op.Identity(go_on), x_out, op.Identity(mask)
+
+    # Both the trip count and the condition are given: onnxruntime's symbolic shape inference
+    # (used by its transformer optimizer) reads both, and onnx.reference runs no trip without a
+    # condition.
+    zeroed, _mask = op.Loop(
+        op.Cast(padded, to=INT64.dtype), padded, x, key_padding_mask, body=zero_the_pads
+    )
     return zeroed
 
 

@@ -93,11 +93,31 @@ def EvolvingAttention(
     conv = op.Conv(
         mixed, conv_weight, conv_bias, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1]
     )  # [B, H, T, T]: channels = heads
-    activated = op.LeakyRelu(conv, alpha=negative_slope)  # [B, H, T, T]: C
+    # C = LeakyRelu_{negative_slope}(conv), written without an attribute reference on
+    # LeakyRelu: onnx.reference rejects `alpha=@negative_slope` inside a function (onnx 1.23:
+    # "OpRunUnaryNum.run() got an unexpected keyword argument 'linked_attributes'"). The slope
+    # enters as a tensor in T, as LeakyRelu's own function body casts its alpha. slope·x lies
+    # between x and 0, so LeakyRelu(x) = max(x, slope·x) for slope <= 1 and min(x, slope·x)
+    # for slope >= 1, exactly (the same product). The conditions are constants once the
+    # attribute is bound: onnxruntime keeps only the taken branch.
+    is_relu = op.Equal(op.Constant(value_float=negative_slope), op.Constant(value_float=0.0))
+    if is_relu:  # the default; onnxruntime fuses the Relu into the Conv
+        activated = op.Relu(conv)  # [B, H, T, T]: C
+    else:
+        scaled = op.Mul(conv, op.CastLike(negative_slope, conv))  # [B, H, T, T]
+        at_most_one = op.LessOrEqual(
+            op.Constant(value_float=negative_slope), op.Constant(value_float=1.0)
+        )
+        if at_most_one:
+            activated = op.Max(conv, scaled)
+        else:
+            activated = op.Min(conv, scaled)
     # beta = 1 (the default) is the conv branch alone: 1·C + 0·A_in = C for finite A_in. The
     # condition is a constant once the attribute is bound: onnxruntime's constant folding keeps
-    # only the taken branch (two full [B, H, T, T] passes fewer); other runtimes pick it at run
-    # time.
+    # only the taken branch (two full [B, H, T, T] passes fewer) before any other pass sees the
+    # graph; other runtimes pick it at run time. Like the slope's, the condition reads no
+    # tensor, so that onnxruntime can fold it (the one kind of If whose branches read what
+    # its condition does not depend on; ops/_common.py).
     conv_only = op.Equal(op.Constant(value_float=beta), op.Constant(value_float=1.0))
     if conv_only:
         combined = op.Identity(activated)

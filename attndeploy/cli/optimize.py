@@ -1,0 +1,72 @@
+"""`attndeploy optimize`: an exported model -> onnxruntime's optimized form, checked equal."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attndeploy.cli.options import ForceFlag, JsonFlag
+from attndeploy.cli.output import console, print_json
+
+
+class Method(str, Enum):  # attndeploy.export.optimize.Method, without importing onnx at start
+    transformers = "transformers"
+    onnxruntime = "onnxruntime"
+
+
+def command(
+    model: Annotated[Path, typer.Argument(help="ONNX file exported by attndeploy.")],
+    out: Annotated[Path, typer.Option("--out", help="Optimized ONNX file to write.")],
+    method: Annotated[
+        Method,
+        typer.Option(help="transformers: onnxruntime's transformer optimizer (what Optimum "
+                          "runs); onnxruntime: onnxruntime's own optimized graph."),
+    ] = Method.transformers,
+    opt_level: Annotated[
+        int | None,
+        typer.Option(help="onnxruntime level first run: 0 none, 1 basic, 2 extended, 99 all "
+                          "[transformers: 0; onnxruntime: 1].")
+    ] = None,
+    force: ForceFlag = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Optimize for onnxruntime, check the outputs are unchanged, report the fused ops."""
+    import contextlib
+
+    from rich.markup import escape
+
+    from attndeploy.errors import OutputError
+    from attndeploy.export.optimize import optimize_model
+    from attndeploy.fsutil import check_not_an_input, check_output_file
+
+    check_output_file(out)
+    check_not_an_input(out, [model])
+    if out.exists() and not force:
+        raise OutputError(f"{out} exists; pass --force to replace it")
+    status = (contextlib.nullcontext() if json_output
+              else console.status(f"optimizing {model}", spinner="dots"))
+    with status:
+        result = optimize_model(model, out, method=method.value, opt_level=opt_level)
+    if json_output:
+        print_json(result.to_json())
+        return
+    summary = result.to_json()
+    fused = ", ".join(f"{n}x {op.split('::')[-1]}" for op, n in result.fused.items()) or "none"
+    console.print(
+        f"wrote [bold]{escape(str(result.path))}[/] ({method.value}, opt-level "
+        f"{result.opt_level}): {summary['nodes_before']} -> {summary['nodes_after']} nodes"
+        f"{', attndeploy functions inlined' if result.inlined else ''}; fused: {escape(fused)}",
+        highlight=False,
+    )
+    worst = max((v for entry in result.parity for v in entry["max_abs"].values()), default=0.0)
+    timing = result.timing
+    console.print(
+        f"same outputs on {len(result.parity)} feeds (max abs diff {worst:.3g}); CPU, one "
+        f"thread, {timing['shape']}: run {timing['input']['run_ms']:.2f} -> "
+        f"{timing['optimized']['run_ms']:.2f} ms, load {timing['input']['load_ms']:.0f} -> "
+        f"{timing['optimized']['load_ms']:.0f} ms",
+        highlight=False,
+    )
