@@ -138,7 +138,8 @@ def compare(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray], run:
 
 def max_abs(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray], actual_run: str,
             run: str = "plain") -> float:
-    """Largest |a - b| over the float outputs of every feed (for the README's table)."""
+    """Largest |a - b| over the float outputs of every feed: how the measurements in the
+    module docstring were taken."""
     worst = 0.0
     for key, value in actual.items():
         if key.startswith(actual_run + "/") and value.dtype.kind == "f":
