@@ -19,16 +19,26 @@ Texts: `--texts FILE` (its non-blank lines), else `--lines` texts of the built-i
 (`example_texts("sparse_evidence", n, seed)`: 16-64 words each). Requests carry one text each
 (`--batch`), closed loop.
 
-How: `--rounds` rounds; each round visits every (variant, model, protocol) in a fresh random
-order and runs `attndeploy.serving.loadtest.run_load_test` with `text_file` at each
-`--concurrency` (20 warm-up requests, `--windows` windows of `--window-s` s, all measured). The
-first round also checks a sample of every model's answers against in-process onnxruntime
-(the load tester's checks: a text model's `scores` against the id model's logits, its labels
-and attended tokens against the decoded ones). Statistics are medians over rounds; the ratio
-text / id is a ratio of medians, with the median of the per-round ratios beside it.
+How: `--rounds` rounds; each round visits every (variant, protocol, concurrency) cell in a
+fresh random order and, in each cell, measures the id model and the text model back to back (in
+random order) with `attndeploy.serving.loadtest.run_load_test` on `text_file` (20 warm-up
+requests, `--windows` windows of `--window-s` s, all measured). The first round also checks a
+sample of every model's answers against in-process onnxruntime (the load tester's checks: a text
+model's `scores` against the id model's logits, its labels and attended tokens against the
+decoded ones).
+
+Statistics. On a shared machine the background load drifts by tens of percent within minutes,
+so the id and text measurements of a cell are taken minutes apart at worst in one round but
+seconds apart within a cell. The verdict uses `paired_ratio`: the median over rounds of the
+text / id throughput ratio of each cell's adjacent pair; `ratio` (median text throughput over
+median id throughput) is reported beside it. `cpu_ms_per_text` is the CPU time the server (its
+whole process group: tritonserver and every python-backend stub) and this client process spent
+per text during the level: on a saturated machine throughput is about cores / CPU per text, and
+CPU time hardly depends on what else the machine runs, so `cpu_ratio` (id CPU / text CPU per
+text) is a second, steadier estimate of the throughput ratio.
 
 Run: `.venv/bin/python benchmarks/text_serving.py [--quick] [--variants standard,ganet]
-[--protocols grpc,http] [--concurrency 1,16] [--text-instances 1,2] [--rounds 3]
+[--protocols grpc,http] [--concurrency 16] [--text-instances 1,2] [--rounds 5]
 [--out DIR] [--workdir DIR]`. Writes DIR/text_serving.json (DIR defaults to
 benchmarks/results/).
 """
@@ -41,6 +51,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import statistics
 import sys
@@ -112,8 +123,29 @@ def package(models: list[dict[str, Any]], repo: Path, instances: list[int]) -> l
     return rows
 
 
+def group_cpu_s(pgid: int) -> float:
+    """User + system CPU seconds of every live process in process group `pgid` (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields after the name: state ppid pgrp ... utime stime
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def client_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(model: str, url: str, protocol: str, onnx: str, texts: Path, concurrency: int,
-            args: argparse.Namespace, check: bool) -> dict[str, Any]:
+            args: argparse.Namespace, check: bool, server_pid: int) -> dict[str, Any]:
     from attndeploy.serving.loadtest import LoadTestConfig, run_load_test
 
     config = LoadTestConfig(
@@ -123,11 +155,16 @@ def measure(model: str, url: str, protocol: str, onnx: str, texts: Path, concurr
         check_fraction=0.05 if check else 0.0, onnx_path=Path(onnx), seed=args.seed,
         max_level_s=120.0,
     )
+    cpu_before = group_cpu_s(server_pid) + client_cpu_s()
     report = run_load_test(config, progress=False).to_dict()
+    cpu_s = group_cpu_s(server_pid) + client_cpu_s() - cpu_before
     level = report["levels"][0]
     server = level.get("server") or {}
+    answered = level["warmup_requests"] + sum(w["requests"] for w in level["windows"])
+    texts_sent = answered * config.batch  # the level's texts, warm-up included
     return {
         "throughput": level["throughput_infer_per_s"],
+        "cpu_ms_per_text": cpu_s * 1e3 / texts_sent if texts_sent else None,
         "p50_ms": level["latency_ms"]["p50"],
         "p95_ms": level["latency_ms"]["p95"],
         "avg_batch_size": server.get("avg_batch_size"),
@@ -159,16 +196,21 @@ def summarize(runs: dict[tuple, list[dict[str, Any]]], rows: list[dict], protoco
                 ratio = text_tp / id_tp if id_tp and text_tp is not None else None
                 paired = _median([t["throughput"] / i["throughput"]
                                   for i, t in zip(ids, texts, strict=True) if i["throughput"]])
+                id_cpu = _median([r["cpu_ms_per_text"] for r in ids])
+                text_cpu = _median([r["cpu_ms_per_text"] for r in texts])
                 out.append({
                     **{k: row[k] for k in ("variant", "text_instances", "id_model",
                                            "text_model")},
                     "protocol": protocol, "concurrency": level,
                     "id": {k: _median([r[k] for r in ids]) for k in
-                           ("throughput", "p50_ms", "p95_ms", "avg_batch_size")},
+                           ("throughput", "p50_ms", "p95_ms", "avg_batch_size",
+                            "cpu_ms_per_text")},
                     "text": {k: _median([r[k] for r in texts]) for k in
-                             ("throughput", "p50_ms", "p95_ms", "avg_batch_size")},
-                    "ratio": ratio, "paired_median_ratio": paired,
-                    "meets_target": (ratio is not None and ratio >= TARGET
+                             ("throughput", "p50_ms", "p95_ms", "avg_batch_size",
+                              "cpu_ms_per_text")},
+                    "paired_ratio": paired, "ratio": ratio,
+                    "cpu_ratio": id_cpu / text_cpu if id_cpu and text_cpu else None,
+                    "meets_target": (paired is not None and paired >= TARGET
                                      if level == TARGET_LEVEL else None),
                     "errors": sum(r["errors"] for r in ids + texts),
                     "checks_done": sum(r["checks_done"] for r in ids + texts),
@@ -183,14 +225,14 @@ def main() -> int:
                         help="1 round, 2 windows of 2 s, standard and ganet, 30 train steps")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--protocols", default="grpc,http")
-    parser.add_argument("--concurrency", default=f"1,{TARGET_LEVEL}")
+    parser.add_argument("--concurrency", default=str(TARGET_LEVEL))
     parser.add_argument("--text-instances", default=str(PackageOptions().text_instances),
                         help="text model instance counts to measure (the default is packaged "
                              "as <variant>_text, others as <variant>_i<N>_text)")
     parser.add_argument("--batch", type=int, default=1, help="texts per request")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--windows", type=int, default=3)
-    parser.add_argument("--window-s", type=float, default=3.0)
+    parser.add_argument("--window-s", type=float, default=2.0)
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--texts", type=Path, default=None)
     parser.add_argument("--train-steps", type=int, default=300)
@@ -223,22 +265,26 @@ def main() -> int:
     served, _ = servable_models(work / "repo")
     grpc, http, metrics = free_ports(3)
     runs: dict[tuple, list[dict[str, Any]]] = {}
-    order = [(row, model, protocol) for row in rows for model in ("id_model", "text_model")
-             for protocol in protocols]
+    cells = [(row, protocol, level) for row in rows for protocol in protocols
+             for level in levels]
     rng = random.Random(args.seed)
     with TritonServer(work / "repo", grpc_port=grpc, http_port=http, metrics_port=metrics,
                       models=served, log_file=work / "tritonserver.log") as server:
         urls = {"grpc": server.grpc_url, "http": server.http_url}
         for round_index in range(args.rounds):
-            rng.shuffle(order)
-            for row, which, protocol in order:
-                for level in levels:
+            rng.shuffle(cells)
+            for row, protocol, level in cells:
+                pair = ["id_model", "text_model"]
+                rng.shuffle(pair)  # adjacent in time, in either order
+                for which in pair:
                     result = measure(row[which], urls[protocol], protocol, row["onnx"], texts,
-                                     level, args, check=round_index == 0)
+                                     level, args, check=round_index == 0,
+                                     server_pid=server.pid)
                     runs.setdefault((row[which], protocol, level), []).append(result)
                     print(f"round {round_index + 1}: {row[which]:>16} {protocol:>4} c{level:<3}"
                           f" {result['throughput']:8.1f} texts/s  p50 {result['p50_ms']:.2f} ms"
-                          f"  batch {result['avg_batch_size'] or 0:.2f}", flush=True)
+                          f"  batch {result['avg_batch_size'] or 0:.2f}  cpu/text "
+                          f"{result['cpu_ms_per_text'] or 0:.2f} ms", flush=True)
     summary = summarize(runs, rows, protocols, levels)
     default_rows = [s for s in summary if s["text_instances"] == PackageOptions().text_instances
                     and s["concurrency"] == TARGET_LEVEL]
@@ -259,11 +305,12 @@ def main() -> int:
     out = args.out / "text_serving.json"
     atomic_write_text(out, json.dumps(result, indent=2) + "\n")
     print(f"\n{'variant':>9} {'inst':>4} {'proto':>5} {'conc':>4} {'id/s':>8} {'text/s':>8} "
-          f"{'ratio':>6}")
+          f"{'paired':>6} {'ratio':>6} {'cpu':>6}")
     for s in summary:
         print(f"{s['variant']:>9} {s['text_instances']:>4} {s['protocol']:>5} "
               f"{s['concurrency']:>4} {s['id']['throughput']:8.1f} "
-              f"{s['text']['throughput']:8.1f} {s['ratio']:6.2f}")
+              f"{s['text']['throughput']:8.1f} {s['paired_ratio']:6.2f} {s['ratio']:6.2f} "
+              f"{s['cpu_ratio'] or 0:6.2f}")
     print(f"wrote {out}; target {'met' if result['passed'] else 'NOT met'}")
     return 0 if result["passed"] else 1
 
