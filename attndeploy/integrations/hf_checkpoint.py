@@ -286,11 +286,23 @@ def _hf_section(raw: dict[str, Any], source: Path) -> dict[str, Any]:
     return hf
 
 
+# Config keys that choose a kernel: a Hub kernel name ("kernels-community/...") would make
+# transformers download and run code. The converted layers use no HF attention kernel anyway.
+KERNEL_KEYS = ("attn_implementation", "experts_implementation", "_attn_implementation",
+               "_attn_implementation_internal", "_experts_implementation",
+               "_experts_implementation_internal")
+
+
+def safe_config_dict(raw: dict[str, Any]) -> dict[str, Any]:
+    """A transformers config dict without the keys that could fetch code (`KERNEL_KEYS`)."""
+    return {key: value for key, value in raw.items() if key not in KERNEL_KEYS}
+
+
 def _hf_config(hf: dict[str, Any]) -> Any:
     """The transformers config object of an `hf` section (its class follows the architecture,
     never a name read from the file)."""
     cls = supported_class(hf["architecture"])
-    config = cls.config_class.from_dict(dict(hf["config"]))
+    config = cls.config_class.from_dict(safe_config_dict(hf["config"]))
     if config.model_type != cls.config_class.model_type:
         raise ConfigError(f"hf config model_type {config.model_type!r} does not fit "
                           f"{hf['architecture']}")

@@ -42,6 +42,7 @@ from attndeploy.integrations.hf_checkpoint import (
     HFClassifier,
     model_config_of,
     position_limit,
+    safe_config_dict,
     save_hf_checkpoint,
 )
 from attndeploy.integrations.hf_tokenizer import DEFAULT_VOCAB_SIZE, WordPieceTokenizer
@@ -98,7 +99,7 @@ def load_source(path: Path) -> HFSource:
                           f"fine-tunes; supported: {', '.join(CLASSIFIERS)}")
     config_class = getattr(transformers, CLASSIFIERS[model_type]).config_class
     try:
-        config = config_class.from_dict(raw)
+        config = config_class.from_dict(safe_config_dict(raw))  # no Hub kernels
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{config_file}: {exc}") from exc
     weights, tokenizer = None, None

@@ -98,6 +98,16 @@ def test_a_config_that_does_not_fit_the_weights_is_refused(tmp_path: Path, edit,
         read_checkpoint(path)
 
 
+def test_a_kernel_named_in_the_config_is_never_loaded(tmp_path: Path):
+    """A Hub kernel name would make transformers fetch and run code: such keys are dropped."""
+    path = save_converted_checkpoint(tmp_path / "c", "bert", "ganet")
+    _rewrite(path, lambda c: c["hf"]["config"].update(
+        attn_implementation="kernels-community/flash-attn",
+        _attn_implementation="kernels-community/flash-attn"))
+    model = read_checkpoint(path).model.model
+    assert "kernels" not in str(model.config._attn_implementation)
+
+
 def test_replaced_weights_fail_the_hash_and_extra_tensors_are_named(tmp_path: Path):
     path = save_converted_checkpoint(tmp_path / "c", "bert", "qvi")
     weights = load_file(str(path / "model.safetensors"))

@@ -85,6 +85,9 @@ def test_a_pretrained_folder_keeps_its_encoder_and_its_tokenizer(tmp_path: Path)
     encoder = transformers.BertForMaskedLM(config)
     encoder.save_pretrained(str(folder))
     tokenizer._tokenizer.save(str(folder / "tokenizer.json"))
+    saved = json.loads((folder / "config.json").read_text())  # a Hub kernel is never fetched
+    saved["attn_implementation"] = "kernels-community/flash-attn"
+    (folder / "config.json").write_text(json.dumps(saved))
     data = tmp_path / "data.jsonl"
     data.write_text("\n".join(json.dumps({"text": f"w{i % 5} alpha", "label": i % 2})
                               for i in range(12)))
