@@ -58,7 +58,8 @@ class TextExport:
 def close_half_of_the_gates(model: torch.nn.Module, tokenizer) -> None:
     """Shift the gate network's final bias by the median gate logit of TEXTS' real tokens."""
     seen: list[torch.Tensor] = []
-    hook = model.gates.network.register_forward_hook(lambda _m, _i, out: seen.append(out))
+    # the final Linear's output: the gate logits, whichever method of the network ran
+    hook = model.gates.network.score.register_forward_hook(lambda _m, _i, out: seen.append(out))
     ids, mask = tokenizer.encode_batch(TEXTS, max_seq=MAX_SEQ)
     model(ids, mask)
     hook.remove()
