@@ -1,15 +1,25 @@
-"""Training loop and held-out evaluation for every model family and variant.
+"""Training loop, model selection and held-out evaluation for every model family and variant.
 
-Loss: cross-entropy (+ density_weight · R for GA-Net, R = mean soft gate over valid tokens).
-Evaluation runs in eval mode (hard gates for GA-Net) and reports accuracy, and for GA-Net the gate
-density and the count and rate of all-closed rescues (variants.md §3.7).
+Loss: cross-entropy (optionally label-smoothed) + λ·R for GA-Net (R = mean soft gate over valid
+tokens); with a density target λ adapts so that the hard-gate density settles near the target
+(`attndeploy.training.density`). Training counts epochs over the training set; the selection set
+(a validation split when there is one, else the held-out set) is evaluated every epoch or every
+`eval_every` steps, the best evaluation's weights are kept (`attndeploy.training.selection`) and
+training stops after `patience` evaluations without a better one, after `max_epochs`, `steps` or
+`max_seconds`. Evaluation runs in eval mode (hard gates for GA-Net) and reports accuracy, and for
+GA-Net the gate density and the count and rate of all-closed rescues (variants.md §3.7).
+
+Two sets of defaults: `TrainConfig()` is tuned to the built-in synthetic tasks (300 steps), and
+`REAL_TEXT_DEFAULTS` to real labelled text from a JSONL file, where
+a few thousand examples overfit within a few epochs without regularisation.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -19,29 +29,22 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
 from attndeploy.models import AttnModel, build_model, count_parameters
+from attndeploy.training.averaging import WeightAverage
+from attndeploy.training.baseline import compare_with_baseline
+from attndeploy.training.config import (  # noqa: F401  (re-exported: the public names)
+    DEFAULT_DENSITY_TARGET,
+    REAL_TEXT,
+    REAL_TEXT_DEFAULTS,
+    TASK_DEFAULTS,
+    Defaults,
+    TrainConfig,
+    defaults_for,
+)
+from attndeploy.training.density import DensityController
+from attndeploy.training.selection import BestTracker
 
 IGNORE_INDEX = -100
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    steps: int = 300
-    batch_size: int = 32
-    learning_rate: float = 3e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 30
-    seed: int = 0
-    max_seconds: float | None = None  # stop early once this much wall time has passed
-
-    def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise ConfigError(f"steps must be >= 1, got {self.steps}")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch size must be >= 1, got {self.batch_size}")
-        if not self.learning_rate > 0:
-            raise ConfigError(f"learning rate must be > 0, got {self.learning_rate}")
-        if self.max_seconds is not None and not self.max_seconds > 0:
-            raise ConfigError(f"max_seconds must be > 0, got {self.max_seconds}")
+UNK_ID = 1  # WordTokenizer.UNK_ID: what word dropout replaces a token with
 
 
 @dataclass
@@ -50,19 +53,23 @@ class TrainResult:
     metrics: dict[str, Any]
     summary: dict[str, Any]
     history: list[dict[str, float]] = field(default_factory=list)
-    evaluations: list[dict[str, Any]] = field(default_factory=list)  # with eval_every
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
 
 
-def task_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def task_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0
+              ) -> torch.Tensor:
     if logits.dim() == 3:  # tagging: [B, T, C] against [B, T] with IGNORE_INDEX at pads
-        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
-    return F.cross_entropy(logits, labels)
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
+                               label_smoothing=label_smoothing)
+    return F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
 
 
-def _learning_rate_factor(step: int, config: TrainConfig) -> float:
+def _learning_rate_factor(step: int, config: TrainConfig, horizon: int | None = None) -> float:
+    """Linear warm-up, then cosine decay to 0 at `horizon` steps (default `config.steps`)."""
+    horizon = config.steps if horizon is None else horizon
     if step < config.warmup_steps:
         return (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    progress = (step - config.warmup_steps) / max(1, horizon - config.warmup_steps)
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
@@ -105,6 +112,36 @@ def evaluate(model: AttnModel, dataset: Any, *, batch_size: int = 256) -> dict[s
     return metrics
 
 
+@torch.no_grad()
+def _init_embeddings(model: AttnModel, std: float) -> None:
+    """Token (and position) embeddings from N(0, std²), the pad row zero.
+
+    nn.Embedding draws N(0, 1). A word seen a handful of times moves only a few learning-rate
+    steps from its initial vector, so at N(0, 1) its embedding stays mostly random noise; at
+    std ≈ 0.02 (BERT's and GPT-2's choice) it is mostly what training taught it. That matters on
+    real text, where most words are rare.
+    """
+    for name in ("embed", "position"):
+        table = getattr(model, name, None)
+        if isinstance(table, torch.nn.Embedding):
+            torch.nn.init.normal_(table.weight, 0.0, std)
+            if table.padding_idx is not None:
+                table.weight[table.padding_idx].zero_()
+
+
+def _drop_words(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: float,
+                generator: torch.Generator) -> torch.Tensor:
+    """Replace each real token by <unk> with probability `rate` (pads stay pads)."""
+    drop = (torch.rand(input_ids.shape, generator=generator) < rate) & (attention_mask != 0)
+    return torch.where(drop, torch.full_like(input_ids, UNK_ID), input_ids)  # [B, T]
+
+
+def _batch_density(gates: torch.Tensor, attention_mask: torch.Tensor) -> float:
+    """Hard-gate density of one batch, as `evaluate` computes it."""
+    mask = attention_mask != 0
+    return float(((gates & mask).sum(-1) / mask.sum(-1)).mean())
+
+
 def train(
     model_config: ModelConfig,
     train_set: Any,
@@ -112,43 +149,97 @@ def train(
     config: TrainConfig,
     *,
     progress: bool = True,
-    eval_every: int = 0,
+    eval_every: int | None = None,
+    val_set: Any = None,
 ) -> TrainResult:
-    """Train a fresh model; returns it in eval mode with held-out metrics.
+    """Train a fresh model; returns it in eval mode with metrics on `eval_set`.
 
-    With `eval_every` > 0 the held-out set is also evaluated every that many steps; each entry
-    of `evaluations` records the step, the training time so far (evaluation time excluded) and
-    the metrics.
+    Model selection (`keep_best`, `patience`, the density target's choice) reads `val_set` when
+    one is given, else `eval_set`. `eval_every` overrides `config.eval_every`. Each entry of
+    `evaluations` records the step, the epoch, the training time so far (evaluation time
+    excluded) and the selection set's metrics.
     """
+    if not len(train_set):
+        raise ConfigError("the training set is empty")
     torch.manual_seed(config.seed)
     model = build_model(model_config)
+    if config.embedding_init:
+        _init_embeddings(model, config.embedding_init)
     model.train()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
+    steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
+    horizon = config.steps
+    if config.max_epochs is not None:
+        horizon = min(horizon, config.max_epochs * steps_per_epoch)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: _learning_rate_factor(step, config)
+        optimizer, lambda step: _learning_rate_factor(step, config, horizon)
     )
+    controller = None
     density_weight = model_config.ganet.density_weight if model.is_gated else 0.0
+    if model.is_gated and config.density_target is not None:
+        controller = DensityController(config.density_target, density_weight,
+                                       rate=config.density_rate)
+        density_weight = controller.weight
+    average = WeightAverage(model, config.weight_average) if config.weight_average else None
+    every = config.eval_every if eval_every is None else eval_every
+    select_set = eval_set if val_set is None else val_set
+    selecting = config.keep_best or config.patience is not None
+    tracker = BestTracker(patience=config.patience,
+                          density_target=config.density_target if model.is_gated else None)
     generator = torch.Generator().manual_seed(config.seed)
     history: list[dict[str, float]] = []
     evaluations: list[dict[str, Any]] = []
     started = time.perf_counter()
     paused = 0.0  # seconds spent in periodic evaluation, excluded from the training time
     step = 0
+    status = ""
+
+    def training_seconds() -> float:
+        return time.perf_counter() - started - paused
+
+    def run_evaluation() -> None:
+        nonlocal paused, status
+        pause_start = time.perf_counter()
+        with average.swapped_in() if average is not None else nullcontext():
+            record = {"step": step, "epoch": round(step / steps_per_epoch, 3),
+                      "train_seconds": round(pause_start - started - paused, 3),
+                      **evaluate(model, select_set)}
+            if controller is not None:
+                record["density_weight"] = controller.weight
+            evaluations.append(record)
+            if selecting:
+                tracker.offer(record, model)  # copies the weights evaluated
+                best = tracker.best
+                status = f"best {best['accuracy']:.3f} @ epoch {best['epoch']:g}"
+        paused += time.perf_counter() - pause_start
+
+    def stop_reason() -> str | None:
+        if config.max_seconds and training_seconds() >= config.max_seconds:
+            return "time"
+        if tracker.should_stop:
+            return "patience"
+        return "steps" if step >= horizon else None
+
     bar = Progress(
         TextColumn(f"[bold]train {model_config.variant}"), BarColumn(),
         TextColumn("{task.completed}/{task.total} steps"), TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(), disable=not progress, transient=False,
     )
     with bar:
-        task = bar.add_task("train", total=config.steps, status="")
-        while step < config.steps:
+        task = bar.add_task("train", total=horizon, status="")
+        reason = None
+        while reason is None:
             for input_ids, attention_mask, labels in train_set.batches(
-                config.batch_size, shuffle=True, generator=generator
+                config.batch_size, shuffle=True, generator=generator,
+                bucket=config.bucket_by_length,
             ):
+                if config.word_dropout:
+                    input_ids = _drop_words(input_ids, attention_mask, config.word_dropout,
+                                            generator)
                 out = model(input_ids, attention_mask, details=True)
-                loss = task_loss(out["logits"], labels)
+                loss = task_loss(out["logits"], labels, config.label_smoothing)
                 total = loss
                 if "density_penalty" in out:
                     total = loss + density_weight * out["density_penalty"]
@@ -157,41 +248,71 @@ def train(
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 optimizer.step()
                 schedule.step()
+                if average is not None:
+                    average.update()
                 step += 1
                 record = {"step": step, "loss": loss.item()}
                 if "density_penalty" in out:
                     record["soft_density"] = out["density_penalty"].item()
+                    record["density"] = _batch_density(out["gates"], attention_mask)
+                    if controller is not None:
+                        record["density_weight"] = density_weight
+                        density_weight = controller.update(record["density"])
                 history.append(record)
-                bar.update(task, advance=1, status=f"loss {record['loss']:.3f}")
-                if eval_every and step % eval_every == 0:
-                    pause_start = time.perf_counter()
-                    train_seconds = pause_start - started - paused
-                    evaluations.append(
-                        {"step": step, "train_seconds": round(train_seconds, 3),
-                         **evaluate(model, eval_set)}
-                    )
-                    paused += time.perf_counter() - pause_start
-                elapsed = time.perf_counter() - started - paused
-                if step >= config.steps or (config.max_seconds and elapsed >= config.max_seconds):
+                bar.update(task, advance=1,
+                           status=f"epoch {step / steps_per_epoch:.1f} loss {record['loss']:.3f} "
+                                  f"{status}")
+                if every and step % every == 0:
+                    run_evaluation()
+                reason = stop_reason()
+                if reason is not None:
                     break
-            if config.max_seconds and time.perf_counter() - started - paused >= config.max_seconds:
-                break
-    seconds = time.perf_counter() - started - paused
+            else:  # a whole epoch
+                if not every and selecting:
+                    run_evaluation()
+                    reason = stop_reason()
+    if reason == "steps" and horizon < config.steps:
+        reason = "epochs"
+    seconds = training_seconds()
+    if selecting and (not evaluations or evaluations[-1]["step"] != step):
+        run_evaluation()  # the last step is a candidate too
+    if config.keep_best and tracker.best is not None:
+        tracker.restore(model)
+    elif average is not None:
+        average.copy_to_model()
     model.eval()
     metrics = evaluate(model, eval_set)
+    best = tracker.best if config.keep_best else None
+    metrics["best_step"] = best["step"] if best else step
+    metrics["best_epoch"] = best["epoch"] if best else round(step / steps_per_epoch, 3)
+    if controller is not None:
+        metrics["density_target"] = config.density_target
     summary = {
         "config": asdict(config),
         "steps_done": step,
+        "epochs_done": round(step / steps_per_epoch, 3),
+        "steps_per_epoch": steps_per_epoch,
+        "stopped_by": reason,
+        "selected_on": None if not selecting else "validation" if val_set is not None
+        else "held_out",
+        "evaluations": len(evaluations),
+        "best_step": metrics["best_step"],
+        "best_epoch": metrics["best_epoch"],
         "seconds": round(seconds, 3),
+        "wall_seconds": round(time.perf_counter() - started, 3),
         "parameters": count_parameters(model),
         "final_loss": history[-1]["loss"] if history else None,
     }
+    if best is not None and val_set is not None:
+        summary["validation_accuracy"] = best["accuracy"]
     if history and "soft_density" in history[-1]:
         summary["final_soft_density"] = history[-1]["soft_density"]
+    if controller is not None:
+        summary["final_density_weight"] = controller.weight
     return TrainResult(model, metrics, summary, history, evaluations)
 
 
-# ----------------------------------------------------------------------------- data + checkpoint
+# ----------------------------------------------------------------------------- data + baseline
 
 
 @dataclass
@@ -202,6 +323,10 @@ class TrainingData:
     label_names: tuple[str, ...]
     head: str
     source: dict[str, Any]
+    val_set: Any = None  # for model selection; None: select on eval_set
+    # Token lists for the bag-of-words baseline: "fit" (train + validation), "held_out". None for
+    # a built-in task: decoded from the ids (its vocabulary is closed, nothing is lost).
+    tokens: dict[str, list[list[str]]] | None = field(default=None, repr=False)
 
 
 def load_training_data(
@@ -213,23 +338,66 @@ def load_training_data(
     n_eval: int = 1000,
     eval_fraction: float = 0.2,
     max_seq: int = 128,
+    val_fraction: float = 0.0,
+    n_val: int = 0,
+    truncate: bool = False,
+    min_freq: int = 1,
 ) -> TrainingData:
-    """A built-in task (train and held-out sets from different seeds) or a JSONL file (split)."""
+    """A built-in task (train, validation and held-out sets from different seeds) or a JSONL file
+    (split: `eval_fraction` held out, then `val_fraction` of the rest for validation; the
+    vocabulary comes from the training part alone)."""
     from pathlib import Path
 
-    from attndeploy.data import get_task, load_jsonl
+    from attndeploy.data import get_task
+    from attndeploy.data.jsonl import load_jsonl_split
 
     if data_file is not None:
-        dataset, tokenizer = load_jsonl(Path(data_file), max_seq=max_seq)
-        train_set, eval_set = dataset.split(eval_fraction, seed=seed)
-        source = {"data_file": str(data_file), "eval_fraction": eval_fraction, "seed": seed}
-        return TrainingData(train_set, eval_set, tokenizer, dataset.label_names, dataset.head,
-                            source)
+        split = load_jsonl_split(Path(data_file), eval_fraction=eval_fraction, seed=seed,
+                                 val_fraction=val_fraction, max_seq=max_seq, truncate=truncate,
+                                 min_freq=min_freq)
+        source = {"data_file": str(data_file), "eval_fraction": eval_fraction, "seed": seed,
+                  "val_fraction": val_fraction, "min_freq": min_freq,
+                  "train_examples": len(split.train), "held_out_examples": len(split.held_out)}
+        if split.validation is not None:
+            source["validation_examples"] = len(split.validation)
+        tokens = {"fit": split.tokens["train"] + split.tokens.get("validation", []),
+                  "held_out": split.tokens["held_out"]}
+        return TrainingData(split.train, split.held_out, split.tokenizer,
+                            split.held_out.label_names, "classification", source,
+                            val_set=split.validation, tokens=tokens)
     spec = get_task(task or "sparse_evidence")
     train_set, tokenizer = spec.generate(n_train, seed=seed, max_seq=max_seq)
     eval_set, _ = spec.generate(n_eval, seed=seed + 10_000, max_seq=max_seq)
+    val_set = spec.generate(n_val, seed=seed + 20_000, max_seq=max_seq)[0] if n_val else None
     source = {"task": spec.name, "seed": seed, "n_train": n_train, "n_eval": n_eval}
-    return TrainingData(train_set, eval_set, tokenizer, spec.label_names, spec.head, source)
+    if n_val:
+        source["n_val"] = n_val
+    return TrainingData(train_set, eval_set, tokenizer, spec.label_names, spec.head, source,
+                        val_set=val_set)
+
+
+def _decoded(dataset: Any, tokenizer: Any) -> list[list[str]]:
+    lengths = dataset.attention_mask.sum(-1).tolist()
+    return [tokenizer.decode(row[:n]) for row, n in zip(dataset.input_ids.tolist(), lengths,
+                                                         strict=True)]
+
+
+def fit_baseline(data: TrainingData) -> dict[str, Any]:
+    """The bag-of-words naive Bayes baseline on `data`'s split (fitted on the training and
+    validation examples, scored on the held-out ones); {} for a tagging head."""
+    from attndeploy.training.baseline import baseline_metrics
+
+    if data.head != "classification":
+        return {}
+    fit_sets = [data.train_set] + ([data.val_set] if data.val_set is not None else [])
+    if data.tokens is not None:
+        fit_docs, eval_docs = data.tokens["fit"], data.tokens["held_out"]
+    else:
+        fit_docs = [doc for part in fit_sets for doc in _decoded(part, data.tokenizer)]
+        eval_docs = _decoded(data.eval_set, data.tokenizer)
+    fit_labels = torch.cat([part.labels for part in fit_sets]).tolist()
+    return baseline_metrics(fit_docs, fit_labels, eval_docs, data.eval_set.labels.tolist(),
+                            len(data.label_names))
 
 
 def train_checkpoint(
@@ -241,16 +409,23 @@ def train_checkpoint(
     force: bool = False,
     progress: bool = True,
 ) -> TrainResult:
-    """Train, evaluate on the held-out set and save the checkpoint atomically."""
+    """Train, evaluate on the held-out set, compare with the baseline and save the checkpoint
+    atomically. The baseline's numbers join the model's in `metrics`."""
     from pathlib import Path
 
     from attndeploy.checkpoint import save_checkpoint
     from attndeploy.errors import CheckpointError
+    from attndeploy.variants.registry import variant_spec
 
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:  # refuse before spending the training time
         raise CheckpointError(f"{out_dir} already exists; pass --force to replace it")
-    result = train(model_config, data.train_set, data.eval_set, config, progress=progress)
+    if not variant_spec(model_config.variant).gated:
+        config = replace(config, density_target=None)  # only GA-Net has gates to steer
+    result = train(model_config, data.train_set, data.eval_set, config, progress=progress,
+                   val_set=data.val_set)
+    result.metrics.update(fit_baseline(data))
+    result.metrics.update(compare_with_baseline(result.metrics))
     save_checkpoint(
         result.model, out_dir, label_names=data.label_names, tokenizer=data.tokenizer,
         data=data.source, training=result.summary, metrics=result.metrics, force=force,

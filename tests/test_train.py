@@ -7,9 +7,11 @@ words that occur twice), so any variant that trains correctly passes with a marg
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
+import torch
 
 from attndeploy.config import GANetConfig, ModelConfig, QVIConfig
 from attndeploy.errors import ConfigError
@@ -99,5 +101,129 @@ def test_max_seconds_stops_training_early(sparse_evidence):
      ({"learning_rate": 0.0}, "learning rate"), ({"max_seconds": 0.0}, "max_seconds")],
 )
 def test_train_config_rejects_unusable_values(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**kwargs)
+
+
+# ----------------------------------------------------------------------------- epochs, selection
+
+
+def _tiny_config(data, **model: Any) -> ModelConfig:
+    return ModelConfig(vocab_size=len(data.tokenizer), num_labels=len(data.label_names),
+                       head=data.head, **{**SMALL, "d_model": 16, "d_ff": 32, **model})
+
+
+@pytest.fixture(scope="module")
+def small_sparse():
+    return load_training_data(task="sparse_evidence", n_train=256, n_eval=128, n_val=96,
+                              max_seq=32)
+
+
+def test_training_counts_epochs_and_evaluates_after_each(small_sparse):
+    config = TrainConfig(steps=10_000, max_epochs=3, batch_size=64, warmup_steps=2,
+                         keep_best=True)
+    result = train(_tiny_config(small_sparse), small_sparse.train_set, small_sparse.eval_set,
+                   config, progress=False, val_set=small_sparse.val_set)
+    summary = result.summary
+    assert summary["steps_per_epoch"] == 4 and summary["steps_done"] == 12
+    assert summary["epochs_done"] == 3 and summary["stopped_by"] == "epochs"
+    assert [e["epoch"] for e in result.evaluations] == [1, 2, 3]
+    assert all(e["examples"] == 96 for e in result.evaluations)  # the validation set
+    assert summary["selected_on"] == "validation"
+    assert result.metrics["examples"] == 128  # the held-out set
+    best = max(result.evaluations, key=lambda e: (e["accuracy"], -e["loss"]))
+    assert (result.metrics["best_step"], result.metrics["best_epoch"]) == (best["step"],
+                                                                            best["epoch"])
+
+
+def test_patience_stops_training_and_the_best_weights_come_back(small_sparse):
+    config = TrainConfig(steps=10_000, max_epochs=50, batch_size=64, eval_every=1, patience=2,
+                         keep_best=True, learning_rate=0.3, warmup_steps=1)  # it diverges
+    result = train(_tiny_config(small_sparse), small_sparse.train_set, small_sparse.eval_set,
+                   config, progress=False)
+    assert result.summary["stopped_by"] == "patience"
+    assert result.summary["selected_on"] == "held_out"
+    evaluations = result.evaluations
+    best = max(range(len(evaluations)),
+               key=lambda i: (evaluations[i]["accuracy"], -evaluations[i]["loss"]))
+    assert len(evaluations) - 1 - best == 2  # two evaluations without a new best
+    assert result.metrics["best_step"] == evaluations[best]["step"] < result.summary["steps_done"]
+    # Selected on the held-out set: the restored model scores exactly the best evaluation.
+    assert result.metrics["accuracy"] == evaluations[best]["accuracy"]
+    assert result.metrics["loss"] == pytest.approx(evaluations[best]["loss"])
+
+
+def test_by_default_training_ends_with_the_last_step_and_evaluates_once(small_sparse):
+    config = TrainConfig(steps=6, batch_size=64)
+    result = train(_tiny_config(small_sparse), small_sparse.train_set, small_sparse.eval_set,
+                   config, progress=False)
+    assert result.metrics["best_step"] == 6 and result.evaluations == []
+
+
+@pytest.mark.slow
+def test_a_density_target_steers_the_ganet_gates():
+    """Tagging needs every token as a key, so at the paper's tiny lambda the gates stay about half
+    open; with a target the penalty weight rises until the chosen model's gates are that sparse."""
+    data = load_training_data(task="tagging", n_train=1000, n_eval=300, max_seq=32)
+    model = _tiny_config(data, variant="ganet")
+    fixed = TrainConfig(steps=300, keep_best=True)
+    free = train(model, data.train_set, data.eval_set, fixed, progress=False)
+    steered = train(model, data.train_set, data.eval_set,
+                    replace(fixed, density_target=0.25), progress=False)
+    assert free.metrics["density"] > 0.4 and "density_target" not in free.metrics
+    assert steered.metrics["density"] <= 0.3, steered.metrics
+    assert steered.metrics["density_target"] == 0.25
+    weights = [h["density_weight"] for h in steered.history]
+    assert max(weights) > 10 * weights[0] and "density_weight" not in free.history[-1]
+    assert steered.summary["final_density_weight"] == steered.evaluations[-1]["density_weight"]
+
+
+def test_word_dropout_replaces_real_tokens_by_unk_only():
+    from attndeploy.train import UNK_ID, _drop_words
+
+    ids = torch.arange(2, 42).reshape(4, 10)
+    mask = torch.ones_like(ids)
+    mask[2:, 6:] = 0
+    ids = ids * mask
+    dropped = _drop_words(ids, mask, 0.5, torch.Generator().manual_seed(0))
+    changed = dropped != ids
+    assert (dropped[changed] == UNK_ID).all() and not changed[mask == 0].any()
+    assert 0.3 < changed[mask == 1].float().mean() < 0.7
+    assert torch.equal(_drop_words(ids, mask, 0.0, torch.Generator()), ids)
+
+
+def test_length_buckets_keep_every_example_once_and_cut_padding(small_sparse):
+    dataset = small_sparse.train_set
+    plain = list(dataset.batches(16, shuffle=True, generator=torch.Generator().manual_seed(0)))
+    bucketed = list(dataset.batches(16, shuffle=True, generator=torch.Generator().manual_seed(0),
+                                    bucket=True))
+    assert sorted(int(b[2].shape[0]) for b in bucketed) == sorted(int(b[2].shape[0])
+                                                                  for b in plain)
+    seen = torch.cat([b[0][:, 0] * 1000 + b[1].sum(1) for b in bucketed]).sort().values
+    expected = (dataset.input_ids[:, 0] * 1000 + dataset.attention_mask.sum(1)).sort().values
+    assert torch.equal(seen, expected)
+
+    def padding(batches):
+        return sum(int((b[1] == 0).sum()) for b in batches)
+
+    assert padding(bucketed) < padding(plain) / 2
+
+
+def test_the_bag_of_words_baseline_joins_a_built_in_task(small_sparse):
+    from attndeploy.train import fit_baseline
+
+    metrics = fit_baseline(small_sparse)
+    assert metrics["baseline"] == "naive_bayes_bow"
+    assert 0.25 < metrics["baseline_accuracy"] <= 1.0  # markers are words: NB finds them
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"max_epochs": 0}, "max_epochs"), ({"patience": 0}, "patience"),
+     ({"eval_every": -1}, "eval_every"), ({"label_smoothing": 1.0}, "label smoothing"),
+     ({"word_dropout": -0.1}, "word dropout"), ({"density_target": 1.0}, "density target"),
+     ({"weight_decay": -1.0}, "weight decay")],
+)
+def test_train_config_rejects_unusable_training_controls(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         TrainConfig(**kwargs)

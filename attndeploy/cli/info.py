@@ -10,6 +10,7 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
     """Show a checkpoint's model configuration, labels, training summary and metrics."""
     from attndeploy.checkpoint import read_checkpoint
     from attndeploy.models import count_parameters
+    from attndeploy.training.baseline import baseline_verdict
 
     ckpt = read_checkpoint(checkpoint)
     meta = ckpt.metadata
@@ -39,4 +40,8 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
     for key, value in info["metrics"].items():
         console.print(f"  metric {key}: {value:.4f}" if isinstance(value, float)
                       else f"  metric {key}: {value}")
+    verdict = baseline_verdict(info["metrics"])
+    if verdict:
+        style = "green" if info["metrics"].get("beats_baseline") else "bold yellow"
+        console.print(f"  [{style}]{verdict}[/]")
     console.print(f"  weights sha256: {ckpt.weights_sha256}")

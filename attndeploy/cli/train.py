@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,6 +19,44 @@ from attndeploy.cli.options import (
     Variant,
 )
 from attndeploy.cli.output import console, print_json
+from attndeploy.training.config import DEFAULT_DENSITY_TARGET, REAL_TEXT_DEFAULTS, TASK_DEFAULTS
+
+_TASK, _DATA = TASK_DEFAULTS, REAL_TEXT_DEFAULTS
+
+
+def _model_default(key: str) -> str:
+    return _both(_TASK.model[key], _DATA.model[key])
+
+
+def _both(task: Any, data: Any) -> str:
+    """The help text's note of a default that depends on the data."""
+    def show(value: Any) -> str:
+        return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    if task == data:
+        return f"[default: {show(task)}]"
+    return f"[default: {show(task)} for a task; {show(data)} for --data]"
+
+_SHOWN = ("accuracy", "loss", "density", "rescue_rate", "baseline_accuracy")
+
+
+def summary_lines(out: Path, metrics: dict[str, Any], training: dict[str, Any]) -> str:
+    """What `train` prints: the held-out numbers, where the best model was, the baseline."""
+    from attndeploy.training.baseline import baseline_verdict
+
+    shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in _SHOWN if key in metrics)
+    lines = [f"saved [bold]{out}[/] ({training['seconds']:.1f} s): held-out {shown}",
+             f"  best at epoch {training['best_epoch']:g} (step {training['best_step']}) of "
+             f"{training['epochs_done']:g}, chosen on the {training['selected_on']} set; "
+             f"stopped by {training['stopped_by']}"]
+    if "density_target" in metrics:
+        lines.append(f"  gate density {metrics['density']:.3f} (target "
+                     f"{metrics['density_target']:g})")
+    verdict = baseline_verdict(metrics)
+    if verdict:
+        style = "bold yellow" if not metrics.get("beats_baseline") else "green"
+        lines.append(f"  [{style}]{verdict}[/]")
+    return "\n".join(lines)
 
 
 def command(
@@ -32,18 +71,69 @@ def command(
         Path | None, typer.Option("--data", help="JSONL file of {text, label}, instead of --task.")
     ] = None,
     family: Annotated[Family, typer.Option(help="Model family.")] = Family.transformer,
-    d_model: Annotated[int, typer.Option(help="Model width.")] = 64,
-    heads: Annotated[int, typer.Option(help="Attention heads.")] = 4,
-    layers: Annotated[int, typer.Option(help="Encoder layers.")] = 2,
-    d_ff: Annotated[int, typer.Option(help="Feed-forward width.")] = 128,
+    d_model: Annotated[int | None, typer.Option(
+        help=f"Model width. {_model_default('d_model')}")] = None,
+    heads: Annotated[int | None, typer.Option(
+        help=f"Attention heads. {_model_default('n_heads')}")] = None,
+    layers: Annotated[int | None, typer.Option(
+        help=f"Encoder layers. {_model_default('n_layers')}")] = None,
+    d_ff: Annotated[int | None, typer.Option(
+        help=f"Feed-forward width. {_model_default('d_ff')}")] = None,
     max_seq: Annotated[int, typer.Option(help="Longest sequence the model takes.")] = 128,
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 300,
+    steps: Annotated[int | None, typer.Option(
+        help=f"The most optimizer steps. {_both(_TASK.training.steps, _DATA.training.steps)}"
+    )] = None,
+    max_epochs: Annotated[int | None, typer.Option(
+        help="The most passes over the training data. "
+             f"{_both(_TASK.training.max_epochs, _DATA.training.max_epochs)}")] = None,
+    patience: Annotated[int | None, typer.Option(
+        help="Stop after this many evaluations without a better validation score; 0 never "
+             f"stops early. {_both(_TASK.training.patience or 0, _DATA.training.patience)}"
+    )] = None,
+    eval_every: Annotated[int, typer.Option(
+        help="Evaluate for model selection every N steps; 0: after every epoch.")] = 0,
     batch_size: Annotated[int, typer.Option(help="Examples per step.")] = 32,
-    lr: Annotated[float, typer.Option("--lr", help="Peak learning rate (AdamW).")] = 3e-3,
+    lr: Annotated[float | None, typer.Option(
+        "--lr", help="Peak learning rate (AdamW). "
+                     f"{_both(_TASK.training.learning_rate, _DATA.training.learning_rate)}"
+    )] = None,
+    weight_decay: Annotated[float | None, typer.Option(
+        help="AdamW weight decay. "
+             f"{_both(_TASK.training.weight_decay, _DATA.training.weight_decay)}")] = None,
+    dropout: Annotated[float | None, typer.Option(
+        help="Dropout on the attention and feed-forward outputs. "
+             f"{_both(_TASK.model['dropout'], _DATA.model['dropout'])}")] = None,
+    word_dropout: Annotated[float | None, typer.Option(
+        help="Chance that a training token becomes <unk>. "
+             f"{_both(_TASK.training.word_dropout, _DATA.training.word_dropout)}")] = None,
+    label_smoothing: Annotated[float | None, typer.Option(
+        help="Label smoothing of the training loss. "
+             f"{_both(_TASK.training.label_smoothing, _DATA.training.label_smoothing)}"
+    )] = None,
+    embedding_init: Annotated[float | None, typer.Option(
+        help="Draw token and position embeddings from N(0, this^2) (0: PyTorch's N(0, 1)). "
+             f"{_both(_TASK.training.embedding_init, _DATA.training.embedding_init)}"
+    )] = None,
+    weight_average: Annotated[float | None, typer.Option(
+        help="Evaluate and keep a moving average of the weights with this decay (0: off). "
+             f"{_both(_TASK.training.weight_average, _DATA.training.weight_average)}"
+    )] = None,
     seed: SeedOption = 0,
     n_train: Annotated[int, typer.Option(help="Training examples of a built-in task.")] = 4000,
     n_eval: Annotated[int, typer.Option(help="Held-out examples of a built-in task.")] = 1000,
+    n_val: Annotated[int | None, typer.Option(
+        help="Validation examples of a built-in task, for model selection; 0: select on the "
+             f"held-out set. [default: {_TASK.n_val}]")] = None,
     eval_fraction: Annotated[float, typer.Option(help="Held-out share of a JSONL file.")] = 0.2,
+    val_fraction: Annotated[float | None, typer.Option(
+        help="Share of a JSONL file's training part kept apart for model selection; 0: select "
+             f"on the held-out part. [default: {_DATA.val_fraction:g}]")] = None,
+    min_freq: Annotated[int | None, typer.Option(
+        help="JSONL: words seen fewer times in the training part encode as <unk>. "
+             f"[default: {_DATA.min_freq}]")] = None,
+    truncate: Annotated[bool, typer.Option(
+        "--truncate", help="JSONL: keep the first --max-seq tokens of a longer text instead "
+                           "of refusing it.")] = False,
     max_seconds: Annotated[
         float | None, typer.Option(help="Stop training after this many seconds.")
     ] = None,
@@ -51,8 +141,12 @@ def command(
     aux: Annotated[AuxNetwork, typer.Option(help="GA-Net auxiliary network.")] = AuxNetwork.mlp,
     temperature: Annotated[float, typer.Option(help="GA-Net Gumbel-sigmoid temperature.")] = 1.0,
     density_weight: Annotated[
-        float, typer.Option(help="GA-Net density penalty weight (lambda).")
+        float, typer.Option(help="GA-Net density penalty weight (lambda); with a density "
+                            "target, its starting value.")
     ] = 4e-4,
+    density_target: Annotated[float, typer.Option(
+        help="GA-Net: the held-out gate density to reach; the penalty weight adapts during "
+             "training. 0: no target, a fixed --density-weight.")] = DEFAULT_DENSITY_TARGET,
     gate_mode: Annotated[GateMode, typer.Option(help="GA-Net eval gates.")] = GateMode.threshold,
     straight_through: Annotated[
         bool, typer.Option(help="GA-Net straight-through hard gates in training.")
@@ -73,7 +167,7 @@ def command(
     from attndeploy.configbase import with_options
     from attndeploy.errors import ConfigError
     from attndeploy.fsutil import check_output_dir
-    from attndeploy.train import TrainConfig, load_training_data, train_checkpoint
+    from attndeploy.train import load_training_data, train_checkpoint
     from attndeploy.variants.registry import variant_spec
 
     if task is not None and data is not None:
@@ -94,21 +188,40 @@ def command(
             raise ConfigError(f"variant {spec.name!r} has no options")
         base = sub_configs.get(spec.name) or spec.config()
         sub_configs[spec.name] = with_options(base, option, spec.name)
-    train_config = TrainConfig(
-        steps=steps, batch_size=batch_size, learning_rate=lr, seed=seed, max_seconds=max_seconds
+    defaults = _DATA if data is not None else _TASK  # what an option left out means
+    preset = defaults.training
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    train_config = dataclasses.replace(
+        preset, steps=pick(steps, preset.steps), max_epochs=pick(max_epochs, preset.max_epochs),
+        patience=pick(patience, preset.patience) or None, eval_every=eval_every,
+        batch_size=batch_size, learning_rate=pick(lr, preset.learning_rate),
+        weight_decay=pick(weight_decay, preset.weight_decay),
+        word_dropout=pick(word_dropout, preset.word_dropout),
+        label_smoothing=pick(label_smoothing, preset.label_smoothing),
+        embedding_init=pick(embedding_init, preset.embedding_init),
+        weight_average=pick(weight_average, preset.weight_average), seed=seed,
+        max_seconds=max_seconds, density_target=density_target or None,
     )
+    given = {"d_model": d_model, "n_heads": heads, "n_layers": layers, "d_ff": d_ff,
+             "dropout": dropout}
+    architecture = {**defaults.model, "max_seq": max_seq,
+                    **{key: value for key, value in given.items() if value is not None}}
     # Validate the architecture before loading data (vocab and labels are filled in below).
     ModelConfig(vocab_size=2, num_labels=2, variant=variant.value, family=family.value,
-                d_model=d_model, n_heads=heads, n_layers=layers, d_ff=d_ff, max_seq=max_seq,
-                **sub_configs)
+                **architecture, **sub_configs)
     dataset = load_training_data(
         task=task, data_file=data, seed=seed, n_train=n_train, n_eval=n_eval,
         eval_fraction=eval_fraction, max_seq=max_seq,
+        val_fraction=pick(val_fraction, defaults.val_fraction), n_val=pick(n_val, defaults.n_val),
+        truncate=truncate, min_freq=pick(min_freq, defaults.min_freq),
     )
     model_config = ModelConfig(
         vocab_size=len(dataset.tokenizer), num_labels=len(dataset.label_names),
-        variant=variant.value, family=family.value, head=dataset.head, d_model=d_model,
-        n_heads=heads, n_layers=layers, d_ff=d_ff, max_seq=max_seq, **sub_configs,
+        variant=variant.value, family=family.value, head=dataset.head, **architecture,
+        **sub_configs,
     )
     result = train_checkpoint(
         model_config, dataset, train_config, out, force=force, progress=not json_output
@@ -116,7 +229,4 @@ def command(
     if json_output:
         print_json({"checkpoint": str(out), "metrics": result.metrics, "training": result.summary})
         return
-    metrics = ", ".join(
-        f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.metrics.items()
-    )
-    console.print(f"saved [bold]{out}[/] ({result.summary['seconds']:.1f} s): {metrics}")
+    console.print(summary_lines(out, result.metrics, result.summary))

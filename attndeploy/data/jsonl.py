@@ -9,11 +9,12 @@ cutting a text silently could cut away the evidence its label rests on.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from attndeploy.data.dataset import TextDataset
+from attndeploy.data.dataset import TextDataset, split_indices
 from attndeploy.data.tokenizer import WordTokenizer, pad_batch
 from attndeploy.errors import DataError
 
@@ -111,6 +112,12 @@ def load_jsonl(
             raise DataError(f"label_names must hold at least 2 distinct names; got {label_names!r}")
     if tokenizer is None:
         tokenizer = WordTokenizer.build(text for _, text, _ in records)
+    dataset = _encode(path, records, tokenizer, label_names, max_seq=max_seq, truncate=truncate)
+    return dataset, tokenizer
+
+
+def _encode(path: Path, records: list[tuple[int, str, str]], tokenizer: WordTokenizer,
+            label_names: tuple[str, ...], *, max_seq: int, truncate: bool) -> TextDataset:
     label_ids = {name: index for index, name in enumerate(label_names)}
     sequences, targets = [], []
     for lineno, text, label in records:
@@ -130,5 +137,59 @@ def load_jsonl(
         targets.append(label_ids[label])
     input_ids, attention_mask = pad_batch(sequences)  # [N, T] each
     labels_tensor = torch.tensor(targets, dtype=torch.long)  # [N]
-    dataset = TextDataset(input_ids, attention_mask, labels_tensor, label_names, "classification")
-    return dataset, tokenizer
+    return TextDataset(input_ids, attention_mask, labels_tensor, label_names, "classification")
+
+
+@dataclass(frozen=True)
+class JsonlSplit:
+    """A JSONL file split into training, optional validation and held-out parts.
+
+    `tokenizer` knows only the words of the training part (validation and held-out words it never
+    saw encode as `<unk>`, as unseen words will at inference); `tokens` holds each part's texts as
+    token lists (`WordTokenizer.tokenize`), for the bag-of-words baseline.
+    """
+
+    train: TextDataset
+    validation: TextDataset | None
+    held_out: TextDataset
+    tokenizer: WordTokenizer
+    tokens: dict[str, list[list[str]]] = field(repr=False)
+
+
+def load_jsonl_split(
+    path: Path,
+    *,
+    eval_fraction: float,
+    seed: int,
+    val_fraction: float = 0.0,
+    max_seq: int = 128,
+    truncate: bool = False,
+    min_freq: int = 1,
+    max_vocab: int = 20000,
+) -> JsonlSplit:
+    """Read a JSONL file and split it: `eval_fraction` held out (the same examples as
+    `load_jsonl(path)[0].split(eval_fraction, seed=seed)` holds out), then `val_fraction` of the
+    rest kept apart for model selection (seed + 1). The vocabulary is built from the training part
+    alone (`min_freq`, `max_vocab` as in `WordTokenizer.build`); labels are all the file's labels.
+    """
+    path = Path(path)
+    if max_seq < 1:
+        raise DataError(f"max_seq must be at least 1; got {max_seq}")
+    records = _read_records(path)
+    labels = [label for _, _, label in records]
+    _require_two_labels(path, labels)
+    label_names = tuple(sorted(set(labels)))
+    kept, held = split_indices(len(records), eval_fraction, seed=seed)
+    parts = {"train": kept.tolist(), "held_out": held.tolist()}
+    if val_fraction:
+        train, val = split_indices(len(kept), val_fraction, seed=seed + 1)
+        parts["train"], parts["validation"] = kept[train].tolist(), kept[val].tolist()
+    chosen = {name: [records[i] for i in rows] for name, rows in parts.items()}
+    tokenizer = WordTokenizer.build((text for _, text, _ in chosen["train"]),
+                                    min_freq=min_freq, max_vocab=max_vocab)
+    encoded = {name: _encode(path, rows, tokenizer, label_names, max_seq=max_seq,
+                             truncate=truncate) for name, rows in chosen.items()}
+    tokens = {name: [WordTokenizer.tokenize(text) for _, text, _ in rows]
+              for name, rows in chosen.items()}
+    return JsonlSplit(encoded["train"], encoded.get("validation"), encoded["held_out"],
+                      tokenizer, tokens)

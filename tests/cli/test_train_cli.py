@@ -100,6 +100,29 @@ def test_train_on_a_jsonl_file_with_force_replaces_an_existing_out(tmp_path):
     assert config["model"]["variant"] == "standard"
 
 
+def test_train_on_jsonl_reports_the_baseline_and_says_plainly_when_it_is_not_beaten(tmp_path):
+    """Three steps of a tiny model cannot match naive Bayes on words that give the label away:
+    train and info both say so, and the checkpoint records both accuracies."""
+    rows = [{"text": f"{word} item {i}", "label": label}
+            for i in range(30) for word, label in (("sunny", "good"), ("rainy", "bad"))]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    report = parse_json(run_cli("train", "--data", "d.jsonl", *TINY, "--out", "m", "--json",
+                                cwd=tmp_path))
+    metrics, training = report["metrics"], report["training"]
+    assert metrics["baseline"] == "naive_bayes_bow" and metrics["baseline_accuracy"] == 1.0
+    assert metrics["beats_baseline"] is False
+    assert metrics["baseline_margin"] == pytest.approx(metrics["accuracy"] - 1.0)
+    assert metrics["examples"] == 12 and training["selected_on"] == "validation"
+    assert 1 <= metrics["best_step"] <= training["steps_done"] == 3
+    saved = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert saved["metrics"] == metrics and saved["data"]["validation_examples"] == 5
+    shown = run_cli("info", "m", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    flat = " ".join(shown.stdout.split())
+    assert "WARNING: the model does not beat the bag-of-words baseline" in flat
+    assert "metric baseline_accuracy: 1.0000" in flat
+
+
 # ----------------------------------------------------------------------------- errors
 
 # Every failing command, by name; they run concurrently once per module (`failures`), each test
@@ -227,3 +250,17 @@ def test_an_unusable_out_is_refused_before_loading_data_or_training(
     assert info.value.code == 1 and len(err) == 1, err
     assert err[0].startswith("error (output): cannot write") and fragment in err[0], err[0]
     assert (tmp_path / "a_file").read_text() == "not a checkpoint"
+
+
+def test_train_prints_the_best_epoch_the_density_against_its_target_and_the_verdict(tmp_path):
+    from attndeploy.cli.train import summary_lines
+
+    metrics = {"accuracy": 0.61, "loss": 1.2, "density": 0.31, "density_target": 0.3,
+               "baseline_accuracy": 0.64, "beats_baseline": False}
+    training = {"seconds": 12.5, "best_epoch": 4.0, "best_step": 400, "epochs_done": 8.0,
+                "selected_on": "validation", "stopped_by": "patience"}
+    text = summary_lines(tmp_path / "m", metrics, training)
+    assert "held-out accuracy 0.6100" in text and "baseline_accuracy 0.6400" in text
+    assert "best at epoch 4 (step 400) of 8, chosen on the validation set" in text
+    assert "gate density 0.310 (target 0.3)" in text
+    assert "WARNING: the model does not beat the bag-of-words baseline" in text

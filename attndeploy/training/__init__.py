@@ -1,0 +1,6 @@
+"""Parts of the training loop (`attndeploy.train`) that stand on their own.
+
+`baseline`: the bag-of-words naive Bayes every classification run is compared with;
+`density`: GA-Net's density controller (the regulariser weight that steers the gate density to a
+target); `selection`: evaluation-based model selection (best checkpoint, patience).
+"""

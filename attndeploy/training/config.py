@@ -1,0 +1,117 @@
+"""Training settings: `TrainConfig`, and the defaults of `attndeploy train` for each kind of data.
+
+Torch-free, so that the command line can show the defaults in its help without loading torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from attndeploy.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 300  # the most optimizer steps
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 30
+    seed: int = 0
+    max_seconds: float | None = None  # stop once this much training time has passed
+    max_epochs: int | None = None  # the most passes over the training set; None: `steps` only
+    eval_every: int = 0  # evaluate the selection set every N steps; 0: at the end of each epoch
+    patience: int | None = None  # stop after this many evaluations without a new best
+    keep_best: bool = False  # end with the best evaluation's weights, not the last step's
+    label_smoothing: float = 0.0
+    word_dropout: float = 0.0  # training only: each real token becomes <unk> with this chance
+    bucket_by_length: bool = False  # batches of similar lengths (TextDataset.batches(bucket=))
+    density_target: float | None = None  # GA-Net: steer the held-out gate density here
+    density_rate: float = 0.05  # GA-Net: the density controller's gain
+    weight_average: float = 0.0  # evaluate and keep an EMA of the weights with this decay; 0: off
+    embedding_init: float = 0.0  # re-draw token and position embeddings from N(0, this²); 0: off
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ConfigError(f"steps must be >= 1, got {self.steps}")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch size must be >= 1, got {self.batch_size}")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"learning rate must be > 0, got {self.learning_rate}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight decay must be >= 0, got {self.weight_decay}")
+        if self.max_seconds is not None and not self.max_seconds > 0:
+            raise ConfigError(f"max_seconds must be > 0, got {self.max_seconds}")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise ConfigError(f"max_epochs must be >= 1, got {self.max_epochs}")
+        if self.eval_every < 0:
+            raise ConfigError(f"eval_every must be >= 0 (0: every epoch), got {self.eval_every}")
+        if self.patience is not None and self.patience < 1:
+            raise ConfigError(f"patience must be >= 1 evaluation, got {self.patience}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"label smoothing must lie in [0, 1), got {self.label_smoothing}")
+        if not 0.0 <= self.word_dropout < 1.0:
+            raise ConfigError(f"word dropout must lie in [0, 1), got {self.word_dropout}")
+        if self.density_target is not None and not 0.0 < self.density_target < 1.0:
+            raise ConfigError(
+                f"the density target must lie in (0, 1), got {self.density_target}; "
+                "leave it out for a fixed density weight"
+            )
+        if not self.density_rate > 0:
+            raise ConfigError(f"density rate must be > 0, got {self.density_rate}")
+        if self.embedding_init < 0:
+            raise ConfigError(f"embedding_init must be >= 0 (0: off), got {self.embedding_init}")
+        if not 0.0 <= self.weight_average < 1.0:
+            raise ConfigError(
+                f"the weight average's decay must lie in [0, 1) (0: off), got "
+                f"{self.weight_average}"
+            )
+
+
+# Defaults for real text (`attndeploy train --data`), chosen on two real sets of about 4,000
+# short texts in 8 classes (benchmarks/train_real.py; the evidence is in benchmarks/README.md):
+# small embedding init (the largest single gain), heavy dropout and word dropout, label
+# smoothing, a moving average of the weights, epochs with early stopping on a validation split,
+# and GA-Net steered to density 0.3.
+REAL_TEXT = TrainConfig(
+    steps=1_000_000,  # no step limit: epochs, patience and max_seconds end training
+    batch_size=32,
+    learning_rate=2e-3,
+    weight_decay=0.05,
+    warmup_steps=30,
+    max_epochs=20,
+    patience=4,
+    keep_best=True,
+    label_smoothing=0.1,
+    word_dropout=0.2,
+    bucket_by_length=True,
+    density_target=0.3,
+    weight_average=0.99,
+    embedding_init=0.02,
+)
+DEFAULT_DENSITY_TARGET = 0.3
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What `attndeploy train` uses for one kind of data unless told otherwise."""
+
+    training: TrainConfig
+    model: dict[str, Any]  # ModelConfig fields: d_model, n_heads, n_layers, d_ff, dropout
+    val_fraction: float  # JSONL: share of the training part kept for model selection
+    n_val: int  # built-in task: validation examples generated for model selection
+    min_freq: int  # JSONL: words seen fewer times in training encode as <unk>
+
+
+_SMALL_MODEL = {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 128}
+TASK_DEFAULTS = Defaults(TrainConfig(keep_best=True, density_target=DEFAULT_DENSITY_TARGET),
+                         {**_SMALL_MODEL, "dropout": 0.0}, val_fraction=0.0, n_val=500,
+                         min_freq=1)
+REAL_TEXT_DEFAULTS = Defaults(REAL_TEXT, {**_SMALL_MODEL, "dropout": 0.4}, val_fraction=0.1,
+                              n_val=0, min_freq=1)
+
+
+def defaults_for(*, real_text: bool) -> Defaults:
+    """`REAL_TEXT_DEFAULTS` for a JSONL file, `TASK_DEFAULTS` for a built-in task."""
+    return REAL_TEXT_DEFAULTS if real_text else TASK_DEFAULTS

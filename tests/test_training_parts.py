@@ -1,0 +1,80 @@
+"""The training loop's parts that stand alone: GA-Net's density controller, best-model tracking."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from attndeploy.errors import ConfigError
+from attndeploy.training.density import WEIGHT_BOUNDS, DensityController
+from attndeploy.training.selection import BestTracker
+
+
+def test_the_penalty_weight_rises_while_gates_are_too_dense_and_falls_when_too_sparse():
+    controller = DensityController(target=0.3, weight=1e-3, rate=0.05)
+    weights = [controller.update(0.6) for _ in range(50)]
+    assert all(b > a for a, b in zip(weights, weights[1:], strict=False))
+    high = weights[-1]
+    for _ in range(50):
+        controller.update(0.05)
+    assert controller.weight < high
+
+
+def test_the_penalty_weight_holds_still_at_the_target_and_stays_in_bounds():
+    controller = DensityController(target=0.3, weight=0.2)
+    for _ in range(20):
+        controller.update(0.3)
+    assert controller.weight == pytest.approx(0.2)
+    low, high = WEIGHT_BOUNDS
+    for _ in range(10_000):
+        controller.update(1.0)
+    assert controller.weight == high
+    for _ in range(100_000):
+        controller.update(0.0)
+    assert controller.weight == low
+
+
+@pytest.mark.parametrize("kwargs, message", [({"target": 0.0}, "target"),
+                                             ({"target": 1.0}, "target"),
+                                             ({"target": 0.3, "rate": 0.0}, "rate")])
+def test_the_density_controller_refuses_unusable_settings(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        DensityController(weight=1e-3, **kwargs)
+
+
+def _record(step: int, accuracy: float, loss: float = 1.0, **extra) -> dict:
+    return {"step": step, "epoch": step, "accuracy": accuracy, "loss": loss, **extra}
+
+
+def test_the_best_evaluation_keeps_its_weights_and_patience_counts_the_rest():
+    model = nn.Linear(2, 1)
+    tracker = BestTracker(patience=2)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    assert tracker.offer(_record(1, 0.5), model)
+    with torch.no_grad():
+        model.weight.fill_(2.0)
+    assert tracker.offer(_record(2, 0.7), model)
+    with torch.no_grad():
+        model.weight.fill_(3.0)
+    assert not tracker.offer(_record(3, 0.7, loss=2.0), model)  # a tie on accuracy, worse loss
+    assert not tracker.should_stop
+    assert not tracker.offer(_record(4, 0.6), model)
+    assert tracker.should_stop and tracker.best["step"] == 2
+    tracker.restore(model)
+    assert torch.equal(model.weight, torch.full((1, 2), 2.0))
+
+
+def test_with_a_density_target_only_sparse_enough_evaluations_compete():
+    model = nn.Linear(2, 1)
+    tracker = BestTracker(density_target=0.3, density_slack=0.05)
+    tracker.offer(_record(1, 0.9, density=0.8), model)
+    tracker.offer(_record(2, 0.8, density=0.5), model)  # not eligible, but nearer the target
+    assert tracker.best["step"] == 2
+    tracker.offer(_record(3, 0.6, density=0.34), model)  # eligible beats any ineligible one
+    tracker.offer(_record(4, 0.95, density=0.6), model)
+    assert tracker.best["step"] == 3
+    tracker.offer(_record(5, 0.7, density=0.1), model)  # sparser than asked is fine
+    assert tracker.best["step"] == 5
+    assert BestTracker().should_stop is False  # no patience: never stops
