@@ -159,6 +159,10 @@ def command(
         typer.Option("--option", help="A field of the variant's own config as NAME=VALUE "
                      "(repeatable), for any registered variant, e.g. --option pairwise_chunk=32."),
     ] = None,
+    hf_model: Annotated[Path | None, typer.Option(
+        "--hf-model", help="Fine-tune a Hugging Face BERT, RoBERTa or DistilBERT (a local "
+        "save_pretrained folder or a config JSON; nothing is downloaded) with this variant.")
+    ] = None,
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
@@ -193,6 +197,19 @@ def command(
 
     def pick(value: Any, default: Any) -> Any:
         return default if value is None else value
+
+    if hf_model is not None:
+        from attndeploy.cli.train_hf import train_hf_command
+
+        train_hf_command(
+            hf_model=hf_model, variant=variant.value,
+            variant_config=sub_configs.get(variant.value), out=out, task=task, data=data,
+            max_seq=max_seq, steps=pick(steps, preset.steps), batch_size=batch_size,
+            lr=pick(lr, preset.learning_rate), seed=seed, n_train=n_train, n_eval=n_eval,
+            eval_fraction=eval_fraction, max_seconds=max_seconds, force=force,
+            json_output=json_output,
+        )
+        return
 
     train_config = dataclasses.replace(
         preset, steps=pick(steps, preset.steps), max_epochs=pick(max_epochs, preset.max_epochs),

@@ -127,3 +127,25 @@ def test_sources_that_cannot_be_used_fail_with_one_line(tmp_path: Path):
         train(tiny_bert(tmp_path / "bert"), task="tagging")
     with pytest.raises(DataError, match="raise max_seq"):
         train(tmp_path / "bert", max_seq=20)
+
+
+def test_attndeploy_train_hf_model_reaches_the_hf_path_with_the_variant_options(
+        tmp_path: Path, monkeypatch, capsys):
+    """`attndeploy train --hf-model` in process: the options of the command reach the fine-tune."""
+    from attndeploy.cli import app as cli_app
+
+    data = tmp_path / "data.jsonl"
+    rows = [{"text": f"w{i} {'good' if i % 2 else 'bad'} day", "label": "pos" if i % 2 else "neg"}
+            for i in range(40)]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    monkeypatch.setattr("sys.argv", [
+        "attndeploy", "train", "--hf-model", str(tiny_bert(tmp_path / "bert")), "--variant",
+        "evolving", "--alpha", "0.3", "--beta", "0.5", "--data", str(data), "--max-seq", "16",
+        "--steps", "3", "--batch-size", "8", "--out", str(tmp_path / "ckpt"), "--json"])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    assert info.value.code == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["checkpoint"] == str(tmp_path / "ckpt")
+    ckpt = read_checkpoint(tmp_path / "ckpt")
+    assert ckpt.metadata["hf"]  # an HF checkpoint, not the built-in transformer
+    assert ckpt.model_config.options == {"alpha": 0.3, "beta": 0.5, "negative_slope": 0.0}
