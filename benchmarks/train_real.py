@@ -224,13 +224,15 @@ def plot(report: dict, path: Path) -> None:
         ax.tick_params(axis="x", rotation=30)
         ax.legend(loc="lower right", fontsize=8)
     ax = axes[-1]
-    for name in sets:
+    for colour, name in zip(("tab:blue", "tab:orange", "tab:purple"), sets, strict=False):
         for variant in ("ganet", "ganet_dense"):
             r = report["sets"][name]["variants"].get(variant)
             if r is None:
                 continue
             ax.scatter(r["density"], r["accuracy"], marker="o" if variant == "ganet" else "x",
-                       s=60, label=f"{name} {variant}")
+                       s=60, color=colour, label=f"{name} {variant}")
+        ax.axhline(report["sets"][name]["baseline_accuracy"], color=colour, linestyle="--",
+                   linewidth=0.8)
     ax.axvline(TARGET_DENSITY, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("held-out gate density")
     ax.set_ylabel("held-out accuracy")

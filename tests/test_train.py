@@ -163,7 +163,7 @@ def test_by_default_training_ends_with_the_last_step_and_evaluates_once(small_sp
 @pytest.mark.slow
 def test_a_density_target_steers_the_ganet_gates():
     """Tagging needs every token as a key, so at the paper's tiny lambda the gates stay about half
-    open; with a target the penalty weight rises until the chosen model's gates are that sparse."""
+    open; with a target the penalty weight moves until the chosen model's gates are that sparse."""
     data = load_training_data(task="tagging", n_train=1000, n_eval=300, max_seq=32)
     model = _tiny_config(data, variant="ganet")
     fixed = TrainConfig(steps=300, keep_best=True)
@@ -174,7 +174,8 @@ def test_a_density_target_steers_the_ganet_gates():
     assert steered.metrics["density"] <= 0.3, steered.metrics
     assert steered.metrics["density_target"] == 0.25
     weights = [h["density_weight"] for h in steered.history]
-    assert max(weights) > 10 * weights[0] and "density_weight" not in free.history[-1]
+    assert max(weights) > 1.5 * min(weights)  # it moved with the density
+    assert "density_weight" not in free.history[-1]
     assert steered.summary["final_density_weight"] == steered.evaluations[-1]["density_weight"]
 
 

@@ -132,6 +132,9 @@ def baseline_verdict(metrics: dict[str, Any]) -> str | None:
     if model > base:
         return (f"the model beats the bag-of-words baseline: held-out accuracy {model:.4f} "
                 f"vs {base:.4f}")
+    if model == base:
+        return (f"the model does not beat the bag-of-words baseline, it only matches it: "
+                f"held-out accuracy {model:.4f} each")
     return (f"WARNING: the model does not beat the bag-of-words baseline (naive Bayes on word "
             f"counts): held-out accuracy {model:.4f} vs {base:.4f}; more data, other "
             f"settings, or the baseline itself may serve better")

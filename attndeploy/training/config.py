@@ -28,7 +28,7 @@ class TrainConfig:
     word_dropout: float = 0.0  # training only: each real token becomes <unk> with this chance
     bucket_by_length: bool = False  # batches of similar lengths (TextDataset.batches(bucket=))
     density_target: float | None = None  # GA-Net: steer the held-out gate density here
-    density_rate: float = 0.05  # GA-Net: the density controller's gain
+    density_rate: float = 0.02  # GA-Net: the density controller's integral rate
     weight_average: float = 0.0  # evaluate and keep an EMA of the weights with this decay; 0: off
     embedding_init: float = 0.0  # re-draw token and position embeddings from N(0, this²); 0: off
 

@@ -1,35 +1,45 @@
 """GA-Net: steer the hard-gate density to a target by adapting the regulariser's weight λ.
 
 The loss is L_task + λ·R (variants.md §3.5); a fixed λ gives whatever density the data happens to
-settle at (0.6 on real text at the paper's λ = 4e-4). Here λ follows the density the model would
-have in eval mode: after every step, with d the training batch's hard-gate density (gates
-decided on the logits, s > 0, exactly as evaluation decides them),
+settle at (0.44 to 1.0 on real text at the paper's λ = 4e-4, depending on the initialisation).
+Here λ follows the density the model would have in eval mode. After every step, with d the
+training batch's hard-gate density (gates decided on the logits, s > 0, as evaluation decides),
 
-    d̄ ← 0.9·d̄ + 0.1·d                       (a running mean: one batch is noisy)
-    λ ← clip(λ · exp(rate · (d̄ − target) / target), λ_min, λ_max)
+    e  ← 0.9·e + 0.1·(d − target)              (a running mean of the error: batches are noisy)
+    I  ← I + rate·e                            (integral part, log-space)
+    λ  = clip(exp(I + gain·e), λ_min, λ_max)   (plus a proportional part)
 
-a multiplicative (log-space) integral controller: λ grows while the gates are too dense and
-shrinks when they are too sparse, so the gates settle near the target whatever the data. Its
-state is plain numbers, recorded in the training history.
+λ grows while the gates are too dense and shrinks when they are too sparse. The proportional
+part lets λ fall as soon as the density crosses the target, which a pure integral would only do
+after the error had been negative for a while: the density then overshoots far below the target
+(measured on real text: 0.13 and 0.16 for a target of 0.3). λ starts at `START_WEIGHT` unless
+the configured weight is larger: the paper's 4e-4 is far below what holds real text at 0.3
+(0.07 to 0.16 on both benchmark sets), and climbing from there took 6 to 8 of the few epochs
+there are. The penalty only ever pushes gates closed: when the task itself wants fewer gates
+than the target (the built-in sparse_evidence task settles near 0.07), λ sinks to its floor and
+the density stays below the target.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from attndeploy.errors import ConfigError
 
 EMA = 0.1
+GAIN = 2.0
+START_WEIGHT = 0.1
 WEIGHT_BOUNDS = (1e-5, 10.0)
 
 
 @dataclass
 class DensityController:
     target: float
-    weight: float  # λ, starting from the config's density_weight
-    rate: float = 0.05
-    mean_density: float | None = None
+    weight: float  # λ; the starting value is max(this, START_WEIGHT)
+    rate: float = 0.02
+    error: float = 0.0  # running mean of (density − target)
+    integral: float = field(init=False)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.target < 1.0:
@@ -37,15 +47,14 @@ class DensityController:
         if not self.rate > 0:
             raise ConfigError(f"the density controller's rate must be > 0, got {self.rate}")
         low, high = WEIGHT_BOUNDS
-        self.weight = min(max(self.weight, low), high)
+        self.weight = min(max(self.weight, START_WEIGHT, low), high)
+        self.integral = math.log(self.weight)
 
     def update(self, batch_density: float) -> float:
         """Take one training batch's hard-gate density; returns λ for the next step."""
-        if self.mean_density is None:
-            self.mean_density = batch_density
-        else:
-            self.mean_density += EMA * (batch_density - self.mean_density)
-        error = (self.mean_density - self.target) / self.target
+        self.error += EMA * (batch_density - self.target - self.error)
         low, high = WEIGHT_BOUNDS
-        self.weight = min(max(self.weight * math.exp(self.rate * error), low), high)
+        self.integral = min(max(self.integral + self.rate * self.error, math.log(low)),
+                            math.log(high))
+        self.weight = min(max(math.exp(self.integral + GAIN * self.error), low), high)
         return self.weight
