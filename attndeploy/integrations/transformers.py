@@ -33,6 +33,8 @@ Not carried over: the attention-probability dropout of the original layers (the 
 layers have none; hidden dropout is unchanged) and attention weights (`output_attentions`).
 Refused: decoders and cross-attention, 4-D attention masks, GA-Net `gate_mode` `sample`, and
 gradient checkpointing with evolving attention (a recomputed layer would read the wrong chain).
+The hooks belong to the converted model: deep-copy a model before converting it, not after (a
+copy's layers refuse to run).
 """
 
 from __future__ import annotations
