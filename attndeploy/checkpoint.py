@@ -97,21 +97,52 @@ def save_checkpoint(
     force: bool = False,
 ) -> Path:
     """Write the checkpoint atomically; an existing directory is replaced only with `force`."""
+    return write_checkpoint(
+        out_dir, model.state_dict(), model_section=model.config.to_dict(),
+        num_labels=model.config.num_labels, label_names=label_names, tokenizer=tokenizer,
+        data=data, training=training, metrics=metrics, force=force,
+    )
+
+
+def write_checkpoint(
+    out_dir: Path,
+    state_dict: dict[str, torch.Tensor],
+    *,
+    model_section: dict[str, Any],
+    num_labels: int,
+    label_names: tuple[str, ...] | list[str],
+    tokenizer: Any = None,
+    vocab_size: int | None = None,
+    extra_sections: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+    metrics: dict[str, Any] | None = None,
+    force: bool = False,
+) -> Path:
+    """The one writer of a checkpoint folder (config.json + model.safetensors), atomically.
+
+    `extra_sections` go into config.json right after `model` (e.g. the Hugging Face `hf`
+    section); with `vocab_size`, a tokenizer larger than the model's vocabulary is refused.
+    """
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
         raise CheckpointError(f"{out_dir} already exists; pass --force to replace it")
-    if len(label_names) != model.config.num_labels:
+    if len(label_names) != num_labels:
         raise CheckpointError(
-            f"{len(label_names)} label names for a model with {model.config.num_labels} labels"
+            f"{len(label_names)} label names for a model with {num_labels} labels"
         )
-    tensors = {name: t.detach().contiguous().clone() for name, t in model.state_dict().items()}
+    if tokenizer is not None and vocab_size is not None and len(tokenizer) > vocab_size:
+        raise CheckpointError(f"the tokenizer has {len(tokenizer)} pieces, more than the model's "
+                              f"vocab_size {vocab_size}")
+    tensors = {name: t.detach().contiguous().clone() for name, t in state_dict.items()}
     with atomic_directory(out_dir, replace=force) as staging:
         save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": FORMAT})
         config = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "attndeploy_version": __version__,
-            "model": model.config.to_dict(),
+            "model": model_section,
+            **(extra_sections or {}),
             "labels": list(label_names),
             "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
             "data": data or {},

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import tempfile
 import time
@@ -47,13 +46,10 @@ import onnx
 import torch
 from torch import Tensor, nn
 
-from attndeploy import __version__
 from attndeploy.errors import AttnDeployError, CheckpointError, ConfigError, ExportError
 from attndeploy.fsutil import (
-    atomic_directory,
     check_output_file,
     current_umask,
-    file_sha256,
     output_error,
     remove_stale_temporaries,
 )
@@ -222,46 +218,25 @@ def save_hf_checkpoint(
     force: bool = False,
 ) -> Path:
     """Write the checkpoint atomically; an existing directory is replaced only with `force`."""
-    from safetensors.torch import save_file
     from transformers import __version__ as transformers_version
 
-    from attndeploy.checkpoint import CONFIG_FILE, FORMAT, FORMAT_VERSION, WEIGHTS_FILE
+    from attndeploy.checkpoint import write_checkpoint
 
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not force:
-        raise CheckpointError(f"{out_dir} already exists; pass --force to replace it")
     config, hf_model = model.config, model.model
-    if len(label_names) != config.num_labels:
-        raise CheckpointError(f"{len(label_names)} label names for a model with "
-                              f"{config.num_labels} labels")
-    if tokenizer is not None and len(tokenizer) > config.vocab_size:
-        raise CheckpointError(f"the tokenizer has {len(tokenizer)} pieces, more than the model's "
-                              f"vocab_size {config.vocab_size}")
-    tensors = {name: t.detach().contiguous().clone() for name, t in hf_model.state_dict().items()}
     hf_config = hf_model.config.to_dict()
     hf_config["id2label"] = {str(i): name for i, name in enumerate(label_names)}
     hf_config["label2id"] = {name: i for i, name in enumerate(label_names)}
-    with atomic_directory(out_dir, replace=force) as staging:
-        save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": FORMAT})
-        document = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "attndeploy_version": __version__,
-            "model": config.to_dict(),
-            "hf": {
-                "architecture": config.architecture, "model_type": config.model_type,
-                "config": hf_config, "variant": config.variant, "options": config.options,
-                "max_seq": config.max_seq, "transformers_version": transformers_version,
-            },
-            "labels": list(label_names),
-            "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
-            "data": data or {},
-            "training": training or {},
-            "metrics": metrics or {},
-            "weights_sha256": file_sha256(staging / WEIGHTS_FILE),
-        }
-        (staging / CONFIG_FILE).write_text(json.dumps(document, indent=2) + "\n")
-    return out_dir
+    hf_section = {
+        "architecture": config.architecture, "model_type": config.model_type,
+        "config": hf_config, "variant": config.variant, "options": config.options,
+        "max_seq": config.max_seq, "transformers_version": transformers_version,
+    }
+    return write_checkpoint(
+        out_dir, hf_model.state_dict(), model_section=config.to_dict(),
+        num_labels=config.num_labels, label_names=label_names, tokenizer=tokenizer,
+        vocab_size=config.vocab_size, extra_sections={"hf": hf_section}, data=data,
+        training=training, metrics=metrics, force=force,
+    )
 
 
 # ----------------------------------------------------------------------------- read
