@@ -7,7 +7,7 @@ tokens); with a density target λ adapts so that the hard-gate density settles n
 `eval_every` steps, the best evaluation's weights are kept (`attndeploy.training.selection`) and
 training stops after `patience` evaluations without a better one, after `max_epochs`, `steps` or
 `max_seconds`. Evaluation runs in eval mode (hard gates for GA-Net) and reports accuracy, and for
-GA-Net the gate density and the count and rate of all-closed rescues (variants.md §3.7).
+GA-Net the gate density and the count and rate of all-closed rescues (docs/variants.md §3.7).
 
 Two sets of defaults: `TrainConfig()` is tuned to the built-in synthetic tasks (300 steps), and
 `REAL_TEXT_DEFAULTS` to real labelled text from a JSONL file, where

@@ -300,7 +300,7 @@ def GatedAttentionDense(
     scale: float,
 ) -> tuple[TFloat, BOOL]:
     """The dense masked form of GatedAttention: same gates, the full [B,H,Tq,Tk] score matrix
-    masked to the open keys (ops.md: softmax over open keys of S, @ V)."""
+    masked to the open keys (docs/ops.md: softmax over open keys of S, @ V)."""
     gates = HardGates(gate_logits, key_padding_mask)  # [B, Tk]
     scores = ScaledScores(query, key, scale=scale)  # [B, H, Tq, Tk]
     probs = MaskedSoftmax(scores, op.Unsqueeze(gates, [1, 2]))  # [B, H, Tq, Tk]

@@ -6,7 +6,7 @@ auxiliary network, model family, head). Each case carries
 - a tiny `ModelConfig` factory (`case.config(...)`): small enough that a forward pass takes
   milliseconds on a CPU, with 3 layers so an evolving-attention chain has two EA layers;
 - per-dtype tolerances (`case.tolerance("float32")`), with the comparison rule of
-  architecture.md (an element fails only if |a-b| > atol AND |a-b| > rtol·|b|);
+  docs/architecture.md (an element fails only if |a-b| > atol AND |a-b| > rtol·|b|);
 - expected failures: a mapping from a check name to the reason, turned into strict xfail marks by
   `case_params(check)`, so that a check which starts passing is noticed.
 
@@ -36,7 +36,7 @@ import pytest
 
 from attndeploy.config import EvolvingConfig, GANetConfig, ModelConfig, QVIConfig
 
-# architecture.md "Validation": the comparison defaults per dtype, (atol, rtol).
+# docs/architecture.md "Validation": the comparison defaults per dtype, (atol, rtol).
 FP32_TOLERANCE = (1e-5, 1e-4)
 FP16_TOLERANCE = (1e-2, 1e-2)
 

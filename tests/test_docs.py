@@ -229,7 +229,6 @@ def test_links_between_docs_resolve():
             assert (path.parent / target).exists(), f"{path.name}: broken link {target}"
 
 
-@pytest.mark.xfail(strict=True, reason="citations are re-pointed to docs/ in a follow-up commit")
 def test_the_package_cites_docs_not_notes_outside_the_repository():
     offenders = []
     for path, text in _text_files("attndeploy").items():

@@ -56,7 +56,7 @@ class TextDataset:
             raise DataError(f"example {row} is not right-padded (its mask must read 1…1 0…0)")
         if n and (mask[:, 0] == 0).any():
             row = int((mask[:, 0] == 0).nonzero()[0])
-            raise DataError(f"example {row} has no real token (variants.md §1.2)")
+            raise DataError(f"example {row} has no real token (docs/variants.md §1.2)")
         if ((ids != 0) & (mask == 0)).any():
             raise DataError("input_ids must be 0 (<pad>) wherever attention_mask is 0")
         self._check_labels()

@@ -21,8 +21,8 @@ __all__ = ["MAX_TOKEN_CHARS", "WordTokenizer", "pad_batch"]
 def pad_batch(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id lists to the longest one: (input_ids, attention_mask), both int64 [N, T].
 
-    Every sequence must hold at least one id (an all-pad row is invalid input, variants.md §1.2);
-    callers check that first so that their error can name the text.
+    Every sequence must hold at least one id (an all-pad row is invalid input, docs/variants.md
+    §1.2); callers check that first so that their error can name the text.
     """
     input_ids, attention_mask = pad_sequences(sequences)
     return torch.from_numpy(input_ids), torch.from_numpy(attention_mask)

@@ -1,8 +1,9 @@
-"""The `attndeploy` op set (ops.md, version 1): the `OpSpec`s every variant declares, collected.
+"""The `attndeploy` op set (docs/ops.md, version 1): the `OpSpec`s every variant declares,
+collected.
 
 Each variant package that has ops names its `ops` module in its `VariantSpec`; that module's
 `OPS` tuple lists its `OpSpec`s (`attndeploy.export.ops._spec`). Nothing here lists a variant or
-an op: the order is the variants' `order`, then each variant's own order (ops.md order).
+an op: the order is the variants' `order`, then each variant's own order (docs/ops.md order).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from attndeploy.variants.registry import variant_specs
 
 @functools.cache
 def op_specs() -> tuple[OpSpec, ...]:
-    """Every op of the set, in ops.md order (variant by variant)."""
+    """Every op of the set, in docs/ops.md order (variant by variant)."""
     specs: list[OpSpec] = []
     for variant in variant_specs():
         if variant.ops is not None:
@@ -78,7 +79,7 @@ def function_protos(
     """The FunctionProtos to append to `model_proto.functions`, default-domain opset `opset`.
 
     Every op, or only those in `names` (ONNX or functional names, e.g. the op types of a
-    model's `attndeploy` nodes), in ops.md order.
+    model's `attndeploy` nodes), in docs/ops.md order.
     """
     _check_opset(opset)
     wanted = None if names is None else {op_spec(name).name for name in names}

@@ -1,6 +1,6 @@
 """torch.export -> ONNX, shared by `export_model` and `export_checkpoint`: the tracing machinery.
 
-Route (architecture.md, "Export: facts established"): while torch.export traces the model, the
+Route (docs/architecture.md, "Export: facts established"): while torch.export traces the model, the
 attention layers call torch custom ops (`variants._common.call_op` sees
 `torch.compiler.is_exporting()`) and every LSTM direction run calls `attndeploy_std::lstm`
 (`attndeploy.export.lstm`, entered with `lstm_route`); the translation table turns each

@@ -1,7 +1,7 @@
 """Checkpoint -> ONNX: every attention layer one `attndeploy` node with a model-local function.
 
 A thin user of `attndeploy.export.generic.export_model`'s machinery: the checkpoint's model is
-wrapped into the model-level interface of ops.md (`input_ids`, `attention_mask` ->
+wrapped into the model-level interface of docs/ops.md (`input_ids`, `attention_mask` ->
 `logits`[, `gates`]), traced with `batch` and `seq` dynamic (seq up to the model's max_seq), and
 checked against what its config promises (`check_structure`: the custom nodes per layer, one
 `LSTM` per direction run, the interface's dims) on top of the generic checks.
@@ -11,7 +11,8 @@ Stages (timed in `ExportResult.stages`):
   registry       torch.onnx's op registry plus our translations, built once per process/opset
   capture        `torch.export.export`, non-strict, batch and seq dynamic. Called directly, not
                  through `torch.onnx.export(model, ...)`, whose fallback strategies re-export
-                 with torch's "suggested fixes" and silently pin a dynamic dim (architecture.md).
+                 with torch's "suggested fixes" and silently pin a dynamic dim
+                 (docs/architecture.md).
   translate      decomposition, ONNX translation, onnxscript optimizer (`_tracing.to_onnx`); then
                  the dims get the interface's names and the `Attention` masks their query dim
   finish         function bodies, structure checks (`check_structure`), metadata, onnx.checker
@@ -55,7 +56,7 @@ EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 
 
 def interface_of(config: Any) -> ModelInterface:
-    """The model-level interface (ops.md) of a model with this config."""
+    """The model-level interface (docs/ops.md) of a model with this config."""
     return model_interface(
         head=config.head, num_labels=config.num_labels, gated=variant_spec(config.variant).gated
     )

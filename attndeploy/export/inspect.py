@@ -20,7 +20,7 @@ from attndeploy.errors import ExportError
 
 META_PREFIX = "attndeploy."
 PRODUCER = "attndeploy"
-# Metadata every attndeploy export writes (ops.md, "Model-level interface").
+# Metadata every attndeploy export writes (docs/ops.md, "Model-level interface").
 REQUIRED_METADATA = ("variant", "version", "config", "weights_sha256", "opset")
 DEFAULT_DOMAINS = ("", "ai.onnx")
 

@@ -1,6 +1,6 @@
 """Converted Hugging Face models as attndeploy checkpoints: save, read, export.
 
-A checkpoint is the usual directory (`config.json` + `model.safetensors`, architecture.md), so
+A checkpoint is the usual directory (`config.json` + `model.safetensors`, docs/architecture.md), so
 `attndeploy info`, `export`, `validate`, `package` and `serve` take it as they take a built-in
 one: `attndeploy.checkpoint.read_checkpoint` and `attndeploy.export.exporter.export_checkpoint`
 hand a config with an `"hf"` section to `read_hf_checkpoint` and `export_hf_checkpoint`.
@@ -67,7 +67,7 @@ from attndeploy.variants.registry import variant_spec
 
 FAMILY = "hf"
 TOKEN_TYPE_MODELS = ("bert", "roberta")  # model types with segment (token type) embeddings
-# The checkpointed architectures and their heads (the model-level interface of ops.md).
+# The checkpointed architectures and their heads (the model-level interface of docs/ops.md).
 HEADS = {
     "BertForSequenceClassification": "classification",
     "RobertaForSequenceClassification": "classification",
@@ -157,7 +157,7 @@ class HFClassifier(nn.Module):
 
     `forward(input_ids [B,T], attention_mask [B,T]) -> {"logits": [B,C] or [B,T,C],
     "gates": bool [B,T] (GA-Net)}`; with `details=True` also GA-Net's "gate_logits" (the logits
-    the gates were decided on) and in training "density_penalty" (R, variants.md §3.5), as the
+    the gates were decided on) and in training "density_penalty" (R, docs/variants.md §3.5), as the
     built-in models (`attndeploy.train.evaluate` and the validators call it this way).
     """
 

@@ -8,8 +8,8 @@ Encoding is BERT's: `BertNormalizer` (lowercase, accents stripped, control chara
 CJK characters spaced), `BertPreTokenizer` (split on whitespace and punctuation), WordPiece
 (greedy longest-match-first with `##` continuation pieces; a word it cannot cover, or one longer
 than `max_input_chars_per_word`, becomes `[UNK]`), then `[CLS] pieces [SEP]`. Batches are right
-padded with `[PAD]`, which is id 0 as everywhere in attndeploy (variants.md §1.2); the attention
-mask is 1 on real tokens, specials included.
+padded with `[PAD]`, which is id 0 as everywhere in attndeploy (docs/variants.md §1.2); the
+attention mask is 1 on real tokens, specials included.
 
 `to_dict()` (what a checkpoint's config.json holds under "tokenizer" and an exported model's
 `attndeploy.tokenizer` metadata holds as JSON):

@@ -24,7 +24,7 @@ What `convert` changes (and nothing else):
 - Evolving attention (EA-BERT): one chain through the encoder stack. Layer 0 starts it (vanilla,
   no conv); layer l > 0 mixes its logits with those layer l-1 handed on ([B, H, T, T]).
 - GA-Net: ONE `GateNetwork` (registered as `<embeddings>.gate_network`) scores the token
-  embeddings (the word-embedding table's output, before positions; variants.md §3.2) once per
+  embeddings (the word-embedding table's output, before positions; docs/variants.md §3.2) once per
   forward pass; every layer gates its keys with those logits. After a forward pass,
   `forward_state(model).gates` holds the gates the last layer applied (bool [B, T]) and
   `.gate_logits` the logits they were decided on (plus logistic noise in training).

@@ -1,6 +1,6 @@
 """The paper's GA-Net model: BiLSTM backbone, BiLSTM auxiliary gate network, gated pooling.
 
-Letters: b batch, t position. variants.md §3.4. Variant `standard` is the same model with soft
+Letters: b batch, t position. docs/variants.md §3.4. Variant `standard` is the same model with soft
 (ungated) attention pooling, the paper's baseline.
 """
 

@@ -1,4 +1,4 @@
-"""Model-level input checks (ops.md "Model-level interface"), shared by every entry point."""
+"""Model-level input checks (docs/ops.md "Model-level interface"), shared by every entry point."""
 
 from __future__ import annotations
 

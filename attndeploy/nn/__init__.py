@@ -19,7 +19,7 @@ Tensors: `x` float [B, T, D]; `key_padding_mask` bool [B, T], True = real token 
 
 They are the layers of the built-in models (one implementation per variant). Inside any model,
 `attndeploy.export.export_model` writes each call of a QVI, gated or evolving layer as one node
-of the `attndeploy` ONNX domain with its function (ops.md), so any onnxruntime runs it.
+of the `attndeploy` ONNX domain with its function (docs/ops.md), so any onnxruntime runs it.
 """
 
 from __future__ import annotations

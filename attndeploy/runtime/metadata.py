@@ -1,6 +1,6 @@
 """What in-process inference needs from an exported model's `metadata_props`, parsed from a dict.
 
-`attndeploy export` records (ops.md, "Model-level interface"; exporter `build_metadata`):
+`attndeploy export` records (docs/ops.md, "Model-level interface"; exporter `build_metadata`):
 `attndeploy.variant`, `attndeploy.version`, `attndeploy.config` (the JSON model config),
 `attndeploy.weights_sha256`, `attndeploy.labels` (JSON list of label names), `attndeploy.max_seq`
 (the export's limit, at most the config's) and `attndeploy.tokenizer` (the word vocabulary as

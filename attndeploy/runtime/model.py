@@ -8,7 +8,7 @@
 Everything the model needs comes from its ONNX metadata (`runtime.metadata`): labels, the word
 vocabulary, max_seq, the variant and head. `predict` sorts the texts by length and runs them in
 batches of neighbours, so a batch pads to nearly its own length, and hands the predictions back
-in input order. Padding does not change a model's outputs for the real tokens (ops.md,
+in input order. Padding does not change a model's outputs for the real tokens (docs/ops.md,
 "Model-level interface"), so the order of the batches does not matter.
 
 One onnxruntime session serves every call; `InferenceSession.run` is thread-safe and nothing

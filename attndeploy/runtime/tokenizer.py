@@ -2,7 +2,7 @@
 
 Ids 0 and 1 are always `<pad>` and `<unk>`. Text is lowercased and split into runs of word
 characters and single punctuation marks, so "Hello, world!" -> ["hello", ",", "world", "!"].
-Batches are right-padded (variants.md §1.2): the attention mask of a row reads 1…1 0…0.
+Batches are right-padded (docs/variants.md §1.2): the attention mask of a row reads 1…1 0…0.
 
 A token longer than `MAX_TOKEN_CHARS` (a base64 blob, a run of digits, a file pasted into a
 field) never enters a built vocabulary, so it encodes as `<unk>` in training and inference alike;
@@ -34,8 +34,8 @@ MAX_TOKEN_CHARS = 100
 def pad_sequences(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     """Right-pad id lists to the longest one: (input_ids, attention_mask), both int64 [N, T].
 
-    Every sequence must hold at least one id (an all-pad row is invalid input, variants.md §1.2);
-    callers check that first so that their error can name the text.
+    Every sequence must hold at least one id (an all-pad row is invalid input, docs/variants.md
+    §1.2); callers check that first so that their error can name the text.
     """
     width = max(map(len, sequences), default=0)
     input_ids = np.zeros((len(sequences), width), dtype=np.int64)  # [N, T], 0 = <pad>

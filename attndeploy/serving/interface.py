@@ -1,4 +1,4 @@
-"""The model-level interface (ops.md, "Model-level interface"), declared once.
+"""The model-level interface (docs/ops.md, "Model-level interface"), declared once.
 
 Every exported attndeploy model takes `input_ids` and `attention_mask` (int64 `[batch, seq]`) and
 returns `logits` (float32 `[batch, num_labels]`, or `[batch, seq, num_labels]` for token tagging)

@@ -1,8 +1,9 @@
 """The arithmetic of a load test, free of any server: percentiles, the stability rule, differences
 of Triton's statistics between two snapshots, arrival schedules and the output comparison.
 
-Conventions follow perf_analyzer (see "Load tests: conventions of the field" in the architecture
-notes) and the comparison rule of Polygraphy (see "Validation: what parity means here").
+Conventions follow perf_analyzer (see "Load tests: conventions of the field" in
+docs/architecture.md) and the comparison rule of Polygraphy (see "Validation: what parity means
+here").
 """
 
 from __future__ import annotations

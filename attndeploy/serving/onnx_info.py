@@ -1,6 +1,6 @@
 """What the packager needs to know about an exported model, read from its ONNX `metadata_props`.
 
-`attndeploy export` records (ops.md, "Model-level interface"): `attndeploy.variant`,
+`attndeploy export` records (docs/ops.md, "Model-level interface"): `attndeploy.variant`,
 `attndeploy.version`, `attndeploy.config` (the JSON model config), `attndeploy.weights_sha256` and
 `attndeploy.labels` (JSON list of label names). A file without them was not made by attndeploy.
 The config must name `variant`, `head`, `num_labels`, `max_seq` and `vocab_size` (the python

@@ -1,9 +1,9 @@
 """GA-Net: steer the hard-gate density to a target by adapting the regulariser's weight λ.
 
-The loss is L_task + λ·R (variants.md §3.5); a fixed λ gives whatever density the data happens to
-settle at (0.44 to 1.0 on real text at the paper's λ = 4e-4, depending on the initialisation).
-Here λ follows the density the model would have in eval mode. After every step, with d the
-training batch's hard-gate density (gates decided on the logits, s > 0, as evaluation decides),
+The loss is L_task + λ·R (docs/variants.md §3.5); a fixed λ gives whatever density the data happens
+to settle at (0.44 to 1.0 on real text at the paper's λ = 4e-4, depending on the initialisation).
+Here λ follows the density the model would have in eval mode. After every step, with d the training
+batch's hard-gate density (gates decided on the logits, s > 0, as evaluation decides),
 
     e  ← 0.9·e + 0.1·(d − target)              (a running mean of the error: batches are noisy)
     I  ← I + rate·e                            (integral part, log-space)

@@ -1,19 +1,19 @@
 """Parity statistics: one output of one runner against the reference, as data.
 
-Rule (Polygraphy's elementwise check, architecture.md "Validation"): an element fails only if
+Rule (Polygraphy's elementwise check, docs/architecture.md "Validation"): an element fails only if
 `|a - b| > atol` AND `|a - b| > rtol·|b|`, where `a` is the output under test and `b` the reference.
 Any NaN or Inf in either array fails the output (the op contract promises finite outputs for
 finite input); the statistics are computed over the elements that are finite in both.
 
 Relative error is `|a - b| / |b|`; it is `inf` where `b == 0` and `a != b`, and 0 where both are 0.
 
-Padded positions carry no meaning (variants.md §1.2): for token-tagging logits and for gates only
-the real tokens (`valid`) are compared. Argmax agreement of logits is reported (per example, or per
-real token for tagging) but does not decide pass/fail: the tolerance rule does.
+Padded positions carry no meaning (docs/variants.md §1.2): for token-tagging logits and for gates
+only the real tokens (`valid`) are compared. Argmax agreement of logits is reported (per example, or
+per real token for tagging) but does not decide pass/fail: the tolerance rule does.
 
 Gates (GA-Net) are discrete and must agree exactly. A flip is accepted only where the reference's
-gate logit is within `flip_tolerance` of 0 (variants.md §3.6: |s| < 1e-4 in fp32), because a logit
-that close to the threshold may round either way. The comparison reports the flip count, the
+gate logit is within `flip_tolerance` of 0 (docs/variants.md §3.6: |s| < 1e-4 in fp32), because a
+logit that close to the threshold may round either way. The comparison reports the flip count, the
 smallest |s| among flips and the smallest |s| over all real tokens (the margin).
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-GATE_FLIP_TOLERANCE = 1e-4  # variants.md §3.6
+GATE_FLIP_TOLERANCE = 1e-4  # docs/variants.md §3.6
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Tolerance:
         return {"atol": self.atol, "rtol": self.rtol}
 
 
-# dtype recorded in the ONNX metadata -> default tolerance (architecture.md)
+# dtype recorded in the ONNX metadata -> default tolerance (docs/architecture.md)
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
     "float32": Tolerance(1e-5, 1e-4),
     "float16": Tolerance(1e-2, 1e-2),
@@ -297,7 +297,7 @@ def compare_outputs(
     flip_tolerance: float = GATE_FLIP_TOLERANCE,
     outputs: tuple[str, ...] | None = None,
 ) -> CompareResult:
-    """Compare every model-level output; gates first (variants.md §3.6).
+    """Compare every model-level output; gates first (docs/variants.md §3.6).
 
     `tolerances`: one Tolerance, or {output name: Tolerance} with the key "*" as the default.
     `outputs` names what to compare (default: every output of `expected` except `gate_logits`,

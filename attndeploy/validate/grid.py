@@ -1,9 +1,9 @@
 """The (batch, seq) shapes a validation runs and the deterministic inputs for each.
 
-Padding rule (right padding, variants.md §1.2): a batch of one row is all real tokens; in a batch
-of more rows, row 0 is full, row 1 has a single real token and the other rows have random
-lengths in [1, seq]. So every multi-row shape with seq > 1 mixes padded and unpadded rows, and
-every row has at least one real token (a row without one is invalid input).
+Padding rule (right padding, docs/variants.md §1.2): a batch of one row is all real tokens; in a
+batch of more rows, row 0 is full, row 1 has a single real token and the other rows have random
+lengths in [1, seq]. So every multi-row shape with seq > 1 mixes padded and unpadded rows, and every
+row has at least one real token (a row without one is invalid input).
 
 Inputs are a function of (seed, batch, seq) only, so one shape gives the same tensors whatever
 the grid around it: token ids of real tokens are drawn from [2, vocab) (0 is padding, 1 is kept

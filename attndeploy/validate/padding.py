@@ -1,4 +1,5 @@
-"""Padding invariance in the exported graph (ops.md "Model-level interface", variants.md C3).
+"""Padding invariance in the exported graph (docs/ops.md "Model-level interface", docs/variants.md
+C3).
 
 Adding right padding to a request (more `seq` with `attention_mask` 0 and token id 0) must leave
 the outputs of the real tokens unchanged: classifier logits as a whole, tagging logits and gates

@@ -1,7 +1,7 @@
-"""Runners: one interface for every backend that can execute a model (style.md, Polygraphy).
+"""Runners: one interface for every backend that can execute a model (Polygraphy's design).
 
 A runner is a context manager with a `name` and `infer(feed) -> outputs`, both dicts of numpy
-arrays keyed by tensor name (the model-level interface of ops.md: `input_ids`/`attention_mask`
+arrays keyed by tensor name (the model-level interface of docs/ops.md: `input_ids`/`attention_mask`
 in, `logits` [+ `gates`] out). `attndeploy.serving.client.TritonRunner` has the same interface,
 so parity checks and load tests swap backends freely.
 

@@ -73,7 +73,7 @@ class ValidationOptions:
     extra_runners:      more runners (the runner interface, e.g. TritonRunner), run on every shape.
     providers/threads:  onnxruntime execution providers and intra-op threads.
     gate_flip_tolerance: GA-Net flips accepted where |gate logit| < this; None -> 1e-4
-                        (fp32, variants.md §3.6) or 1e-2 (fp16).
+                        (fp32, docs/variants.md §3.6) or 1e-2 (fp16).
     padding_check:      check that extra right padding leaves outputs unchanged (onnxruntime).
     progress:           a callback (completed, total, description) or a rich `Progress`.
     """

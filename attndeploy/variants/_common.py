@@ -77,7 +77,7 @@ def merge_heads(x: Tensor) -> Tensor:
 
 
 def per_head_weight(n_heads: int, dim: int) -> nn.Parameter:
-    """[H, d, d] weight initialised U(±1/sqrt(d)) (variants.md §2.2)."""
+    """[H, d, d] weight initialised U(±1/sqrt(d)) (docs/variants.md §2.2)."""
     bound = dim**-0.5
     return nn.Parameter(torch.empty(n_heads, dim, dim).uniform_(-bound, bound))
 

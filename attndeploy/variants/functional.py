@@ -1,11 +1,11 @@
-"""Functional reference implementations of the `attndeploy` ONNX op set (ops.md, version 1).
+"""Functional reference implementations of the `attndeploy` ONNX op set (docs/ops.md, version 1).
 
 Letters: b batch, h heads, i query position, j key position, d/e head features.
 One function per op, same argument order and meaning as the op, snake_case names. The attention
 layers call these (through `attndeploy.variants._common.call_op`), and the ONNX function bodies
 of the exporter are tested against them: they are the single source of truth for the maths.
 
-Conventions (ops.md): tensors are `[B, H, T, d]`; `key_padding_mask` is bool `[B, T]` with
+Conventions (docs/ops.md): tensors are `[B, H, T, d]`; `key_padding_mask` is bool `[B, T]` with
 True = real token; weights are per head `[H, d_in, d_out]`, applied as `x @ W`; masked softmax adds
 the most negative finite value of the dtype (never -inf) and runs in fp32; no output is NaN for
 finite input, also for rows without any real token.

@@ -41,7 +41,7 @@ class VariantSpec:
     """An attention variant, declared once in its own package.
 
     name:        the variant's name (`--variant`, `ModelConfig.variant`, the ONNX metadata).
-    order:       its place in tables, CLI choices and the op set (ops.md order).
+    order:       its place in tables, CLI choices and the op set (docs/ops.md order).
     summary:     one line on what it changes (help texts, `info`).
     layer:       "module:Class" of its `attndeploy.nn` layer (an `AttentionBase` with
                  `from_config` and `forward_context`).

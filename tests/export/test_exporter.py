@@ -1,10 +1,10 @@
-"""Contract tests of the model exporter over every case of `tests/cases.py` (ops.md, "Model-level
-interface"; architecture.md, "Export: facts established").
+"""Contract tests of the model exporter over every case of `tests/cases.py` (docs/ops.md,
+"Model-level interface"; docs/architecture.md, "Export: facts established").
 
 Every case is exported once per session (`conftest.exports`). The expectations here are written
 out independently of `attndeploy.export.exporter` (the op counts per variant, the interface dims),
 and numbers are compared with the checkpoint's PyTorch model in eval mode at shapes unlike the
-export example (batch 2, seq 8), with the rule of architecture.md: an element fails only if
+export example (batch 2, seq 8), with the rule of docs/architecture.md: an element fails only if
 |a - b| > atol AND |a - b| > rtol·|b|.
 """
 
@@ -38,7 +38,7 @@ SHAPES = (((11, 7, 1), 11), ((1,), 1), ((TINY_MAX_SEQ, 5), TINY_MAX_SEQ))
 
 
 def expected_nodes(config: ModelConfig) -> Counter:
-    """ops.md: one custom node per attention layer, plus GA-Net's gated pooling."""
+    """docs/ops.md: one custom node per attention layer, plus GA-Net's gated pooling."""
     n = config.n_layers if config.family == "transformer" else 0
     per_variant = {
         "standard": Counter(),

@@ -1,9 +1,9 @@
-"""Contract tests of the `attndeploy` ONNX ops (ops.md): every function body against PyTorch.
+"""Contract tests of the `attndeploy` ONNX ops (docs/ops.md): every function body against PyTorch.
 
 One table of op cases (`CASES`) drives the parity tests: each op runs as a single custom node
 with its FunctionProto, symbolic dims, in onnxruntime (all optimizations and none) and in the
 ONNX reference evaluator, at several layouts, and is compared with
-`attndeploy.variants.functional`. Comparison rule (architecture.md): an element fails only if
+`attndeploy.variants.functional`. Comparison rule (docs/architecture.md): an element fails only if
 |a - b| > atol AND |a - b| > rtol·|b|; discrete outputs (gates) must agree exactly.
 """
 
@@ -159,7 +159,7 @@ QVI_DIMS = {
 class OpCase:
     """One op under test: its inputs, attributes, reference and symbolic dims."""
 
-    op: str  # ONNX op name (ops.md)
+    op: str  # ONNX op name (docs/ops.md)
     make_inputs: Callable[[np.random.Generator, Layout], dict[str, np.ndarray]]
     dims: dict[str, str]  # input/output name -> symbolic dims, e.g. "B H T d"
     attributes: dict[str, float] = dataclasses.field(default_factory=dict)

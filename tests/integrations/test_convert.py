@@ -65,7 +65,7 @@ def _qvi_gamma_one(model: torch.nn.Module) -> None:
                 layer.attention.gate_bias.fill_(50.0)
 
 
-REDUCTIONS = {  # variant settings that make it vanilla attention (variants.md §6: E1, Q1, G1)
+REDUCTIONS = {  # variant settings that make it vanilla attention (docs/variants.md §6: E1, Q1, G1)
     "evolving": ({"alpha": 0.0, "beta": 0.0}, None),
     "qvi": ({}, _qvi_gamma_one),
     "ganet": ({}, _open_every_gate),

@@ -22,7 +22,7 @@ largest differences measured on this matrix (onnxruntime 1.32 and 1.19.2, CPU):
 - transformer optimizer vs plain: 2.4e-7 (fp32 1e-6; fp16 2^-10 as across versions: a fused
   op rounds to float16 once instead of after every op it replaces).
 - onnx.reference vs onnxruntime: fp32 1.2e-7, fp16 4.5e-4 (numpy computes float16 in float16):
-  the project's defaults (architecture.md: 1e-5/1e-4, 1e-2/1e-2).
+  the project's defaults (docs/architecture.md: 1e-5/1e-4, 1e-2/1e-2).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from attndeploy.export import _registry
 from tests.export.test_ops import CASE_BY_OP, LAYOUTS, make_runner, run_case
 
 CONTROL_FLOW = ("If", "Loop", "Scan")
-# ops.md's attributes decide these Ifs: onnxruntime keeps only the taken branch at load time.
+# docs/ops.md's attributes decide these Ifs: onnxruntime keeps only the taken branch at load time.
 ATTRIBUTE_CONDITIONS = {"EvolvingAttention": 2}  # LeakyRelu's slope, beta = 1
 
 

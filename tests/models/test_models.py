@@ -1,4 +1,4 @@
-"""Model-level contracts C1–C6 (variants.md §6) for every row of the case table.
+"""Model-level contracts C1–C6 (docs/variants.md §6) for every row of the case table.
 
 All comparisons are in eval mode (GA-Net: threshold gates) and read real positions only.
 """

@@ -1,6 +1,7 @@
 """Every `attndeploy.nn` layer inside a model the tests define, exported with `export_model` and
-compared with PyTorch eval mode in onnxruntime over a padded shape grid (ops.md, variants.md C1,
-C3, C7, G2, G3, E8). GA-Net gates must agree exactly; evolving logits layer by layer.
+compared with PyTorch eval mode in onnxruntime over a padded shape grid (docs/ops.md,
+docs/variants.md C1, C3, C7, G2, G3, E8). GA-Net gates must agree exactly; evolving logits layer by
+layer.
 """
 
 from __future__ import annotations

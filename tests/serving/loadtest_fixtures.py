@@ -1,6 +1,6 @@
 """A tiny model repository for the client and load-test tests (no dependency on `repository.py`).
 
-The model follows the model-level interface of `ops.md`: `input_ids` / `attention_mask` INT64
+The model follows the model-level interface of `docs/ops.md`: `input_ids` / `attention_mask` INT64
 `[batch, seq]` in, `logits` FP32 `[batch, num_labels]` and `gates` BOOL `[batch, seq]` out (as a
 GA-Net model would). `1/model.onnx` is built with `onnx.helper`; `1/model.py` is a python-backend
 model that runs it with onnxruntime, batching same-length requests into one session call.

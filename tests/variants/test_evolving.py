@@ -1,4 +1,4 @@
-"""Evolving-attention invariants E1–E7 (variants.md §4, §6).
+"""Evolving-attention invariants E1–E7 (docs/variants.md §4, §6).
 
 The references here evaluate each example on its real block only (a T_b x T_b map with the conv's
 own zero border), which is what the pad-zeroing rule Z must reproduce under right padding.

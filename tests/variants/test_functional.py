@@ -1,4 +1,5 @@
-"""Contracts shared by every op of `attndeploy.variants.functional` (variants.md §6 C1, C2, C6).
+"""Contracts shared by every op of `attndeploy.variants.functional` (docs/variants.md §6 C1, C2,
+C6).
 
 Each op runs on random tensors through a small adapter (`OPS`) that supplies its weights, so one
 parametrised test checks shapes, finiteness and the no-NaN rule for all of them.

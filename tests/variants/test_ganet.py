@@ -1,4 +1,5 @@
-"""GA-Net invariants G1–G10 (variants.md §3, §6): hard gates, rescue, gather path, relaxation."""
+"""GA-Net invariants G1–G10 (docs/variants.md §3, §6): hard gates, rescue, gather path,
+relaxation."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""QVI invariants Q1–Q5 (variants.md §2, §6), against the tests' own per-example references."""
+"""QVI invariants Q1–Q5 (docs/variants.md §2, §6), against the tests' own per-example references."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _lin(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 
 
 def reference_pooled(q, k, v, lengths, u_w, u_b, w_w, w_b, g_v, g_q, g_b, p_w) -> Tensor:
-    """variants.md §2.3 one example and one head at a time, on the real positions only."""
+    """docs/variants.md §2.3 one example and one head at a time, on the real positions only."""
     out = torch.zeros_like(q)
     scale = q.shape[-1] ** -0.5
     for b, n in enumerate(lengths):
@@ -50,7 +50,7 @@ def reference_pooled(q, k, v, lengths, u_w, u_b, w_w, w_b, g_v, g_q, g_b, p_w) -
 
 
 def reference_pairwise(q, k, v, lengths, u_w, u_b, w_w, w_b, g_v, g_q, g_b) -> Tensor:
-    """variants.md §2.4 with explicit loops over query i and key j (real positions only)."""
+    """docs/variants.md §2.4 with explicit loops over query i and key j (real positions only)."""
     out = torch.zeros_like(q)
     scale = q.shape[-1] ** -0.5
     for b, n in enumerate(lengths):

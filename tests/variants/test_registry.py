@@ -1,4 +1,4 @@
-"""The variant registry, op routing and config validation (style.md: a registry, not ladders)."""
+"""The variant registry, op routing and config validation (a registry, not ladders)."""
 
 from __future__ import annotations
 

@@ -33,11 +33,11 @@ import onnxscript
 from onnxscript import BFLOAT16, BOOL, FLOAT, FLOAT16, INT64
 from onnxscript import opset18 as op
 
-# The element types every op accepts for its float tensors (ops.md: `T`). onnxscript reads
+# The element types every op accepts for its float tensors (docs/ops.md: `T`). onnxscript reads
 # `typing.Union` but not `X | Y` (types.UnionType) in a TypeVar bound: keep the old spelling.
 TFloat = TypeVar("TFloat", bound=Union[FLOAT, FLOAT16, BFLOAT16])  # noqa: UP007
 
-# The domain and version of the contract (ops.md), and the private domain of the helpers.
+# The domain and version of the contract (docs/ops.md), and the private domain of the helpers.
 DOMAIN = "attndeploy"
 DOMAIN_VERSION = 1
 ATTNDEPLOY = onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION)

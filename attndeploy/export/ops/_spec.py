@@ -1,4 +1,4 @@
-"""`OpSpec`: one op of the `attndeploy` op set (ops.md, version 1), and what export derives.
+"""`OpSpec`: one op of the `attndeploy` op set (docs/ops.md, version 1), and what export derives.
 
 An op is declared once, beside its variant (`attndeploy/variants/<name>/op_*.py`): the torch
 custom op (`torch.ops.attndeploy.<name>`), its fake, and its onnxscript body; the variant's
@@ -52,7 +52,7 @@ class OpSpec:
     Declared in the `OPS` of its variant's `ops` module (`attndeploy/variants/<name>/ops.py`).
     """
 
-    name: str  # ONNX op type in domain `attndeploy`, as in ops.md
+    name: str  # ONNX op type in domain `attndeploy`, as in docs/ops.md
     reference: Callable[..., Any]  # the PyTorch reference (e.g. `functional.qvi_attention`)
     torch_op: torch._ops.OpOverload  # torch.ops.attndeploy.<reference name>.default
     function: onnxscript.OnnxFunction  # the body; may call the helpers of `ops._common`
@@ -199,7 +199,7 @@ def _type_string(type_: ir.TypeProtocol) -> str:
 def _schema_from_function(
     function: onnxscript.OnnxFunction, output_names: tuple[str, ...]
 ) -> onnx.defs.OpSchema:
-    """OpSchema from the body's annotations: `TFloat` becomes the constraint `T` of ops.md,
+    """OpSchema from the body's annotations: `TFloat` becomes the constraint `T` of docs/ops.md,
     a single-type annotation (BOOL) a concrete type; every attribute is required."""
     signature = function.op_signature
     constraints: dict[str, list[str]] = {}

@@ -1,7 +1,7 @@
 """Start, wait for and stop a local Triton Inference Server (`tritonserver`) on a model repository.
 
 The binary normally comes from the `nvidia-pytriton` wheel, which ships `tritonserver` 2.51 with the
-python backend (see "Serving: facts about Triton here" in the architecture notes). Three things make
+python backend (see "Serving: facts about Triton here" in docs/architecture.md). Three things make
 that binary work outside the pytriton library:
 
 - a backend directory of *symlinks* into the wheel (`prepare_backend_dir`): a copied stub cannot

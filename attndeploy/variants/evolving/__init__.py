@@ -1,4 +1,4 @@
-"""`evolving`: evolving attention (variants.md §4): each layer's logits mix with a 3x3
+"""`evolving`: evolving attention (docs/variants.md §4): each layer's logits mix with a 3x3
 convolution of the previous layer's."""
 
 from attndeploy.variants.evolving.config import EvolvingConfig

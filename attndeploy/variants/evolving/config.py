@@ -10,7 +10,7 @@ from attndeploy.errors import ConfigError
 
 @dataclass(frozen=True)
 class EvolvingConfig:
-    """Evolving attention (variants.md §4): paper notation, alpha = previous-logit weight."""
+    """Evolving attention (docs/variants.md §4): paper notation, alpha = previous-logit weight."""
 
     alpha: float = 0.5
     beta: float = 1.0

@@ -1,4 +1,4 @@
-"""Evolving attention (variants.md §4). Letters: b h, i/j query/key positions, l layer.
+"""Evolving attention (docs/variants.md §4). Letters: b h, i/j query/key positions, l layer.
 
 The first layer of a chain is vanilla and hands on its zero-padded logits; every later layer mixes
 the previous layer's logits with its own (alpha), refines them with a 3x3 conv over the maps
@@ -31,7 +31,7 @@ class EvolvingAttention(AttentionBase):
     -> (y [B,T,D], logits [B,H,T,T])`: hand `logits` to the next layer of the chain. With
     `prev_logits=None` the layer starts a chain (vanilla attention, the conv unused); a layer made
     with `chain_start=True` has no conv parameters (9H²+H fewer) and always starts one.
-    alpha, beta and negative_slope are fixed hyperparameters, not learned (variants.md §4.3).
+    alpha, beta and negative_slope are fixed hyperparameters, not learned (docs/variants.md §4.3).
     Exports as one `attndeploy::EvolvingAttention` node, or `EvolvingAttentionStart` at a start.
     """
 

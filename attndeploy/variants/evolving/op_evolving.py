@@ -66,7 +66,7 @@ def EvolvingAttention(
     """EvolvingAttention(query, key, value, key_padding_mask, prev_logits, conv_weight, conv_bias;
     scale: float, alpha: float, beta: float, negative_slope: float) -> output, logits
 
-    Residual 3×3 convolution over the previous layer's logits, heads as channels (ops.md).
+    Residual 3×3 convolution over the previous layer's logits, heads as channels (docs/ops.md).
     prev_logits: T [B,H,T,T]; conv_weight: T [H,H,3,3]; conv_bias: T [H].
 
         Z      = pad-zero: rows of padded queries and columns of padded keys set to 0

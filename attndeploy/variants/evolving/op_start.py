@@ -43,7 +43,7 @@ def EvolvingAttentionStart(
     """EvolvingAttentionStart(query, key, value, key_padding_mask; scale: float)
     -> output, logits
 
-    First layer of an evolving-attention chain (ops.md): vanilla attention that hands on its
+    First layer of an evolving-attention chain (docs/ops.md): vanilla attention that hands on its
     pad-zeroed logits.
 
         S      = Z(scale · Q Kᵀ)    rows of padded queries, columns of padded keys set to 0

@@ -1,4 +1,4 @@
-"""Evolving attention's ops of the `attndeploy` ONNX set (ops.md): one `op_*.py` per op."""
+"""Evolving attention's ops of the `attndeploy` ONNX set (docs/ops.md): one `op_*.py` per op."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`ganet`: gated attention (variants.md §3): an auxiliary network gates which keys are attended;
-hard gates at inference, an extra `gates` output."""
+"""`ganet`: gated attention (docs/variants.md §3): an auxiliary network gates which keys are
+attended; hard gates at inference, an extra `gates` output."""
 
 from attndeploy.errors import ConfigError, ExportError
 from attndeploy.variants.ganet.config import GANetConfig

@@ -10,7 +10,7 @@ from attndeploy.errors import ConfigError
 
 @dataclass(frozen=True)
 class GANetConfig:
-    """Gated attention (variants.md §3). `density_weight` is the paper's lambda."""
+    """Gated attention (docs/variants.md §3). `density_weight` is the paper's lambda."""
 
     aux: str = "mlp"
     aux_hidden: int = 128

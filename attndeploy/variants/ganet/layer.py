@@ -1,4 +1,4 @@
-"""GA-Net: gated attention (variants.md §3). Letters: b batch, h heads, i/j query/key, t token.
+"""GA-Net: gated attention (docs/variants.md §3). Letters: b batch, h heads, i/j query/key, t token.
 
 One auxiliary network per model (`GateNetwork`) reads the token embeddings and scores every token
 (gate logits s [B, T]). Training uses relaxed Gumbel-sigmoid gates in log space; eval mode uses
@@ -42,7 +42,7 @@ class GateNetwork(nn.Module):
     """GA-Net's auxiliary network: x [B, T, E] (token embeddings), mask [B, T] -> logits [B, T].
 
     `GateNetwork(embed_dim, *, kind="mlp"|"conv"|"bilstm", hidden=128, bias_init=0.0,
-    lstm_hidden=100, sample_in_training=True)` (variants.md §3.2). `scores(x, mask)` is the
+    lstm_hidden=100, sample_in_training=True)` (docs/variants.md §3.2). `scores(x, mask)` is the
     network's output s. `forward` returns the DECISION logits: s in eval mode; s + L (logistic
     noise, one draw per token per call) in training when `sample_in_training`, so that every
     `GatedAttention` fed the same logits shares one draw, as the paper's relaxation wants.
@@ -141,7 +141,7 @@ class GateController(nn.Module):
 
 
 def soft_density(soft_gates: Tensor, key_padding_mask: Tensor) -> Tensor:
-    """R: mean over examples of the mean soft gate over valid tokens (variants.md §3.5)."""
+    """R: mean over examples of the mean soft gate over valid tokens (docs/variants.md §3.5)."""
     m = key_padding_mask.to(soft_gates.dtype)
     return ((soft_gates * m).sum(-1) / m.sum(-1).clamp(min=1)).mean()
 
@@ -150,7 +150,7 @@ def relax_gates(
     gate_logits: Tensor, key_padding_mask: Tensor, temperature: float, straight_through: bool
 ) -> LayerContext:
     """Training-time gates from decision logits (s + L): log g_soft = logsigmoid(logits / τ),
-    and for straight-through the hard sampled gates (variants.md §3.5)."""
+    and for straight-through the hard sampled gates (docs/variants.md §3.5)."""
     log_gates = F.logsigmoid(gate_logits / temperature)  # [B, T]
     hard = hard_gates(gate_logits, key_padding_mask) if straight_through else None
     return LayerContext(key_padding_mask, gate_logits=gate_logits, log_gates=log_gates,
@@ -169,9 +169,9 @@ def _relaxed_probs(scores: Tensor, context: LayerContext, broadcast: tuple) -> T
     if context.hard_gates is None:
         return soft
     hard = masked_softmax(scores, context.hard_gates[broadcast])
-    # Forward: the hard weights; backward: the soft path only (variants.md §3.5 "backward through
-    # the soft path"). Written as soft + stopgrad(hard - soft) so that no gradient reaches Q·Kᵀ
-    # through the hard softmax as well (hard + soft - stopgrad(soft) would count it twice).
+    # Forward: the hard weights; backward: the soft path only (docs/variants.md §3.5 "backward
+    # through the soft path"). Written as soft + stopgrad(hard - soft) so that no gradient reaches
+    # Q·Kᵀ through the hard softmax as well (hard + soft - stopgrad(soft) would count it twice).
     return soft + (hard - soft).detach()
 
 

@@ -55,7 +55,7 @@ def GatedAttention(
     """GatedAttention(query, key, value, key_padding_mask, gate_logits; scale: float)
     -> output, gates
 
-    GA-Net hard-gated attention (ops.md); closed keys are skipped physically: the open keys are
+    GA-Net hard-gated attention (docs/ops.md); closed keys are skipped physically: the open keys are
     gathered (N = the batch's largest open count, a run-time TopK k) and the softmax runs over
     the N slots. Equals the masked form softmax(S + M_gates) @ V.
 

@@ -35,7 +35,7 @@ def GatedAttentionPooling(
 ) -> tuple[TFloat, BOOL]:
     """GatedAttentionPooling(values, scores, key_padding_mask, gate_logits) -> context, gates
 
-    GA-Net gated additive attention pooling (ops.md). values: T [B,T,D]; scores, gate_logits:
+    GA-Net gated additive attention pooling (docs/ops.md). values: T [B,T,D]; scores, gate_logits:
     T [B,T]; key_padding_mask: bool [B,T].
 
         gates   = (gate_logits > 0) AND key_padding_mask, plus the rescue of GatedAttention

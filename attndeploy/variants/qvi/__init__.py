@@ -1,4 +1,5 @@
-"""`qvi`: query-value interaction (variants.md §2): values replaced by gated query-aware values."""
+"""`qvi`: query-value interaction (docs/variants.md §2): values replaced by gated query-aware
+values."""
 
 from attndeploy.variants.qvi.config import QVIConfig
 from attndeploy.variants.registry import VariantSpec, register_variant

@@ -9,7 +9,7 @@ from attndeploy.configbase import check_types, choice, positive
 
 @dataclass(frozen=True)
 class QVIConfig:
-    """Query-value interaction (variants.md §2). `pairwise_chunk` = query block size."""
+    """Query-value interaction (docs/variants.md §2). `pairwise_chunk` = query block size."""
 
     form: str = "pooled"
     pairwise_chunk: int = 64

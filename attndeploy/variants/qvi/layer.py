@@ -1,4 +1,4 @@
-"""QVI: query-value interaction (variants.md §2). Letters: b h t d as in `_common`.
+"""QVI: query-value interaction (docs/variants.md §2). Letters: b h t d as in `_common`.
 
 Values are replaced by gated query-aware values Ṽ = Γ ⊙ V + (1 − Γ) ⊙ V̂; form `pooled` builds V̂
 from one attention-pooled query per head, form `pairwise` from every (query, key) pair.

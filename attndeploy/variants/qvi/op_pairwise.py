@@ -61,7 +61,7 @@ def QVIPairwiseAttention(
     """QVIPairwiseAttention(query, key, value, key_padding_mask, u_weight, u_bias, w_weight,
     w_bias, gate_value_weight, gate_interaction_weight, gate_bias; scale: float) -> output
 
-    Query-value interaction, exact per-pair form (ops.md), unchunked: the body materialises
+    Query-value interaction, exact per-pair form (docs/ops.md), unchunked: the body materialises
     [B,H,Tq,Tk,d] (O(B·H·T²·d) memory; keep T small).
 
         u     = Q @ u_weight + u_bias                                   [B,H,Tq,d]

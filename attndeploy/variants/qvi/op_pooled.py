@@ -63,7 +63,7 @@ def QVIAttention(
     """QVIAttention(query, key, value, key_padding_mask, u_weight, u_bias, w_weight, w_bias,
     gate_value_weight, gate_interaction_weight, gate_bias, pool_weight; scale: float) -> output
 
-    Query-value interaction, pooled form (ops.md). Q, K, V: T [B,H,T,d]; key_padding_mask: bool
+    Query-value interaction, pooled form (docs/ops.md). Q, K, V: T [B,H,T,d]; key_padding_mask: bool
     [B,T] (also the query mask); weights T [H,d,d], biases and pool_weight T [H,d].
 
         beta  = softmax_i(scale · (q_i · pool_weight_h) + M_i)          [B,H,T]

@@ -1,4 +1,4 @@
-"""QVI's ops of the `attndeploy` ONNX set (ops.md): one `op_*.py` per op, listed here."""
+"""QVI's ops of the `attndeploy` ONNX set (docs/ops.md): one `op_*.py` per op, listed here."""
 
 from __future__ import annotations
 
