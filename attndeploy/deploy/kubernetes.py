@@ -33,6 +33,7 @@ from attndeploy.errors import DeployError, OutputError, RepositoryError
 from attndeploy.fsutil import atomic_directory, check_output_dir, file_sha256, same_path
 from attndeploy.serving import model_config as cfgmod
 from attndeploy.serving.check_repo import check_repository
+from attndeploy.serving.text_model import id_model_of
 
 MODELS_DOCKERFILE = "images/models.Dockerfile"
 SERVER_DOCKERFILE = "images/server.Dockerfile"
@@ -118,6 +119,12 @@ def select_models(repo: Path, options: KubernetesOptions) -> tuple[list[str], li
         text = (repo / name / cfgmod.CONFIG_FILE).read_text(encoding="utf-8")
         configs[name] = cfgmod.parse_config(text, str(repo / name / cfgmod.CONFIG_FILE))
         flavors[name] = _flavor_of(configs[name])
+    # A text model (python backend) belongs with the id model it calls: it is served in that
+    # model's flavour, and never without it (check-repo has made sure the id model is here).
+    id_models = {name: id_model_of(configs[name]) for name in report.models}
+    for name, id_model in id_models.items():
+        if id_model is not None:
+            flavors[name] = flavors.get(id_model)
     wanted = options.flavor
     why = "with --gpu" if options.gpu > 0 else "on CPUs (no --gpu)"
     if options.models:
@@ -129,7 +136,9 @@ def select_models(repo: Path, options: KubernetesOptions) -> tuple[list[str], li
         if wrong:
             raise DeployError(f"{', '.join(wrong)}: not the {wanted} flavour, which the pods "
                               f"serve {why}")
-        chosen = list(dict.fromkeys(options.models))
+        named = list(dict.fromkeys(options.models))
+        chosen = list(dict.fromkeys(
+            [*named, *(id_models[m] for m in named if id_models[m] is not None)]))
     else:
         chosen = [m for m in report.models if flavors[m] == wanted]
         if not chosen:

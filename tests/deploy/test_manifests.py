@@ -352,3 +352,45 @@ def test_a_model_bound_to_a_local_environment_is_refused(
     config_path.write_text(text_format.MessageToString(config))
     with pytest.raises(DeployError, match="EXECUTION_ENV_PATH"):
         deploy_kubernetes(repo, tmp_path / "out", KubernetesOptions())
+
+
+# --------------------------------------------------------------------------- text models
+
+
+@pytest.fixture(scope="module")
+def text_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository with `words` (python flavour, a word tokenizer) and its text model."""
+    from attndeploy.serving.repository import PackageOptions, package_model
+    from tests.serving.onnx_fixtures import build_model, fixture_vocab, save_model
+
+    root = tmp_path_factory.mktemp("text_repo")
+    source = save_model(build_model(vocab=fixture_vocab(16)), root / "src" / "words.onnx")
+    package_model(source, root / "repo", PackageOptions(name="words"))
+    assert sorted(p.name for p in (root / "repo").iterdir()) == ["words", "words_text"]
+    return root / "repo"
+
+
+def test_a_named_text_model_brings_the_id_model_it_calls(text_repo: Path,
+                                                         tmp_path: Path) -> None:
+    options = KubernetesOptions(models=("words_text",))
+    result = deploy_kubernetes(text_repo, tmp_path / "out", options)
+    assert result.models == ["words_text", "words"]
+    dockerfile = (tmp_path / "out" / "images" / "models.Dockerfile").read_text()
+    assert "COPY words_text " in dockerfile and "COPY words " in dockerfile
+
+
+def test_a_text_model_is_served_in_its_id_model_s_flavour(tmp_path: Path) -> None:
+    """A text model runs on the python backend but calls an onnxruntime id model here: it goes
+    with that model to GPU pods, and never alone to CPU pods."""
+    from attndeploy.serving.repository import PackageOptions, package_model
+    from tests.serving.onnx_fixtures import build_model, fixture_vocab, save_model
+
+    source = save_model(build_model(vocab=fixture_vocab(16)), tmp_path / "src" / "words.onnx")
+    repo = tmp_path / "repo"
+    package_model(source, repo, PackageOptions(name="words", flavor="onnxruntime"))
+    assert sorted(p.name for p in repo.iterdir()) == ["words", "words_text"]
+    gpu = deploy_kubernetes(repo, tmp_path / "gpu", KubernetesOptions(gpu=1))
+    assert sorted(gpu.models) == ["words", "words_text"]
+    with pytest.raises(DeployError, match="holds no python-flavour model"):
+        deploy_kubernetes(repo, tmp_path / "cpu", KubernetesOptions())
+    assert not (tmp_path / "cpu").exists()
