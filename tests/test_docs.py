@@ -9,8 +9,6 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 CITED_DOCS = ("variants", "ops", "architecture")
