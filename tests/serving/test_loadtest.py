@@ -690,8 +690,9 @@ def test_concurrency_four_makes_the_server_batch(sweep: LoadTestReport) -> None:
     assert one.server["avg_batch_size"] == pytest.approx(1.0)
     assert four.server["avg_batch_size"] > 1.0
     # Whether 4 in flight is also faster than 1 depends on the machine's free cores: a speed
-    # claim for benchmarks/loadtest_scaling.py, not a test. That the engine measures c / latency
-    # is checked in simulated time (test_a_closed_loop_measures_concurrency_over_latency).
+    # claim that benchmarks/serving.py measures (its target 1), not a test. That the engine
+    # measures c / latency is checked in simulated time
+    # (test_a_closed_loop_measures_concurrency_over_latency).
 
 
 @pytest.mark.integration
