@@ -13,7 +13,8 @@ from typing import Any
 
 import typer
 
-from attndeploy.cli.output import print_error
+from attndeploy.cli.deprecated import rewrite_json_path
+from attndeploy.cli.output import print_error, print_warning
 from attndeploy.errors import AttnDeployError
 
 app = typer.Typer(
@@ -60,10 +61,13 @@ def main() -> None:
     exits 130. An OSError that no command turned into an AttnDeployError exits 1 in one line;
     any other exception is a bug: one line that says so and where its traceback was saved.
     """
+    args, warnings = rewrite_json_path(sys.argv[1:])  # old `--json PATH` forms still work
+    for warning in warnings:
+        print_warning(warning)
     try:
         # Returns the exit code of typer.Exit and --help. One program name in every message,
         # however it was started (`python -m attndeploy` included).
-        code = app(standalone_mode=False, prog_name="attndeploy")
+        code = app(args=args, standalone_mode=False, prog_name="attndeploy")
     except AttnDeployError as exc:
         print_error(exc.stage, str(exc))
         raise SystemExit(1) from None

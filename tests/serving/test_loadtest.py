@@ -562,7 +562,7 @@ def test_the_command_writes_a_partial_json_when_the_server_dies(
     client = CountingClient()
     client.dead_after = 60
     fake_server(monkeypatch, client)
-    code, _, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json", "out/report.json")
+    code, _, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json-out", "out/report.json")
     assert code == 1
     assert err[-1].startswith("error (server): ") and "stopped answering" in err[-1]
     assert "Traceback" not in "\n".join(err)
@@ -579,12 +579,49 @@ def test_the_command_prints_a_partial_json_to_stdout_when_the_server_dies(
     client = CountingClient()
     client.dead_after = 60
     fake_server(monkeypatch, client)
-    code, out, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json", "-")
+    code, out, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json")
     assert code == 1 and len(err) == 1 and err[0].startswith("error (server): ")
-    assert json.loads(out)["partial"] is True
+    assert json.loads(out)["partial"] is True  # stdout holds the one JSON document
 
 
-@pytest.mark.parametrize("option", ["--json", "--csv", "--plot"])
+@pytest.mark.parametrize(("old", "new"), [(["--json", "-"], ["--json"]),
+                                          (["--json", "r.json"], ["--json-out", "r.json"]),
+                                          (["--json=r.json"], ["--json-out", "r.json"])])
+def test_the_old_json_path_forms_still_work_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path,
+    old: list[str], new: list[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    outcomes = []
+    for args in (old, new):
+        client = CountingClient()
+        client.dead_after = 60
+        fake_server(monkeypatch, client)
+        code, out, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, *args)
+        written = tmp_path / "r.json"
+        body = json.loads(written.read_text() if "--json-out" in new else out)
+        written.unlink(missing_ok=True)
+        outcomes.append((code, body["partial"], err[-1].split(":")[0]))
+        if args is old:
+            assert err[0] == "warning: --json PATH is deprecated; use --json-out PATH"
+        else:
+            assert not any(line.startswith("warning") for line in err)
+    assert outcomes[0] == outcomes[1] == (1, True, "error (server)")
+
+
+def test_json_and_json_out_together_print_and_write_the_same_report(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fake_server(monkeypatch, CountingClient())
+    code, out, _ = run_cli_main(monkeypatch, capsys, "--concurrency", "1", "--window", "0.1",
+                                "--max-windows", "3", "--warmup", "2", "--seq", "4", "--json",
+                                "--json-out", "r.json")
+    assert code == 0
+    assert json.loads(out) == json.loads((tmp_path / "r.json").read_text())
+
+
+@pytest.mark.parametrize("option", ["--json-out", "--csv", "--plot"])
 @pytest.mark.parametrize("where", ["under-proc", "a-folder"])
 def test_unusable_output_paths_fail_before_the_load_test(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path,
