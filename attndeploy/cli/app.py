@@ -13,7 +13,8 @@ from typing import Any
 
 import typer
 
-from attndeploy.cli.output import print_error
+from attndeploy.cli.deprecated import rewrite_json_path
+from attndeploy.cli.output import print_error, print_warning
 from attndeploy.errors import AttnDeployError
 
 app = typer.Typer(
@@ -60,10 +61,14 @@ def main() -> None:
     exits 130. An OSError that no command turned into an AttnDeployError exits 1 in one line;
     any other exception is a bug: one line that says so and where its traceback was saved.
     """
+    # old `--json PATH` forms still work
+    args, warnings = rewrite_json_path(sys.argv[1:], takes_json_out)
+    for warning in warnings:
+        print_warning(warning)
     try:
         # Returns the exit code of typer.Exit and --help. One program name in every message,
         # however it was started (`python -m attndeploy` included).
-        code = app(standalone_mode=False, prog_name="attndeploy")
+        code = app(args=args, standalone_mode=False, prog_name="attndeploy")
     except AttnDeployError as exc:
         print_error(exc.stage, str(exc))
         raise SystemExit(1) from None
@@ -88,6 +93,14 @@ def main() -> None:
     if code == INTERRUPTED:
         interrupted()
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def takes_json_out(command: str) -> bool:
+    """Whether `command` declares `--json-out` (where the old `--json PATH` is rewritten)."""
+    click_command = typer.main.get_command(app).commands.get(command)  # type: ignore[attr-defined]
+    return click_command is not None and any(
+        "--json-out" in param.opts for param in click_command.params
+    )
 
 
 def interrupted() -> None:

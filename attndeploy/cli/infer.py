@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from attndeploy.cli.defaults import parameter_default
 from attndeploy.cli.options import JsonFlag
 from attndeploy.cli.output import console, print_json
-from attndeploy.serving.protocol import Protocol
+from attndeploy.serving.infer import infer_request
+from attndeploy.serving.protocol import DEFAULT_URLS, Protocol
 
 
 def command(
@@ -19,20 +21,21 @@ def command(
     protocol: Annotated[Protocol, typer.Option(help="gRPC or HTTP (KServe v2).")] = Protocol.GRPC,
     url: Annotated[
         str | None,
-        typer.Option(help="Server address host:port [default: 127.0.0.1:8001 for grpc, "
-                          "127.0.0.1:8000 for http]."),
+        typer.Option(help=f"Server address host:port [default: {DEFAULT_URLS[Protocol.GRPC]} "
+                          f"for grpc, {DEFAULT_URLS[Protocol.HTTP]} for http]."),
     ] = None,
     repo: Annotated[
         Path, typer.Option(help="Repository holding the model (for vocabulary and labels).")
     ] = Path("model_repository"),
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer.")] = 10.0,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the answer.")
+    ] = parameter_default(infer_request, "timeout_s"),
     json_output: JsonFlag = False,
 ) -> None:
     """Send one example; print the label and scores (GA-Net: the tokens whose gates are open)."""
     from rich.markup import escape
 
     from attndeploy.errors import DataError
-    from attndeploy.serving.infer import infer_request
 
     id_list = None
     if ids is not None:

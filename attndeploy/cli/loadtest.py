@@ -8,68 +8,86 @@ from typing import Annotated
 
 import typer
 
+from attndeploy.cli.defaults import field_default, number_list
+from attndeploy.cli.options import JsonFlag
 from attndeploy.cli.output import console, print_json
-from attndeploy.serving.protocol import Protocol
+from attndeploy.serving.loadstats import DISTRIBUTIONS
+from attndeploy.serving.loadtest.config import DEFAULT_CONCURRENCY, LoadTestConfig
+from attndeploy.serving.protocol import DEFAULT_URLS, Protocol
+
+# The choices of `--distribution`: the load tester's arrival distributions.
+Distribution = Enum("Distribution", {name: name for name in DISTRIBUTIONS}, type=str)
 
 
-class Distribution(str, Enum):
-    constant = "constant"
-    poisson = "poisson"
+def _default(name: str):
+    return field_default(LoadTestConfig, name)
 
 
 def command(
     model: Annotated[str, typer.Option(help="Served model name (an id model or NAME_text).")],
-    protocol: Annotated[Protocol, typer.Option(help="gRPC or HTTP (KServe v2).")] = Protocol.GRPC,
+    protocol: Annotated[
+        Protocol, typer.Option(help="gRPC or HTTP (KServe v2).")
+    ] = Protocol(_default("protocol")),
     url: Annotated[
         str | None,
-        typer.Option(help="Server address host:port [default: 127.0.0.1:8001 for grpc, "
-                          "127.0.0.1:8000 for http]."),
+        typer.Option(help=f"Server address host:port [default: {DEFAULT_URLS[Protocol.GRPC]} "
+                          f"for grpc, {DEFAULT_URLS[Protocol.HTTP]} for http]."),
     ] = None,
     concurrency: Annotated[
-        str | None, typer.Option(help="Concurrency levels, e.g. 1,4,16 (closed loop).")
+        str | None,
+        typer.Option(help="Concurrency levels, e.g. 1,4,16 (closed loop) [default: "
+                          f"{number_list(DEFAULT_CONCURRENCY)} unless --request-rate]."),
     ] = None,
     request_rate: Annotated[
         str | None, typer.Option(help="Request rates per second, e.g. 50,100 (open loop).")
     ] = None,
     distribution: Annotated[
         Distribution, typer.Option(help="Arrivals in request-rate mode.")
-    ] = Distribution.constant,
-    batch: Annotated[int, typer.Option(help="Rows per request.")] = 1,
+    ] = Distribution(_default("distribution")),
+    batch: Annotated[int, typer.Option(help="Rows per request.")] = _default("batch"),
     seq: Annotated[
         str, typer.Option(help="Sequence length, or a mix: 16,32,64 (tokens, or words of a "
                                "text model's random texts).")
-    ] = "32",
+    ] = number_list(_default("seq_lengths")),
     text_file: Annotated[
         Path | None,
         typer.Option(help="Send these texts (non-blank lines, --batch per request) instead of "
                           "random ones; an id model gets them tokenized with its vocabulary."),
     ] = None,
-    window: Annotated[float, typer.Option(help="Measurement window (s).")] = 5.0,
-    stability: Annotated[float, typer.Option(help="Stability threshold (0.10 = 10 %).")] = 0.10,
-    max_windows: Annotated[int, typer.Option(help="Windows per level at most.")] = 10,
-    warmup: Annotated[int, typer.Option(help="Warm-up requests per level (not counted).")] = 20,
+    window: Annotated[float, typer.Option(help="Measurement window (s).")] = _default("window_s"),
+    stability: Annotated[
+        float, typer.Option(help="Stability threshold (0.10 = 10 %).")
+    ] = _default("stability_threshold"),
+    max_windows: Annotated[
+        int, typer.Option(help="Windows per level at most.")
+    ] = _default("max_windows"),
+    warmup: Annotated[
+        int, typer.Option(help="Warm-up requests per level (not counted).")
+    ] = _default("warmup_requests"),
     check_fraction: Annotated[
         float, typer.Option(help="Share of responses checked against in-process onnxruntime.")
-    ] = 0.02,
+    ] = _default("check_fraction"),
     repo: Annotated[
         Path, typer.Option(help="Repository holding the model (its model.onnx is the oracle).")
     ] = Path("model_repository"),
     onnx: Annotated[Path | None, typer.Option(help="ONNX file for the checks.")] = None,
-    seed: Annotated[int, typer.Option(help="Random seed of the inputs.")] = 0,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the JSON report here ('-' = stdout).")
+    seed: Annotated[int, typer.Option(help="Random seed of the inputs.")] = _default("seed"),
+    json_output: JsonFlag = False,
+    json_out: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the JSON report here.")
     ] = None,
     csv_path: Annotated[Path | None, typer.Option("--csv", help="Write a CSV here.")] = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG here.")] = None,
 ) -> None:
     """Run concurrency or request-rate levels; report throughput, latency and server split.
 
-    If the server dies (or the test stops otherwise) part-way, --json still receives what was
-    measured, marked "partial": true with the reason, and the command exits 1.
+    --json prints the report as one JSON document on stdout (instead of the table); --json-out
+    writes it to a file. If the server dies (or the test stops otherwise) part-way, both still
+    receive what was measured, marked "partial": true with the reason, and the command exits 1.
     """
     from attndeploy.fsutil import check_output_file
     from attndeploy.serving.launch import find_model_onnx
-    from attndeploy.serving.loadtest import LoadTestConfig, parse_number_list, run_load_test
+    from attndeploy.serving.loadtest import parse_number_list, run_load_test
 
     config = LoadTestConfig(
         model=model, url=url, protocol=protocol.value, text_file=text_file,
@@ -82,29 +100,26 @@ def command(
         check_fraction=check_fraction,
         onnx_path=onnx or (find_model_onnx(repo, model) if repo.is_dir() else None), seed=seed,
     )
-    to_stdout = json_path is not None and str(json_path) == "-"
     # Outputs are checked before the load test, not found unwritable after minutes of it.
-    for path in (None if to_stdout else json_path, csv_path, plot_path):
+    for path in (json_out, csv_path, plot_path):
         if path is not None:
             check_output_file(path)
 
-    def write_partial(report) -> None:
-        if to_stdout:
+    def write_json(report) -> None:
+        if json_out is not None:
+            report.write_json(json_out)
+        if json_output:
             print_json(report.to_dict())
-        elif json_path is not None:
-            report.write_json(json_path)
 
-    report = run_load_test(config, progress=not to_stdout,
-                           on_partial=write_partial if json_path is not None else None)
-    if json_path is not None and not to_stdout:
-        report.write_json(json_path)
+    wants_json = json_output or json_out is not None
+    report = run_load_test(config, progress=not json_output,
+                           on_partial=write_json if wants_json else None)
+    write_json(report)
     if csv_path is not None:
         report.write_csv(csv_path)
     if plot_path is not None:
         report.write_plot(plot_path)
-    if to_stdout:
-        print_json(report.to_dict())
-    else:
+    if not json_output:
         _print_table(report)
     report.raise_if_failed()
 

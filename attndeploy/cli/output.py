@@ -19,3 +19,7 @@ def print_json(data: Any) -> None:
 
 def print_error(stage: str, message: str) -> None:
     error_console.print(f"[bold red]error[/] ({stage}): {escape(message)}", highlight=False)
+
+
+def print_warning(message: str) -> None:
+    error_console.print(f"[yellow]warning[/]: {escape(message)}", highlight=False)

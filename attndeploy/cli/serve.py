@@ -10,10 +10,17 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from attndeploy.cli.defaults import parameter_default
 from attndeploy.cli.options import JsonFlag
 from attndeploy.cli.output import console, error_console, print_json
+from attndeploy.serving.server import TritonServer
 
 RepoOption = Annotated[Path, typer.Option(help="Model repository folder.")]
+
+
+def _default(name: str) -> Any:
+    """TritonServer's own default (start_background takes the same ones; a test checks it)."""
+    return parameter_default(TritonServer.__init__, name)
 
 
 def _port(help_text: str) -> Any:
@@ -22,14 +29,14 @@ def _port(help_text: str) -> Any:
 
 def command(
     repo: RepoOption = Path("model_repository"),
-    grpc_port: Annotated[int, _port("gRPC port.")] = 8001,
-    http_port: Annotated[int, _port("HTTP port.")] = 8000,
-    metrics_port: Annotated[int, _port("Metrics port.")] = 8002,
+    grpc_port: Annotated[int, _port("gRPC port.")] = _default("grpc_port"),
+    http_port: Annotated[int, _port("HTTP port.")] = _default("http_port"),
+    metrics_port: Annotated[int, _port("Metrics port.")] = _default("metrics_port"),
     host: Annotated[
         str,
         typer.Option(help="Address every endpoint binds to; beyond loopback, front it with a "
                           "proxy that authenticates (tritonserver does not)."),
-    ] = "127.0.0.1",
+    ] = _default("host"),
     log_file: Annotated[Path | None, typer.Option(help="Server log file.")] = None,
     tritonserver: Annotated[
         str | None,
@@ -39,7 +46,9 @@ def command(
         list[str] | None,
         typer.Option("--model", help="Serve only these models [default: every loadable one]."),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for the models.")] = 120.0,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for the models.")
+    ] = _default("ready_timeout_s"),
     background: Annotated[
         bool, typer.Option("--background", help="Start detached; stop with `attndeploy stop`.")
     ] = False,
@@ -56,7 +65,7 @@ def command(
     load, unload or replace models).
     """
     from attndeploy.serving.launch import servable_models
-    from attndeploy.serving.server import TritonServer, exposure_warning, start_background
+    from attndeploy.serving.server import exposure_warning, start_background
 
     warning = exposure_warning(host)
     if warning is not None:

@@ -13,265 +13,70 @@ the calls of the gRPC client that attndeploy uses, with the same keyword argumen
 and callback-style `async_infer`, so the load tester drives either one; a refused connection or
 a timeout raises the gRPC statuses (`STATUS_UNAVAILABLE`, `STATUS_DEADLINE`), and an HTTP error
 answer the status `HTTP <code>` (INVALID_ARG is `HTTP 400`).
+
+Modules: `client_data` (metadata, protocol, tensors in and out), `client_errors` (statuses and
+`ServerError` messages), `http_client` (`HttpClient`) and this one (`TritonRunner`, one-shot
+requests). Every name is importable from `attndeploy.serving.client` as before the split.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 from attndeploy.errors import ServerError
-from attndeploy.serving.protocol import DEFAULT_URLS, Protocol
+from attndeploy.serving.client_data import (
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_URL,
+    ModelMetadata,
+    TensorSpec,
+    as_protocol,
+    default_url,
+    make_inputs,
+    result_outputs,
+    to_triton_datatype,
+)
+from attndeploy.serving.client_errors import (
+    CONNECTION_STATUSES,
+    STATUS_DEADLINE,
+    STATUS_INVALID,
+    STATUS_NOT_FOUND,
+    STATUS_UNAVAILABLE,
+    STATUS_UNKNOWN,
+    error_message,
+    error_status,
+    server_error,
+)
+from attndeploy.serving.http_client import HttpClient
+from attndeploy.serving.protocol import Protocol
 
-DEFAULT_URL = DEFAULT_URLS[Protocol.GRPC]
-DEFAULT_TIMEOUT_S = 10.0
-
-# gRPC status codes as tritonclient writes them in `InferenceServerException.status()`.
-STATUS_UNAVAILABLE = "StatusCode.UNAVAILABLE"
-STATUS_DEADLINE = "StatusCode.DEADLINE_EXCEEDED"
-STATUS_NOT_FOUND = "StatusCode.NOT_FOUND"
-STATUS_INVALID = "StatusCode.INVALID_ARGUMENT"
-STATUS_UNKNOWN = "StatusCode.UNKNOWN"
-CONNECTION_STATUSES = frozenset({STATUS_UNAVAILABLE})
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One input or output as the server declares it (`shape` -1 = any size)."""
-
-    name: str
-    datatype: str  # Triton names: "INT64", "FP32", "BOOL", ...
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ModelMetadata:
-    """What the server says about a model: its versions, inputs and outputs."""
-
-    name: str
-    versions: tuple[str, ...]
-    platform: str
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-
-    def input(self, name: str) -> TensorSpec | None:
-        return next((spec for spec in self.inputs if spec.name == name), None)
-
-
-def error_status(error: BaseException) -> str:
-    """The gRPC status of a tritonclient error ("StatusCode.X"), or the exception's class name."""
-    status = getattr(error, "status", None)
-    code = status() if callable(status) else None
-    return str(code) if code else type(error).__name__
-
-
-def error_message(error: BaseException) -> str:
-    message = getattr(error, "message", None)
-    text = message() if callable(message) else None
-    return str(text) if text else str(error)
-
-
-def server_error(error: BaseException, url: str, model: str, action: str,
-                 timeout_s: float) -> ServerError:
-    """Turn a tritonclient error raised while doing `action` into a ServerError that says why."""
-    status, message = error_status(error), error_message(error)
-    if status in CONNECTION_STATUSES:
-        return ServerError(
-            f"No Triton server answers at {url} ({message}); start one with `attndeploy serve` "
-            "or pass the right --url."
-        )
-    if status == STATUS_DEADLINE:
-        return ServerError(
-            f"The Triton server at {url} did not answer {action} within {timeout_s:g} s; "
-            "it may be overloaded or stuck (raise the timeout or check its log)."
-        )
-    if status == STATUS_NOT_FOUND or "unknown model" in message.lower():
-        return ServerError(
-            f"The Triton server at {url} has no model '{model}' ({message}); "
-            "check the name with `attndeploy info` or the repository you serve."
-        )
-    return ServerError(
-        f"{action[:1].upper()}{action[1:]} on model '{model}' at {url} failed [{status}]: {message}"
-    )
-
-
-def as_protocol(protocol: Protocol | str) -> Protocol:
-    """`protocol` as a Protocol; ServerError naming the valid ones."""
-    try:
-        return Protocol(protocol)
-    except ValueError:
-        raise ServerError(f"unknown protocol {protocol!r}; use grpc or http") from None
-
-
-def default_url(protocol: Protocol | str = Protocol.GRPC) -> str:
-    """The loopback address of `attndeploy serve`'s endpoint for `protocol`."""
-    return DEFAULT_URLS[as_protocol(protocol)]
-
-
-def to_triton_datatype(array: np.ndarray) -> str:
-    """Triton's datatype name for a numpy array ("INT64", "FP32", "BOOL", "BYTES", ...)."""
-    from tritonclient.utils import np_to_triton_dtype
-
-    name = np_to_triton_dtype(array.dtype)
-    if name is None:
-        raise ServerError(f"Arrays of dtype {array.dtype} cannot be sent to Triton.")
-    return str(name)
-
-
-def make_inputs(feed: Mapping[str, np.ndarray], protocol: Protocol | str = Protocol.GRPC
-                ) -> list[Any]:
-    """tritonclient `InferInput` objects of `protocol` holding `feed` (reusable across
-    requests). A text is a numpy object array of `bytes` (UTF-8) or `str`: Triton's BYTES.
-    HTTP sends tensors in the binary extension (no JSON number formatting)."""
-    if as_protocol(protocol) is Protocol.HTTP:
-        import tritonclient.http as client_module
-    else:
-        import tritonclient.grpc as client_module  # type: ignore[no-redef]
-
-    inputs = []
-    for name, value in feed.items():
-        array = np.ascontiguousarray(value)
-        infer_input = client_module.InferInput(name, list(array.shape), to_triton_datatype(array))
-        if client_module.__name__.endswith("http"):
-            infer_input.set_data_from_numpy(array, binary_data=True)
-        else:
-            infer_input.set_data_from_numpy(array)
-        inputs.append(infer_input)
-    return inputs
-
-
-def result_outputs(result: Any) -> dict[str, np.ndarray]:
-    """Every output of a tritonclient `InferResult` (gRPC or HTTP), by name."""
-    response = result.get_response()
-    if isinstance(response, dict):  # HTTP: the JSON header of the answer
-        names = [output["name"] for output in response.get("outputs", [])]
-    else:
-        names = [output.name for output in response.outputs]
-    return {name: result.as_numpy(name) for name in names}
-
-
-# --------------------------------------------------------------------------- HTTP
-
-
-class HttpClient:
-    """`tritonclient.http` behind the subset of `tritonclient.grpc.InferenceServerClient` that
-    attndeploy calls: same methods, keyword arguments (`as_json`, `client_timeout`), JSON
-    shapes (`get_model_config` -> {"config": ...}, the index -> {"models": [...]}) and a
-    callback `async_infer(model, inputs, callback, client_timeout=...)` whose callback gets
-    `result=` and `error=`.
-
-    The HTTP client is not thread-safe (gevent), so each thread, and each timeout, gets its own
-    connection; `async_infer` runs requests on a pool of `workers` threads (the load tester sizes
-    it to its concurrency, so no request waits for a thread). Errors are normalised as the module
-    docstring says.
-    """
-
-    def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S, workers: int = 1) -> None:
-        self.url, self.timeout_s, self.workers = url, timeout_s, max(1, workers)
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._clients: list[Any] = []
-        self._pool: ThreadPoolExecutor | None = None
-
-    def _client(self, timeout_s: float | None) -> Any:
-        import tritonclient.http as httpclient
-
-        timeout = float(timeout_s or self.timeout_s)
-        clients = self._local.__dict__.setdefault("clients", {})
-        if timeout not in clients:
-            client = httpclient.InferenceServerClient(
-                self.url, connection_timeout=timeout, network_timeout=timeout)
-            clients[timeout] = client
-            with self._lock:
-                self._clients.append(client)
-        return clients[timeout]
-
-    def _call(self, method: str, *args: Any, client_timeout: float | None = None,
-              **kwargs: Any) -> Any:
-        from tritonclient.utils import InferenceServerException
-
-        try:
-            return getattr(self._client(client_timeout), method)(*args, **kwargs)
-        except InferenceServerException as exc:
-            status = exc.status()
-            code = f"HTTP {status}" if status and str(status).isdigit() else status
-            raise InferenceServerException(msg=exc.message(), status=code) from exc
-        except TimeoutError as exc:
-            raise InferenceServerException(msg=f"timed out ({exc})", status=STATUS_DEADLINE
-                                           ) from exc
-        except OSError as exc:  # refused, reset, unreachable: nobody answers there
-            raise InferenceServerException(msg=str(exc) or type(exc).__name__,
-                                           status=STATUS_UNAVAILABLE) from exc
-
-    # ---- the calls attndeploy makes (gRPC client signatures)
-    def is_server_live(self, client_timeout: float | None = None) -> bool:
-        return bool(self._call("is_server_live", client_timeout=client_timeout))
-
-    def is_server_ready(self, client_timeout: float | None = None) -> bool:
-        return bool(self._call("is_server_ready", client_timeout=client_timeout))
-
-    def is_model_ready(self, model: str, version: str = "",
-                       client_timeout: float | None = None) -> bool:
-        return bool(self._call("is_model_ready", model, version, client_timeout=client_timeout))
-
-    def get_model_repository_index(self, as_json: bool = True,
-                                   client_timeout: float | None = None) -> dict[str, Any]:
-        return {"models": list(self._call("get_model_repository_index",
-                                          client_timeout=client_timeout))}
-
-    def get_model_metadata(self, model: str, version: str = "", as_json: bool = True,
-                           client_timeout: float | None = None) -> dict[str, Any]:
-        return dict(self._call("get_model_metadata", model, version,
-                               client_timeout=client_timeout))
-
-    def get_model_config(self, model: str, version: str = "", as_json: bool = True,
-                         client_timeout: float | None = None) -> dict[str, Any]:
-        return {"config": dict(self._call("get_model_config", model, version,
-                                          client_timeout=client_timeout))}
-
-    def get_inference_statistics(self, model: str = "", version: str = "", as_json: bool = True,
-                                 client_timeout: float | None = None) -> dict[str, Any]:
-        return dict(self._call("get_inference_statistics", model, version,
-                               client_timeout=client_timeout))
-
-    def infer(self, model: str, inputs: list[Any], model_version: str = "",
-              client_timeout: float | None = None) -> Any:
-        return self._call("infer", model, inputs, model_version=model_version,
-                          client_timeout=client_timeout)
-
-    def async_infer(self, model: str, inputs: list[Any], callback: Callable[..., None],
-                    model_version: str = "", client_timeout: float | None = None) -> None:
-        """Run `infer` on a worker thread; `callback(result=..., error=...)` when it ends."""
-        from tritonclient.utils import InferenceServerException
-
-        def run() -> None:
-            try:
-                result = self.infer(model, inputs, model_version, client_timeout)
-            except InferenceServerException as exc:
-                callback(result=None, error=exc)
-            else:
-                callback(result=result, error=None)
-
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="attndeploy-http")
-            pool = self._pool
-        pool.submit(run)
-
-    def close(self) -> None:
-        with self._lock:
-            pool, self._pool = self._pool, None
-            clients, self._clients = self._clients, []
-        if pool is not None:
-            pool.shutdown(wait=True)
-        for client in clients:
-            client.close()
+__all__ = [
+    "CONNECTION_STATUSES",
+    "DEFAULT_TIMEOUT_S",
+    "DEFAULT_URL",
+    "STATUS_DEADLINE",
+    "STATUS_INVALID",
+    "STATUS_NOT_FOUND",
+    "STATUS_UNAVAILABLE",
+    "STATUS_UNKNOWN",
+    "HttpClient",
+    "ModelMetadata",
+    "TensorSpec",
+    "TritonRunner",
+    "as_protocol",
+    "default_url",
+    "error_message",
+    "error_status",
+    "infer_once",
+    "infer_texts",
+    "make_inputs",
+    "result_outputs",
+    "server_error",
+    "to_triton_datatype",
+]
 
 
 class TritonRunner:

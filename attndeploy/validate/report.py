@@ -1,5 +1,8 @@
 """The parity report: results as data, written as JSON, Markdown and a PNG histogram.
 
+This module holds the result model and its JSON; the Markdown is rendered in `report_markdown`
+and the histogram drawn in `report_plot` (both reached through `ValidationReport`'s methods).
+
 JSON schema (`schema` "attndeploy-validation", `schema_version` 1). Floats that are not finite
 are written as the strings "inf", "-inf" or "nan" (JSON has no such numbers); statistics that
 could not be computed are null.
@@ -67,7 +70,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import ValidationError
-from attndeploy.fsutil import atomic_write_png, atomic_write_text
+from attndeploy.fsutil import atomic_write_text
 from attndeploy.validate.compare import CompareResult, Tolerance, json_float
 from attndeploy.validate.grid import Shape
 from attndeploy.validate.padding import PaddingCase
@@ -299,138 +302,22 @@ class ValidationReport:
         atomic_write_text(Path(path), self.to_json_text())
         return Path(path)
 
-    # ---- Markdown
+    # ---- Markdown (report_markdown.py)
     def to_markdown(self) -> str:
-        m = self.model
-        verdict = "PASSED" if self.passed else "FAILED"
-        lines = [
-            f"# Parity validation: {verdict}",
-            "",
-            f"- ONNX file: `{m.get('onnx_path')}`",
-            f"- checkpoint: `{m.get('checkpoint')}` (weights sha256 `{m.get('weights_sha256')}`)",
-            f"- model: {m.get('family')} / {m.get('variant')} / {m.get('head')}, "
-            f"{m.get('dtype')}, opset {m.get('opset')}, max seq {m.get('max_seq')}",
-            f"- reference: PyTorch eager (fp32); tolerance atol {self.tolerance.atol:g}, "
-            f"rtol {self.tolerance.rtol:g} (an element fails only if |a-b| > atol and "
-            "|a-b| > rtol·|b|)",
-        ]
-        for name, tol in self.per_output.items():
-            lines.append(f"- `{name}`: atol {tol.atol:g}, rtol {tol.rtol:g}")
-        lines.append(
-            "- shapes: " + ", ".join(f"{s} (lengths {list(lengths)})" for s, lengths in self.shapes)
-        )
-        lines += ["", "## Oracles", "",
-                  "| oracle | status | shapes | seconds |", "|---|---|---|---|"]
-        for o in self.oracles.values():
-            shapes = ", ".join(str(r.shape) for r in o.results) or "-"
-            lines.append(f"| {o.name} | {o.status} | {shapes} | {o.seconds:.2f} |")
-        for o in self.oracles.values():
-            lines += ["", f"### {o.name}: {o.status}"]
-            if o.note:
-                lines.append(f"_{o.note}_")
-            if o.message:
-                lines += ["", f"> {o.message}"]
-            rows = [r for r in o.results if r.result is not None]
-            if not rows:
-                continue
-            lines += [
-                "",
-                "| shape | output | passed | max abs | p99 abs | max rel | cosine | min atol "
-                "| argmax agree | failing |",
-                "|---|---|---|---|---|---|---|---|---|---|",
-            ]
-            for r in rows:
-                for name, out in (r.result.outputs if r.result else {}).items():
-                    if out.kind == "gates":
-                        lines.append(
-                            f"| {r.shape} | {name} | {_yes(out.passed)} | flips {out.flips} "
-                            f"| | | | margin {_num(out.margin)} | | {out.failing} |"
-                        )
-                    else:
-                        lines.append(
-                            f"| {r.shape} | {name} | {_yes(out.passed)} | {_num(out.max_abs)} "
-                            f"| {_num(out.p99_abs)} | {_num(out.max_rel)} | {_num(out.cosine, 8)} "
-                            f"| {_num(out.min_atol)} | {_num(out.argmax_agreement)} "
-                            f"| {out.failing} |"
-                        )
-        gates = self.gate_summary()
-        if gates is not None:
-            lines += [
-                "", "## GA-Net gates", "",
-                f"- flips: {gates['flips']} ({gates['accepted_flips']} accepted with "
-                f"|gate logit| < {gates['flip_tolerance']:g}, {gates['refused_flips']} refused)",
-                f"- margin (smallest |gate logit| on real tokens): {_num(gates['margin'])}",
-                f"- smallest |gate logit| among flips: {_num(gates['flip_margin'])}",
-            ]
-        if self.padding is not None:
-            lines += ["", f"## Padding invariance ({self.padding_runner}): "
-                      f"{'passed' if self.padding_passed else 'FAILED'}", ""]
-            for case in self.padding:
-                worst = max((o.max_abs or 0.0 for o in case.result.outputs.values()
-                             if o.kind == "float"), default=0.0)
-                lines.append(f"- {case.shape} + {case.extra} padding columns: "
-                             f"{'passed' if case.passed else 'FAILED'} (max abs {worst:.3g})")
-        failures = self.failures()
-        lines += ["", "## Failures", ""]
-        if failures:
-            for f in failures:
-                where = ", ".join(
-                    f"{k} `{f[k]}`" for k in ("oracle", "shape", "output") if f[k] is not None
-                )
-                lines.append(f"- {f['check']}: {where}: {f['message']}")
-        else:
-            lines.append("none")
-        t = self.timings
-        lines += ["", "## Timings", "",
-                  f"- total {t.get('total_s', 0):.2f} s (load {t.get('load_s', 0):.2f} s, "
-                  f"PyTorch reference {t.get('reference_s', 0):.2f} s, "
-                  f"padding check {t.get('padding_s', 0):.2f} s)"]
-        for name, seconds in t.get("oracles", {}).items():
-            lines.append(f"- {name}: {seconds:.2f} s")
-        if self.notes:
-            lines += ["", "## Notes", ""] + [f"- {note}" for note in self.notes]
-        env = self.environment
-        lines += ["", "## Environment", "",
-                  ", ".join(f"{k} {env[k]}" for k in ("python", "attndeploy", "torch", "onnx",
-                                                     "onnxruntime", "numpy") if k in env),
-                  f"platform {env.get('platform')}, {env.get('cpu_count')} CPUs", ""]
-        return "\n".join(lines)
+        from attndeploy.validate.report_markdown import render_markdown
+
+        return render_markdown(self)
 
     def write_markdown(self, path: Path) -> Path:
         atomic_write_text(Path(path), self.to_markdown())
         return Path(path)
 
-    # ---- histogram
+    # ---- histogram (report_plot.py)
     def write_histogram(self, path: Path) -> Path:
         """PNG: histogram of absolute errors (all float outputs, all shapes) per oracle."""
-        import matplotlib
+        from attndeploy.validate.report_plot import write_error_histogram
 
-        matplotlib.use("Agg")
-        from matplotlib.figure import Figure
-
-        figure = Figure(figsize=(7, 4), dpi=100)
-        axes = figure.subplots()
-        floor = 1e-12  # exact matches are drawn at the floor of the log axis
-        bins = np.logspace(-12, 2, 57)
-        drawn = False
-        for oracle in self.oracles.values():
-            errors = oracle.abs_errors()
-            if errors.size:
-                values = np.clip(errors.astype(np.float64), floor, bins[-1])
-                axes.hist(values, bins=bins, histtype="step", linewidth=1.5,
-                          label=f"{oracle.name} (n={errors.size})")
-                drawn = True
-        axes.axvline(self.tolerance.atol, color="gray", linestyle="--",
-                     label=f"atol {self.tolerance.atol:g}")
-        axes.set_xscale("log")
-        axes.set_xlabel(f"|onnx - torch| (exact matches at {floor:g})")
-        axes.set_ylabel("elements")
-        verdict = "passed" if self.passed else "FAILED"
-        axes.set_title(f"Absolute errors vs PyTorch: {self.model.get('variant')} ({verdict})")
-        if drawn:
-            axes.legend(fontsize=8)
-        figure.tight_layout()
-        return atomic_write_png(figure, path)
+        return write_error_histogram(self, path)
 
     def write(self, directory: Path, stem: str = "validation") -> dict[str, Path]:
         """JSON, Markdown and the PNG histogram into `directory`."""
@@ -456,13 +343,3 @@ def _sanitize(value: Any) -> Any:
     if isinstance(value, np.generic):
         return _sanitize(value.item())
     return json_float(value)
-
-
-def _yes(flag: bool) -> str:
-    return "yes" if flag else "**no**"
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}g}"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from attndeploy.cli import app as cli_app
+from attndeploy.cli.deprecated import JSON_PATH_WARNING, rewrite_json_path
 
 
 def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str):
@@ -233,3 +234,54 @@ def test_ctrl_c_during_training_prints_interrupted_and_exits_130(tmp_path):
     assert process.returncode == 130, stderr
     assert stderr.strip().splitlines() == ["error (attndeploy): interrupted"]
     assert not (tmp_path / "ckpt").exists()
+
+
+# --------------------------------------------------------------------------- deprecated forms
+
+JSON_REWRITES = {
+    "loadtest path": (["loadtest", "--json", "r.json", "--model", "m"],
+                      ["loadtest", "--json-out", "r.json", "--model", "m"]),
+    "loadtest stdout": (["loadtest", "--model", "m", "--json", "-"],
+                        ["loadtest", "--model", "m", "--json"]),
+    "loadtest equals form": (["loadtest", "--json=out/r.json"],
+                             ["loadtest", "--json-out", "out/r.json"]),
+    "validate path": (["validate", "ckpt", "m.onnx", "--json", "r.json"],
+                      ["validate", "ckpt", "m.onnx", "--json-out", "r.json"]),
+}
+JSON_UNCHANGED = {
+    "the flag last": ["loadtest", "--model", "m", "--json"],
+    "the flag before an option": ["loadtest", "--json", "--model", "m"],
+    "already --json-out": ["loadtest", "--json-out", "r.json"],
+    "another command": ["serve", "--json", "x"],
+    "validate flag before the ONNX file": ["validate", "ckpt", "--json", "m.onnx"],
+    "after --": ["loadtest", "--model", "m", "--", "--json", "r.json"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(JSON_REWRITES))
+def test_old_json_path_forms_are_rewritten_with_one_warning(case: str) -> None:
+    old, new = JSON_REWRITES[case]
+    assert rewrite_json_path(old) == (new, [JSON_PATH_WARNING])
+
+
+@pytest.mark.parametrize("case", sorted(JSON_UNCHANGED))
+def test_the_json_flag_and_other_commands_are_left_alone(case: str) -> None:
+    args = JSON_UNCHANGED[case]
+    assert rewrite_json_path(args) == (args, [])
+
+
+def test_validate_json_before_a_checkpoint_folder_is_the_flag(tmp_path: Path) -> None:
+    args = ["validate", "--json", str(tmp_path), "m.onnx"]
+    assert rewrite_json_path(args) == (args, [])
+
+
+def test_the_deprecation_warning_is_one_line_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """Through main: the old form reaches the command as the new one (here: its usage error
+    for a missing --model names no --json problem) after the one warning line."""
+    code, out, err = run_main(monkeypatch, capsys, "loadtest", "--json", str(tmp_path / "r"))
+    assert code == 2 and out == ""
+    assert err[0] == f"warning: {JSON_PATH_WARNING}"
+    assert len(err) == 2 and "Missing option '--model'" in err[1]
+    assert not (tmp_path / "r").exists()

@@ -33,10 +33,13 @@ from attndeploy.serving.loadstats import (
     percentile,
 )
 from attndeploy.serving.loadtest import (
+    POLL_S,
+    PROBE_AFTER_ERRORS,
     LoadLevel,
     LoadTestConfig,
     _build_pool,
     _LevelRun,
+    level_rng,
     max_seq_from_onnx,
     parse_number_list,
     run_load_test,
@@ -48,6 +51,7 @@ from attndeploy.serving.server import TritonServer, free_port, free_ports
 
 from .loadtest_fixtures import TINY_MODEL, TINY_VOCAB, build_tiny_onnx, tiny_onnx_path
 from .loadtest_fixtures import write_tiny_repository as _write_repo
+from .loadtest_sim import SimClient, SimClock
 
 # --------------------------------------------------------------------------- statistics
 
@@ -229,7 +233,7 @@ def test_vocab_comes_from_the_embedding_or_the_metadata(tmp_path: Path) -> None:
     assert vocab_from_onnx(path) == 7
 
 
-# --------------------------------------------------------------------------- engine with a fake
+# --------------------------------------------------------------------------- engine, simulated
 
 
 class _FakeResult:
@@ -283,7 +287,8 @@ class FakeClient:
                                      "success": {"count": str(n), "ns": str(n * 1000)}}}]}
 
 
-def _fake_level(client: FakeClient, level: LoadLevel, **overrides: Any) -> _LevelRun:
+def _sim_level(client: SimClient, level: LoadLevel, **overrides: Any) -> _LevelRun:
+    """A level run on the simulated clock of `client` (no real time passes)."""
     config = LoadTestConfig(**{
         "model": "m", "window_requests": 40, "warmup_requests": 5, "max_windows": 5,
         "stable_windows": 2, "stability_threshold": 0.5, "check_fraction": 0.0,
@@ -291,69 +296,112 @@ def _fake_level(client: FakeClient, level: LoadLevel, **overrides: Any) -> _Leve
     })
     pool = _build_pool(config, 10, {"input_ids": np.dtype(np.int64),
                                     "attention_mask": np.dtype(np.int64)})
-    return _LevelRun(client, config, level, pool, reference=None)
+    return _LevelRun(client, config, level, pool, reference=None, clock=client.clock)
 
 
 def test_a_closed_loop_level_measures_windows_and_agrees_with_the_server() -> None:
-    client = FakeClient()
-    try:
-        result = _fake_level(client, LoadLevel("concurrency", 2)).run()
-    finally:
-        client.close()
+    client = SimClient(SimClock(), latency_s=0.001)
+    result = _sim_level(client, LoadLevel("concurrency", 2)).run()
     assert result.error_count == 0 and result.measured_windows >= 2
-    assert result.stop_reason in ("stable", "max_windows")
-    assert result.request_count >= 80 and result.throughput_requests_per_s > 0
-    assert result.latency_ms["p50"] is not None and result.latency_ms["p50"] >= 1.0
+    assert result.stop_reason == "stable"  # a fixed-latency server: every window agrees
+    assert result.request_count >= 80 and len(client.issued_ns) == client.served
+    assert result.latency_ms["p50"] == result.latency_ms["max"] == 1.0  # exactly the latency
     assert result.server is not None and result.server["avg_batch_size"] == 1.0
     assert result.count_rel_diff is not None and result.count_rel_diff <= 0.05
 
 
-def test_a_request_rate_level_issues_at_the_rate() -> None:
-    client = FakeClient()
-    try:
-        result = _fake_level(
-            client, LoadLevel("request_rate", 200.0, "constant"), window_requests=None,
-            window_s=0.5, max_windows=2, stable_windows=2, warmup_requests=0,
-        ).run()
-    finally:
-        client.close()
+@pytest.mark.parametrize("concurrency", [1, 4, 16])
+def test_a_closed_loop_measures_concurrency_over_latency(concurrency: int) -> None:
+    """Against a server of fixed latency, c requests in flight complete c per latency: the
+    throughput a closed loop reports grows with the concurrency by construction."""
+    client = SimClient(SimClock(), latency_s=0.010)
+    result = _sim_level(client, LoadLevel("concurrency", concurrency), window_requests=None,
+                        window_s=1.0, max_windows=2, stable_windows=2).run()
+    assert result.throughput_requests_per_s == pytest.approx(concurrency / 0.010, rel=0.02)
+    assert result.latency_ms["p99"] == 10.0
+    assert _most_in_flight(client) == concurrency  # never more than c outstanding
+
+
+def _most_in_flight(client: SimClient) -> int:
+    """The most requests outstanding at once (each is answered exactly latency_ns after)."""
+    sent = np.asarray(client.issued_ns)
+    return int(max(((sent > t - client.latency_ns) & (sent <= t)).sum() for t in sent))
+
+
+def _rate_level(client: SimClient, rate: float, distribution: str, **overrides: Any) -> _LevelRun:
+    return _sim_level(client, LoadLevel("request_rate", rate, distribution),
+                      **{"window_requests": None, "window_s": 0.5, "max_windows": 2,
+                         "stable_windows": 2, "warmup_requests": 0, **overrides})
+
+
+def test_a_constant_request_rate_issues_on_schedule_and_measures_the_rate() -> None:
+    client = SimClient(SimClock(), latency_s=0.001)
+    result = _rate_level(client, 200.0, "constant").run()
     assert result.mode == "request_rate" and result.request_rate == 200.0
-    assert result.throughput_requests_per_s == pytest.approx(200.0, rel=0.15)
+    gaps = np.diff(client.issued_ns)
+    assert gaps.min() >= 4_999_999 and gaps.max() <= 5_000_001  # every 5 ms, to the ns
+    assert result.delayed_requests == 0 and result.max_schedule_lag_ms == 0.0
+    assert result.measured_s == pytest.approx(1.0, abs=0.01)
+    assert result.throughput_requests_per_s == pytest.approx(200.0, rel=0.02)
+
+
+def test_poisson_arrivals_are_issued_at_the_seeded_schedule() -> None:
+    client = SimClient(SimClock(), latency_s=0.001)
+    level = LoadLevel("request_rate", 400.0, "poisson")
+    result = _rate_level(client, 400.0, "poisson", window_s=1.0, seed=7).run()
+    offsets = arrival_offsets(400.0, "poisson", level_rng(7, level))
+    expected = np.array([int(next(offsets) * 1e9) for _ in client.issued_ns])
+    sent = np.asarray(client.issued_ns)
+    assert len(sent) > 500 and result.error_count == 0
+    assert np.array_equal(sent - sent[0], expected - expected[0])  # each arrival on time
+    assert result.delayed_requests == 0
+    # The schedule itself is Poisson: mean gap 1/rate, exponential gaps (CV = 1); checked on
+    # the seeded schedule, so the numbers are the same on every machine.
+    gaps = np.diff(sent) / 1e9
+    assert gaps.mean() == pytest.approx(1 / 400.0, rel=0.1)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.1)
+
+
+def test_request_rate_mode_holds_at_most_max_in_flight_and_reports_the_lag() -> None:
+    client = SimClient(SimClock(), latency_s=0.050)  # 50 ms each: 8 in flight serve 160/s
+    result = _rate_level(client, 1000.0, "constant", max_in_flight=8,
+                         warmup_requests=8).run()  # the warm-up fills the 8 slots
+    assert _most_in_flight(client) == 8
+    assert result.throughput_requests_per_s == pytest.approx(8 / 0.050, rel=0.01)
+    assert result.delayed_requests > 0 and result.max_schedule_lag_ms > 100
 
 
 def test_errors_are_counted_by_status_and_stop_the_level() -> None:
-    client = FakeClient(fail_with="StatusCode.INTERNAL")
-    try:
-        result = _fake_level(client, LoadLevel("concurrency", 2)).run()
-    finally:
-        client.close()
+    client = SimClient(SimClock(), fail_with="StatusCode.INTERNAL")
+    result = _sim_level(client, LoadLevel("concurrency", 2)).run()
     assert result.stop_reason == "all_failed"
     assert result.errors["StatusCode.INTERNAL"] == result.error_count > 0
     assert result.error_samples["StatusCode.INTERNAL"] == "bad"
 
 
-def test_a_server_that_dies_mid_level_is_a_server_error_quickly() -> None:
-    client = FakeClient()
-    client.dead_after = 30
-    started = time.monotonic()
-    try:
-        with pytest.raises(ServerError, match="stopped answering during the load test"):
-            _fake_level(client, LoadLevel("concurrency", 2), window_requests=10_000).run()
-    finally:
-        client.close()
-    assert time.monotonic() - started < 5.0
+def test_a_server_that_dies_mid_level_is_a_server_error_after_a_few_refusals() -> None:
+    client = SimClient(SimClock(), dead_after=30)
+    with pytest.raises(ServerError, match="stopped answering during the load test"):
+        _sim_level(client, LoadLevel("concurrency", 2), window_requests=10_000).run()
+    # Two in flight: the third refusal in a row triggers the probe that finds the server dead.
+    assert len(client.issued_ns) <= 30 + PROBE_AFTER_ERRORS + 2
+    assert client.clock.now_ns() < 1e8  # 0.1 s of simulated time: no waiting on a dead server
 
 
 def test_a_level_that_cannot_finish_stops_at_the_time_limit() -> None:
-    client = FakeClient(latency_s=0.01)
-    started = time.monotonic()
-    try:
-        result = _fake_level(client, LoadLevel("concurrency", 1), window_requests=10_000,
-                             max_level_s=0.5).run()
-    finally:
-        client.close()
+    client = SimClient(SimClock(), latency_s=0.01)
+    result = _sim_level(client, LoadLevel("concurrency", 1), window_requests=10_000,
+                        max_level_s=0.5).run()
     assert result.stop_reason == "time_limit" and result.measured_windows == 1
-    assert time.monotonic() - started < 3.0
+    assert 0.5 <= result.duration_s <= 0.5 + 0.01 + POLL_S  # the limit, then the last answer
+    assert result.request_count == pytest.approx((0.5 - 5 * 0.01) / 0.01, abs=1)
+
+
+def test_a_server_that_never_answers_ends_the_level_with_a_clear_error() -> None:
+    client = SimClient(SimClock(), answer=False)
+    with pytest.raises(LoadTestError, match=r"No response for 15 s with 2 request\(s\) in flight"):
+        _sim_level(client, LoadLevel("concurrency", 2), request_timeout_s=10.0).run()
+    assert len(client.issued_ns) == 2
 
 
 # --------------------------------------------------------------------------- the whole test, faked
@@ -514,7 +562,7 @@ def test_the_command_writes_a_partial_json_when_the_server_dies(
     client = CountingClient()
     client.dead_after = 60
     fake_server(monkeypatch, client)
-    code, _, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json", "out/report.json")
+    code, _, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json-out", "out/report.json")
     assert code == 1
     assert err[-1].startswith("error (server): ") and "stopped answering" in err[-1]
     assert "Traceback" not in "\n".join(err)
@@ -531,12 +579,49 @@ def test_the_command_prints_a_partial_json_to_stdout_when_the_server_dies(
     client = CountingClient()
     client.dead_after = 60
     fake_server(monkeypatch, client)
-    code, out, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json", "-")
+    code, out, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json")
     assert code == 1 and len(err) == 1 and err[0].startswith("error (server): ")
-    assert json.loads(out)["partial"] is True
+    assert json.loads(out)["partial"] is True  # stdout holds the one JSON document
 
 
-@pytest.mark.parametrize("option", ["--json", "--csv", "--plot"])
+@pytest.mark.parametrize(("old", "new"), [(["--json", "-"], ["--json"]),
+                                          (["--json", "r.json"], ["--json-out", "r.json"]),
+                                          (["--json=r.json"], ["--json-out", "r.json"])])
+def test_the_old_json_path_forms_still_work_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path,
+    old: list[str], new: list[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    outcomes = []
+    for args in (old, new):
+        client = CountingClient()
+        client.dead_after = 60
+        fake_server(monkeypatch, client)
+        code, out, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, *args)
+        written = tmp_path / "r.json"
+        body = json.loads(written.read_text() if "--json-out" in new else out)
+        written.unlink(missing_ok=True)
+        outcomes.append((code, body["partial"], err[-1].split(":")[0]))
+        if args is old:
+            assert err[0] == "warning: --json PATH is deprecated; use --json-out PATH"
+        else:
+            assert not any(line.startswith("warning") for line in err)
+    assert outcomes[0] == outcomes[1] == (1, True, "error (server)")
+
+
+def test_json_and_json_out_together_print_and_write_the_same_report(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fake_server(monkeypatch, CountingClient())
+    code, out, _ = run_cli_main(monkeypatch, capsys, "--concurrency", "1", "--window", "0.1",
+                                "--max-windows", "3", "--warmup", "2", "--seq", "4", "--json",
+                                "--json-out", "r.json")
+    assert code == 0
+    assert json.loads(out) == json.loads((tmp_path / "r.json").read_text())
+
+
+@pytest.mark.parametrize("option", ["--json-out", "--csv", "--plot"])
 @pytest.mark.parametrize("where", ["under-proc", "a-folder"])
 def test_unusable_output_paths_fail_before_the_load_test(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path,
@@ -641,7 +726,10 @@ def test_concurrency_four_makes_the_server_batch(sweep: LoadTestReport) -> None:
     assert one.server is not None and four.server is not None
     assert one.server["avg_batch_size"] == pytest.approx(1.0)
     assert four.server["avg_batch_size"] > 1.0
-    assert four.throughput_infer_per_s > one.throughput_infer_per_s
+    # Whether 4 in flight is also faster than 1 depends on the machine's free cores: a speed
+    # claim that benchmarks/serving.py measures (its target 1), not a test. That the engine
+    # measures c / latency is checked in simulated time
+    # (test_a_closed_loop_measures_concurrency_over_latency).
 
 
 @pytest.mark.integration
@@ -673,7 +761,10 @@ def test_a_poisson_request_rate_run_with_mixed_lengths(
     assert report.passed, report.failures
     (level,) = report.levels
     assert level.mode == "request_rate" and level.measured_windows == 2
-    assert 25 < level.throughput_requests_per_s < 90  # Poisson counts over 2 s vary
+    # Counts, not a measured rate (that depends on the machine's load): requests were measured
+    # and none failed. The schedule itself is checked in simulated time
+    # (test_poisson_arrivals_are_issued_at_the_seeded_schedule).
+    assert level.request_count > 0 and level.error_count == 0
     assert level.checks.done > 0 and level.checks.failed == 0
 
 

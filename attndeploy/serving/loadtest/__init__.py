@@ -21,7 +21,8 @@ server died, a level stalled, Ctrl-C), `on_partial` receives what was measured u
 report marked partial, before the error propagates.
 
 Modules: `config` (`LoadTestConfig`, `LoadLevel`, parsing), `inputs` (request pools, vocab and
-max_seq from ONNX, reference outputs), `level` (one load level) and `run` (`run_load_test`).
+max_seq from ONNX, reference outputs), `clock` (the time source every wait goes through), `level`
+(one load level) and `run` (`run_load_test`).
 Every name below is importable from `attndeploy.serving.loadtest` as it was before the split;
 patch a name in the submodule that uses it (e.g. `loadtest.run.TritonRunner`), not here.
 """
@@ -29,6 +30,7 @@ patch a name in the submodule that uses it (e.g. `loadtest.run.TritonRunner`), n
 from __future__ import annotations
 
 from attndeploy.serving.loadreport import LevelResult, LoadTestReport
+from attndeploy.serving.loadtest.clock import REAL_CLOCK, Clock
 from attndeploy.serving.loadtest.config import (
     DEFAULT_CONCURRENCY,
     FIRST_TOKEN_ID,
@@ -52,6 +54,7 @@ from attndeploy.serving.loadtest.level import (
     POLL_S,
     PROBE_AFTER_ERRORS,
     PROBE_TIMEOUT_S,
+    level_rng,
 )
 from attndeploy.serving.loadtest.level import _LevelRun as _LevelRun  # tests
 from attndeploy.serving.loadtest.run import DEFAULT_VOCAB, run_load_test
@@ -67,12 +70,15 @@ __all__ = [
     "POLL_S",
     "PROBE_AFTER_ERRORS",
     "PROBE_TIMEOUT_S",
+    "REAL_CLOCK",
     "SEQ_ORDERS",
+    "Clock",
     "LevelResult",
     "LoadLevel",
     "LoadTestConfig",
     "LoadTestReport",
     "check_seq_lengths",
+    "level_rng",
     "max_seq_from_onnx",
     "parse_number_list",
     "run_load_test",

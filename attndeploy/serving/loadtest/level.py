@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,7 @@ from attndeploy.serving.loadstats import (
     is_stable,
     relative_difference,
 )
+from attndeploy.serving.loadtest.clock import REAL_CLOCK, Clock
 from attndeploy.serving.loadtest.config import LoadLevel, LoadTestConfig
 from attndeploy.serving.loadtest.inputs import _PoolEntry, _Reference
 
@@ -40,11 +40,16 @@ POLL_S = 0.005  # the engine looks at the clock at least this often
 ABORTED = "aborted"  # stop_reason of a level that an error ended (a partial report's last)
 
 
+def level_rng(seed: int, level: LoadLevel) -> np.random.Generator:
+    """The random stream of one level: its arrivals, random seq order and checked sample."""
+    return np.random.default_rng([seed, int(level.value * 1000)])
+
+
 @dataclass
 class _Tally:
     """What the main thread has drained so far (one entry per completed request)."""
 
-    t_done: list[int] = field(default_factory=list)  # perf_counter_ns at completion
+    t_done: list[int] = field(default_factory=list)  # the clock's ns at completion
     latency: list[int] = field(default_factory=list)  # ns
     ok: list[bool] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
@@ -58,7 +63,8 @@ class _Tally:
 
 class _LevelRun:
     """Drives one load level on an open client (tritonclient gRPC, or `client.HttpClient` with
-    the same calls); `run()` returns its result."""
+    the same calls); `run()` returns its result. Every time reading and wait goes through
+    `clock` (the real one unless a test gives a simulated one)."""
 
     def __init__(
         self,
@@ -68,23 +74,25 @@ class _LevelRun:
         pool: list[list[_PoolEntry]],
         reference: _Reference | None,
         on_window: Callable[[WindowStats], None] | None = None,
+        clock: Clock = REAL_CLOCK,
     ) -> None:
         self.client, self.config, self.level, self.pool = client, config, level, pool
+        self.clock = clock
         self.reference = reference
         self.on_window = on_window if on_window is not None else (lambda stats: None)
-        self.rng = np.random.default_rng([config.seed, int(level.value * 1000)])
+        self.rng = level_rng(config.seed, level)
         closed = level.mode == "concurrency"
         self.slots = threading.Semaphore(int(level.value) if closed else config.max_in_flight)
         self.done: deque[tuple[int, int, tuple[int, int], Any, Any]] = deque()
         self.tally = _Tally()
         self.issued = self.drained = self.drained_at_edge = 0
-        self.boundaries: list[int] = []  # perf_counter_ns of window edges
+        self.boundaries: list[int] = []  # the clock's ns at window edges
         self.snapshots: list[ServerStats] = []  # server statistics at each edge
         self.windows: list[WindowStats] = []
         self.stop_reason = ""
         self.consecutive_bad = 0
         self.lags_ns: list[int] = []
-        self.start_ns = self.last_activity_ns = time.perf_counter_ns()
+        self.start_ns = self.last_activity_ns = clock.now_ns()
         self.arrivals: Iterator[float] | None = None
         self.arrival_origin_ns = self.next_due_ns = 0
 
@@ -104,11 +112,12 @@ class _LevelRun:
         keep = self.reference is not None and self.rng.random() < self.config.check_fraction
         done = self.done
         slots = self.slots
-        t0 = time.perf_counter_ns()
+        now_ns = self.clock.now_ns
+        t0 = now_ns()
 
         def callback(result: Any = None, error: Any = None) -> None:
             # gRPC thread: record and free the slot, nothing that can raise.
-            done.append((t0, time.perf_counter_ns(), key, result if keep else None, error))
+            done.append((t0, now_ns(), key, result if keep else None, error))
             slots.release()
 
         self.issued += 1
@@ -125,20 +134,22 @@ class _LevelRun:
 
     def _step_issue(self, now: int) -> None:
         if self.level.mode == "concurrency":
-            if self.slots.acquire(timeout=POLL_S):
+            if self.clock.acquire(self.slots, POLL_S):
                 self._issue()
             return
         if self.arrivals is None:
-            self.arrivals = arrival_offsets(self.level.value, self.config.distribution, self.rng)
+            # the level's own distribution: the one its label and result name
+            distribution = self.level.distribution or self.config.distribution
+            self.arrivals = arrival_offsets(self.level.value, distribution, self.rng)
             self.arrival_origin_ns = now
             self.next_due_ns = now + int(next(self.arrivals) * 1e9)
         wait_ns = self.next_due_ns - now
         if wait_ns > 0:
-            time.sleep(min(wait_ns / 1e9, POLL_S))
+            self.clock.sleep(min(wait_ns / 1e9, POLL_S))
             return
-        if not self.slots.acquire(timeout=POLL_S):
+        if not self.clock.acquire(self.slots, POLL_S):
             return  # max_in_flight reached: the request is late, the lag will show it
-        self.lags_ns.append(time.perf_counter_ns() - self.next_due_ns)
+        self.lags_ns.append(self.clock.now_ns() - self.next_due_ns)
         self._issue()
         self.next_due_ns = self.arrival_origin_ns + int(next(self.arrivals) * 1e9)
 
@@ -166,7 +177,7 @@ class _LevelRun:
                     self._probe(error)
 
     def _elapsed_s(self) -> float:
-        return (time.perf_counter_ns() - self.start_ns) / 1e9
+        return (self.clock.now_ns() - self.start_ns) / 1e9
 
     def _died(self, detail: str) -> ServerError:
         return ServerError(
@@ -251,12 +262,12 @@ class _LevelRun:
     # ---- the loop
     def run(self) -> LevelResult:
         config = self.config
-        self.start_ns = self.last_activity_ns = time.perf_counter_ns()
+        self.start_ns = self.last_activity_ns = self.clock.now_ns()
         hard_stop = self.start_ns + int(config.max_level_s * 1e9)
         stall_ns = int((config.request_timeout_s + 5.0) * 1e9)
         measuring = False
         while not self.stop_reason:
-            now = time.perf_counter_ns()
+            now = self.clock.now_ns()
             self._drain()
             if not measuring and self.drained >= config.warmup_requests:
                 measuring = True
@@ -280,10 +291,10 @@ class _LevelRun:
         return self._result()
 
     def _wait_in_flight(self) -> None:
-        deadline = time.perf_counter_ns() + int((self.config.request_timeout_s + 2.0) * 1e9)
-        while self.issued > self.drained and time.perf_counter_ns() < deadline:
+        deadline = self.clock.now_ns() + int((self.config.request_timeout_s + 2.0) * 1e9)
+        while self.issued > self.drained and self.clock.now_ns() < deadline:
             self._drain()
-            time.sleep(POLL_S)
+            self.clock.sleep(POLL_S)
         self._drain()
 
     def partial_result(self) -> LevelResult:

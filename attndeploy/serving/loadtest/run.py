@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -11,6 +10,7 @@ from attndeploy.errors import AttnDeployError, LoadTestError
 from attndeploy.serving.client import TritonRunner
 from attndeploy.serving.loadreport import LevelResult, LoadTestReport
 from attndeploy.serving.loadstats import WindowStats
+from attndeploy.serving.loadtest.clock import REAL_CLOCK, Clock
 from attndeploy.serving.loadtest.config import FIRST_TOKEN_ID, LoadLevel, LoadTestConfig
 from attndeploy.serving.loadtest.inputs import (
     PARAM_MAX_SEQ,
@@ -78,6 +78,7 @@ def run_load_test(
     *,
     progress: bool = True,
     on_partial: Callable[[LoadTestReport], None] | None = None,
+    clock: Clock = REAL_CLOCK,
 ) -> LoadTestReport:
     """Run every load level of `config` against the server; return the report (never exits).
 
@@ -89,10 +90,11 @@ def run_load_test(
 
     When an error (or Ctrl-C) ends the test once load has begun, `on_partial` is called with the
     levels measured so far, the interrupted one last, in a report marked partial with the
-    reason; then the error propagates.
+    reason; then the error propagates. `clock` times and paces every level (the real clock
+    unless a test simulates one).
     """
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    t_start = time.perf_counter()
+    t_start_ns = clock.now_ns()
     notes: list[str] = []
     vocab = config.vocab_size
     if config.onnx_path is not None:
@@ -114,7 +116,7 @@ def run_load_test(
             url=config.url,
             model=config.model,
             started_at=started_at,
-            duration_s=time.perf_counter() - t_start,
+            duration_s=(clock.now_ns() - t_start_ns) / 1e9,
             config=config.to_dict(),
             levels=list(results),
             notes=notes,
@@ -137,7 +139,7 @@ def run_load_test(
         with _Progress(progress, config.max_windows) as bar:
             for level in config.levels:
                 bar.start(level)
-                run = _LevelRun(runner.client, config, level, pool, reference, bar.window)
+                run = _LevelRun(runner.client, config, level, pool, reference, bar.window, clock)
                 try:
                     result = run.run()
                 except (AttnDeployError, KeyboardInterrupt) as exc:

@@ -1,0 +1,76 @@
+"""Every CLI default is the library's: the value an option falls back to (and the [default: ...]
+its help shows) equals the default of the dataclass field or parameter it is passed to."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import typer
+
+from attndeploy.cli.app import app
+from attndeploy.cli.defaults import field_default, number_list, parameter_default
+from attndeploy.serving.infer import infer_request
+from attndeploy.serving.loadtest import LoadTestConfig
+from attndeploy.serving.options import PackageOptions
+from attndeploy.serving.server import TritonServer, start_background
+
+
+def _config(name: str) -> Any:
+    return field_default(LoadTestConfig, name)
+
+
+def _server(name: str) -> Any:
+    return parameter_default(TritonServer.__init__, name)
+
+
+# command -> {CLI parameter: the library's default it must equal}
+LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "loadtest": {
+        "protocol": _config("protocol"), "distribution": _config("distribution"),
+        "batch": _config("batch"), "seq": number_list(_config("seq_lengths")),
+        "window": _config("window_s"), "stability": _config("stability_threshold"),
+        "max_windows": _config("max_windows"), "warmup": _config("warmup_requests"),
+        "check_fraction": _config("check_fraction"), "seed": _config("seed"),
+    },
+    "serve": {
+        "grpc_port": _server("grpc_port"), "http_port": _server("http_port"),
+        "metrics_port": _server("metrics_port"), "host": _server("host"),
+        "timeout": _server("ready_timeout_s"),
+    },
+    "infer": {"timeout": parameter_default(infer_request, "timeout_s")},
+    "package": {
+        name: field_default(PackageOptions, name)
+        for name in ("flavor", "version", "max_batch_size", "instances", "kind",
+                     "dynamic_batching", "max_queue_delay_us", "warmup", "threads", "text",
+                     "truncate_text", "text_instances", "force")
+    },
+}
+
+
+def _cli_defaults(command: str) -> dict[str, Any]:
+    click_command = typer.main.get_command(app).commands[command]  # type: ignore[attr-defined]
+    return {p.name: getattr(p.default, "value", p.default) for p in click_command.params}
+
+
+@pytest.mark.parametrize("command", sorted(LIBRARY_DEFAULTS))
+def test_cli_defaults_are_the_library_defaults(command: str) -> None:
+    cli = _cli_defaults(command)
+    expected = {name: getattr(value, "value", value)
+                for name, value in LIBRARY_DEFAULTS[command].items()}
+    assert {name: cli[name] for name in expected} == expected
+
+
+def test_serve_background_waits_as_long_as_the_foreground_server() -> None:
+    """`serve --timeout` feeds both; their defaults must agree for the option's one default."""
+    for name in ("grpc_port", "http_port", "metrics_port", "host"):
+        assert parameter_default(start_background, name) == _server(name)
+    assert parameter_default(start_background, "timeout_s") == _server("ready_timeout_s")
+
+
+def test_the_loadtest_help_shows_the_library_defaults() -> None:
+    from typer.testing import CliRunner
+
+    help_text = " ".join(CliRunner().invoke(app, ["loadtest", "--help"]).output.split())
+    assert f"[default: {number_list(LoadTestConfig(model='m').concurrency)} unless" in help_text
+    assert f"[default: {_config('window_s')}]" in help_text
