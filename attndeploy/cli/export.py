@@ -38,8 +38,8 @@ def command(
     checkpoint: OptionalCheckpointArg = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help=f"ONNX file to write [default: CKPT/{DEFAULT_NAME}; "
-                                   "required with --model]."),
+        typer.Option("--out", help=f"ONNX file to write [default: CKPT/{DEFAULT_NAME}]. "
+                                   "Required with --model."),
     ] = None,
     model: UserModelOption = None,
     weights: WeightsOption = None,
