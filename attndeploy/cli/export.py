@@ -1,4 +1,5 @@
-"""`attndeploy export`: checkpoint -> ONNX with one `attndeploy` node per attention layer."""
+"""`attndeploy export`: a checkpoint, or a user's model (`--model MODULE:FACTORY`), -> ONNX with
+one `attndeploy` node per attention layer call."""
 
 from __future__ import annotations
 
@@ -8,19 +9,44 @@ from typing import Annotated
 
 import typer
 
-from attndeploy.cli.options import CheckpointArg, ForceFlag, JsonFlag
+from attndeploy.cli.options import ForceFlag, JsonFlag
 from attndeploy.cli.output import console, print_json
 
 DEFAULT_NAME = "model.onnx"  # the one file export may write inside a checkpoint: its own
 
+OptionalCheckpointArg = Annotated[
+    Path | None,
+    typer.Argument(help="Checkpoint directory (config.json + model.safetensors); leave it out "
+                        "with --model."),
+]
+UserModelOption = Annotated[
+    str | None,
+    typer.Option("--model", metavar="MODULE:FACTORY",
+                 help="Your own model instead of a checkpoint: FACTORY() (imported with the "
+                      "current folder on sys.path) returns (module, inputs) or (module, inputs, "
+                      "dynamic_shapes): inputs a dict name -> example tensor, dynamic_shapes "
+                      "{name: {axis: dim name}}, e.g. {'x': {0: 'batch', 1: 'seq'}}."),
+]
+WeightsOption = Annotated[
+    Path | None,
+    typer.Option("--weights", help="safetensors state dict loaded strictly into --model's "
+                                   "module."),
+]
+
 
 def command(
-    checkpoint: CheckpointArg,
+    checkpoint: OptionalCheckpointArg = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help=f"ONNX file to write [default: CKPT/{DEFAULT_NAME}]."),
+        typer.Option("--out", help=f"ONNX file to write [default: CKPT/{DEFAULT_NAME}]. "
+                                   "Required with --model."),
     ] = None,
-    opset: Annotated[int, typer.Option(help="Default-domain opset (18..23).")] = 18,
+    model: UserModelOption = None,
+    weights: WeightsOption = None,
+    opset: Annotated[
+        int | None, typer.Option(help="Default-domain opset (18..23) [default: the exporter's "
+                                      "default opset].")
+    ] = None,
     fp16: Annotated[bool, typer.Option("--fp16", help="Export in float16.")] = False,
     inline_functions: Annotated[
         bool,
@@ -32,25 +58,92 @@ def command(
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
-    """Export a checkpoint to ONNX (custom-domain attention nodes with function bodies)."""
+    """Export a checkpoint, or your own model (--model), to ONNX (custom-domain attention nodes
+    with function bodies)."""
+    from attndeploy.errors import ExportError
+
+    if model is not None:
+        refused = [flag for flag, given in (("a checkpoint argument", checkpoint is not None),
+                                            ("--fp16", fp16), ("--max-seq", max_seq is not None))
+                   if given]
+        if refused:
+            raise ExportError(f"--model exports your own model; {', '.join(refused)} applies to "
+                              "a checkpoint only: give one or the other")
+        if out is None:
+            raise ExportError("--model needs --out, the ONNX file to write")
+        check_user_target(out, weights, force=force)
+        _export_user_model(model, weights, out, opset, inline_functions, json_output)
+        return
+    if checkpoint is None:
+        raise ExportError("give a checkpoint directory, or --model MODULE:FACTORY for your own "
+                          "model")
+    if weights is not None:
+        raise ExportError("--weights goes with --model; a checkpoint holds its own weights")
     target = out or checkpoint / DEFAULT_NAME
     check_target(checkpoint, target, force=force)  # before the seconds of tracing and checks
 
     from attndeploy.export.exporter import ExportOptions, export_checkpoint
 
-    options = ExportOptions(
-        opset=opset, fp16=fp16, inline_functions=inline_functions, max_seq=max_seq
-    )
+    options = ExportOptions(fp16=fp16, inline_functions=inline_functions, max_seq=max_seq,
+                            **({} if opset is None else {"opset": opset}))
     with console.status(f"exporting {checkpoint}", spinner="dots") if not json_output else _null():
         result = export_checkpoint(checkpoint, target, options)
+    _print_result(result, json_output)
+
+
+def _print_result(result, json_output: bool) -> None:
     if json_output:
         print_json(result.to_json())
         return
     nodes = ", ".join(f"{count}x {op}" for op, count in result.custom_nodes.items()) or "none"
     console.print(
         f"wrote [bold]{result.path}[/] in {result.seconds:.1f} s "
-        f"(opset {opset}{', fp16' if fp16 else ''}); attndeploy nodes: {nodes}"
+        f"(opset {result.options.opset}{', fp16' if result.options.fp16 else ''}); "
+        f"attndeploy nodes: {nodes}"
     )
+
+
+def _export_user_model(spec: str, weights: Path | None, out: Path, opset: int | None,
+                       inline_functions: bool, json_output: bool) -> None:
+    """`export --model`: the factory's module traced on its example inputs (`export_model`)."""
+    from attndeploy.cli.user_model import describe, load_user_model
+    from attndeploy.errors import AttnDeployError, ExportError
+    from attndeploy.export.generic import export_model
+
+    with console.status(f"exporting {spec}", spinner="dots") if not json_output else _null():
+        user = load_user_model(spec, weights)
+        try:
+            result = export_model(user.module, out, inputs=user.inputs,
+                                  dynamic_shapes=user.dynamic_shapes,
+                                  inline_functions=inline_functions,
+                                  metadata={USER_MODEL_KEY: spec},
+                                  **({} if opset is None else {"opset": opset}))
+        except AttnDeployError:
+            raise
+        except Exception as exc:  # the user's forward may raise anything on its own inputs
+            raise ExportError(f"--model {spec}: running the model on its example inputs "
+                              f"failed: {describe(exc)}") from None
+    _print_result(result, json_output)
+
+
+USER_MODEL_KEY = "attndeploy.user_model"  # metadata: the MODULE:FACTORY it was exported from
+
+
+def check_user_target(target: Path, weights: Path | None, *, force: bool) -> None:
+    """Refuse an ONNX output of `export --model` that cannot be written, is the weights file,
+    lies inside a checkpoint directory, or exists (unless `force`)."""
+    from attndeploy.errors import OutputError
+    from attndeploy.fsutil import check_not_an_input, check_output_file
+
+    check_output_file(target)
+    if weights is not None:
+        check_not_an_input(target, [weights])
+    holder = checkpoint_holding(target)
+    if holder is not None:
+        raise OutputError(f"cannot write {target}: it lies inside the checkpoint directory "
+                          f"{holder}, whose files `attndeploy train` owns; give --out outside it")
+    if target.exists() and not force:
+        raise OutputError(f"{target} already exists; pass --force to replace it")
 
 
 def check_target(checkpoint: Path, target: Path, *, force: bool) -> None:

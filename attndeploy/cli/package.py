@@ -22,14 +22,17 @@ def default_model_name(source: Path) -> str:
 
 def command(
     sources: Annotated[
-        list[Path], typer.Argument(help="Checkpoint directories or exported ONNX files.")
+        list[Path], typer.Argument(help="Checkpoint directories or exported ONNX files (a "
+                                        "checkpoint's, or your own model's from export "
+                                        "--model: served by its declared inputs and outputs).")
     ],
     repo: Annotated[Path, typer.Option(help="Model repository folder.")] = Path(
         "model_repository"
     ),
     flavor: Annotated[Flavor, typer.Option(help="Which Triton model(s) to write.")] = Flavor.PYTHON,
     name: Annotated[
-        str | None, typer.Option(help="Model name [default: the checkpoint directory's name].")
+        str | None, typer.Option(help="Model name [default: the checkpoint directory's name, "
+                                      "or the ONNX file's stem].")
     ] = None,
     version: Annotated[int, typer.Option(help="Version folder to write.")] = 1,
     max_batch_size: Annotated[int, typer.Option(help="Triton max_batch_size.")] = 8,
@@ -80,15 +83,26 @@ def command(
             truncate_text=truncate_text, text_instances=text_instances,
         )
         with console.status(f"packaging {source}") if not json_output else _null():
-            written.extend(package_model(source, repo, options))
+            written.extend(package_model(source, repo, options, exporter=_export_checkpoint))
     if json_output:
         print_json({"repo": str(repo), "models": [m.to_dict() for m in written]})
         return
     for model in written:
         what = (f"text model calling {model.id_model}" if model.is_text
                 else model.to_dict()["flavor"])
+        if model.head == "generic":
+            console.print(f"packaged [bold]{model.name}[/] ({what}, your model's own inputs "
+                          f"and outputs, version {model.version}) -> {model.path}")
+            continue
         console.print(f"packaged [bold]{model.name}[/] ({what}, {model.variant}, "
                       f"version {model.version}) -> {model.path}")
+
+
+def _export_checkpoint(checkpoint: Path, out: Path) -> None:
+    """A checkpoint source, exported with the default options into the packager's temp file."""
+    from attndeploy.export.exporter import export_checkpoint  # torch: only for a checkpoint
+
+    export_checkpoint(checkpoint, out)
 
 
 def _null():

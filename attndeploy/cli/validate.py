@@ -1,4 +1,5 @@
-"""`attndeploy validate`: parity of an exported ONNX file with its checkpoint."""
+"""`attndeploy validate`: parity of an exported ONNX file with its checkpoint, or with a user's
+model (`--model MODULE:FACTORY [--weights W]`, see `user_model.py`)."""
 
 from __future__ import annotations
 
@@ -7,50 +8,79 @@ from typing import Annotated
 
 import typer
 
-from attndeploy.cli.options import CheckpointArg
-from attndeploy.cli.output import console
+from attndeploy.cli.export import UserModelOption, WeightsOption
+from attndeploy.cli.output import console, print_json
 
 
 def command(
-    checkpoint: CheckpointArg,
-    model: Annotated[Path, typer.Argument(help="ONNX file exported from the checkpoint.")],
+    checkpoint: Annotated[
+        Path | None, typer.Argument(help="Checkpoint directory (config.json + "
+                                         "model.safetensors); leave it out with --model.")
+    ] = None,
+    onnx_file: Annotated[
+        Path | None, typer.Argument(metavar="MODEL", help="ONNX file exported from the "
+                                                          "checkpoint (or from --model).")
+    ] = None,
+    user_model: UserModelOption = None,
+    weights: WeightsOption = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the report as one JSON document on stdout.")
+    ] = False,
     json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the JSON report here.")
+        Path | None, typer.Option("--json-out", help="Write the JSON report here (atomically).")
     ] = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a Markdown report here.")] = None,
     atol: Annotated[float | None, typer.Option(help="Absolute tolerance [by dtype].")] = None,
     rtol: Annotated[float | None, typer.Option(help="Relative tolerance [by dtype].")] = None,
     shapes: Annotated[
-        str | None, typer.Option(help="Shapes BxS, comma-separated [default: the grid].")
+        str | None, typer.Option(help="Shapes BxS, comma-separated [default: the grid; with "
+                                      "--model: the example and a grid over its dynamic axes].")
     ] = None,
     providers: Annotated[
         str | None, typer.Option(help="onnxruntime providers, comma-separated.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
 ) -> None:
-    """Compare PyTorch with onnxruntime (all/no optimizations) and the ONNX reference evaluator."""
+    """Compare PyTorch with onnxruntime (all/no optimizations) and the ONNX reference evaluator.
+
+    `attndeploy validate CKPT MODEL.onnx` for a checkpoint's export; `attndeploy validate
+    --model MODULE:FACTORY [--weights W] MODEL.onnx` for your own model: its factory's example
+    inputs, then the same inputs resized over their declared dynamic axes."""
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attndeploy.errors import ValidationError
 
-    check_inputs_and_outputs(checkpoint, model, [json_path, markdown])
+    checkpoint, model = _sources(checkpoint, onnx_file, user_model, weights, shapes)
+    inputs = [weights] if weights is not None else [checkpoint / n for n in _checkpoint_files()]
+    check_inputs_and_outputs(model, inputs, [json_path, markdown])
 
     from attndeploy.validate.validator import ValidationOptions, validate_model
 
     progress = Progress(TextColumn("[bold]validate"), BarColumn(),
                         TextColumn("{task.completed}/{task.total} {task.description}"),
-                        TimeElapsedColumn(), console=console, transient=True)
+                        TimeElapsedColumn(), console=console, transient=True,
+                        disable=json_output)
     with progress:
         options = ValidationOptions(
             atol=atol, rtol=rtol, shapes=shapes, seed=seed, progress=progress,
             providers=tuple(p.strip() for p in providers.split(",")) if providers else None,
         )
-        report = validate_model(checkpoint, model, options)
+        if user_model is not None:
+            from attndeploy.cli.validate_user import validate_user_model
+
+            report = validate_user_model(user_model, weights, model, options)
+        else:
+            report = validate_model(checkpoint, model, options)
     if json_path is not None:
         report.write_json(json_path)
     if markdown is not None:
         report.write_markdown(markdown)
+    if json_output:
+        print_json(report.to_json())
+        if not report.passed:
+            raise ValidationError(_failure(report, json_path))
+        return
     for name, oracle in report.oracles.items():
         status = "[green]passed[/]" if oracle.passed else f"[red]{oracle.status}[/]"
         detail = escape(oracle.message or oracle.note)
@@ -58,20 +88,48 @@ def command(
     if report.gate_summary():
         console.print(f"gates: {escape(str(report.gate_summary()))}", highlight=False)
     if not report.passed:
-        failures = report.failures()
-        first = failures[0] if failures else {}
-        where = ", ".join(f"{k} {first[k]}" for k in ("oracle", "shape", "output") if first.get(k))
-        raise ValidationError(
-            f"validation failed ({len(failures)} failure(s); first: {where}: "
-            f"{first.get('message', '')})" + (f"; report: {json_path}" if json_path else "")
-        )
+        raise ValidationError(_failure(report, json_path))
     console.print("[bold green]validation passed[/]")
 
 
-def check_inputs_and_outputs(checkpoint: Path, model: Path, reports: list[Path | None]) -> None:
-    """Before the work: the ONNX model is a file, and each report path can be written without
-    destroying an input (the model, the checkpoint's files) or the other report."""
+def _failure(report, json_path: Path | None) -> str:
+    failures = report.failures()
+    first = failures[0] if failures else {}
+    where = ", ".join(f"{k} {first[k]}" for k in ("oracle", "shape", "output") if first.get(k))
+    return (f"validation failed ({len(failures)} failure(s); first: {where}: "
+            f"{first.get('message', '')})" + (f"; report: {json_path}" if json_path else ""))
+
+
+def _checkpoint_files() -> list[str]:
     from attndeploy.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+
+    return ["", CONFIG_FILE, WEIGHTS_FILE]
+
+
+def _sources(checkpoint: Path | None, onnx_file: Path | None, user_model: str | None,
+             weights: Path | None, shapes: str | None) -> tuple[Path, Path]:
+    """(checkpoint or the weights' folder, ONNX file) from the positional arguments: CKPT MODEL,
+    or MODEL alone with --model."""
+    from attndeploy.errors import ValidationError
+
+    if user_model is not None:
+        if onnx_file is not None or checkpoint is None:
+            raise ValidationError("with --model give one argument, the ONNX file (no checkpoint)")
+        if shapes is not None:
+            raise ValidationError("--shapes (BxS) applies to checkpoints; with --model the "
+                                  "shapes come from the factory's example and dynamic axes")
+        return Path("."), checkpoint
+    if weights is not None:
+        raise ValidationError("--weights goes with --model; a checkpoint holds its own weights")
+    if checkpoint is None or onnx_file is None:
+        raise ValidationError("give a checkpoint directory and its ONNX file (or --model "
+                              "MODULE:FACTORY and the ONNX file)")
+    return checkpoint, onnx_file
+
+
+def check_inputs_and_outputs(model: Path, inputs: list[Path], reports: list[Path | None]) -> None:
+    """Before the work: the ONNX model is a file, and each report path can be written without
+    destroying an input (the model, the checkpoint's files or the weights) or the other report."""
     from attndeploy.cli.export import DEFAULT_NAME
     from attndeploy.errors import OutputError, ValidationError
     from attndeploy.fsutil import check_not_an_input, check_output_file, same_path
@@ -82,11 +140,11 @@ def check_inputs_and_outputs(checkpoint: Path, model: Path, reports: list[Path |
         raise ValidationError(
             f"{model} is a folder; give the ONNX file exported from the checkpoint{hint}"
         )
-    inputs = [model, checkpoint, checkpoint / CONFIG_FILE, checkpoint / WEIGHTS_FILE]
     written: list[Path] = []
     for path in (p for p in reports if p is not None):
         check_output_file(path)
-        check_not_an_input(path, inputs)
+        check_not_an_input(path, [model, *inputs])
         if any(same_path(path, other) for other in written):
-            raise OutputError(f"cannot write {path}: --json and --markdown name the same file")
+            raise OutputError(f"cannot write {path}: --json-out and --markdown name the same "
+                              "file")
         written.append(path)

@@ -15,6 +15,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
+from attndeploy.serving.generic import GenericInfo, generic_io
 from attndeploy.serving.interface import (
     ATTENTION_MASK,
     CLASSIFICATION,
@@ -187,6 +188,36 @@ def build_config(
         _set_parameters(cfg, {PARAM_ORT_INTRA_OP: str(options.threads)})
     if options.warmup:
         _set_warmup(cfg, interface, warmup_seq(effective_max_seq(info, options)))
+    return cfg
+
+
+def build_generic_config(
+    info: GenericInfo, options: PackageOptions, *, name: str, flavor: Flavor
+) -> mc.ModelConfig:
+    """The `ModelConfig` of a generic model (`generic.py`): I/O from the graph, batching only
+    over a shared batch dim, no warm-up, and for the python flavour only `ORT_THREADS`."""
+    if flavor is Flavor.BOTH:
+        raise ValueError("build_generic_config takes one concrete flavor; expand `both` first")
+    cfg = mc.ModelConfig()
+    cfg.name = name
+    if flavor is Flavor.PYTHON:
+        cfg.backend = PYTHON_BACKEND
+    else:
+        cfg.platform = ONNXRUNTIME_PLATFORM
+    _set_version_policy(cfg, options.version)
+    if info.batched:
+        _set_batching(cfg, options)
+    else:
+        cfg.max_batch_size = 0  # the graph has no shared batch dim: full dims, no batching
+    generic_io(cfg, info)
+    _set_instances(cfg, options.kind_for(flavor), options.instances)
+    if flavor is Flavor.PYTHON:
+        parameters = {PARAM_ORT_THREADS: str(options.threads)}
+        if options.execution_env is not None:
+            parameters[PARAM_EXECUTION_ENV] = str(options.execution_env.resolve())
+        _set_parameters(cfg, parameters)
+    else:
+        _set_parameters(cfg, {PARAM_ORT_INTRA_OP: str(options.threads)})
     return cfg
 
 

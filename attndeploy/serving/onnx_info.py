@@ -2,7 +2,10 @@
 
 `attndeploy export` records (docs/ops.md, "Model-level interface"): `attndeploy.variant`,
 `attndeploy.version`, `attndeploy.config` (the JSON model config), `attndeploy.weights_sha256` and
-`attndeploy.labels` (JSON list of label names). A file without them was not made by attndeploy.
+`attndeploy.labels` (JSON list of label names). A file with `attndeploy.version` but none of the
+others is a user's model exported with `export --model` / `export_model` (`is_generic`; packaged
+by its declared inputs and outputs, see `generic.py`); a file with neither was not made by
+attndeploy.
 The config must name `variant`, `head`, `num_labels`, `max_seq` and `vocab_size` (the python
 flavour checks token ids against it). The optional `attndeploy.max_seq` (an export with a lower
 `--max-seq`) takes precedence over the config's `max_seq`.
@@ -20,8 +23,8 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from attndeploy.errors import RepositoryError
+from attndeploy.runtime.metadata import GATED_VARIANTS
 from attndeploy.serving.interface import ModelInterface, model_interface
-from attndeploy.variants.registry import variant_names, variant_spec
 
 META_VARIANT = "attndeploy.variant"
 META_VERSION = "attndeploy.version"
@@ -50,8 +53,8 @@ class ModelInfo:
 
     @property
     def gated(self) -> bool:
-        """Whether the model outputs `gates` (its variant's spec says so: GA-Net)."""
-        return variant_spec(self.variant).gated
+        """Whether the model outputs `gates` (GA-Net; the list in-process inference reads)."""
+        return self.variant in GATED_VARIANTS
 
     @property
     def interface(self) -> ModelInterface:
@@ -97,6 +100,17 @@ def _graph_max_seq(meta: dict[str, str], config_max_seq: int, source: str) -> in
     return int(raw)
 
 
+CHECKPOINT_METADATA = (META_VARIANT, META_CONFIG, META_WEIGHTS, META_LABELS)
+
+
+def is_generic(model: onnx.ModelProto) -> bool:
+    """Whether `model` is a generic one: written by attndeploy's exporter (`attndeploy.version`)
+    from a user's model, so without any of a checkpoint's metadata. A file with some of those
+    keys is a (possibly broken) checkpoint export; `read_model_info` names what it lacks."""
+    keys = {prop.key for prop in model.metadata_props}
+    return META_VERSION in keys and not keys & set(CHECKPOINT_METADATA)
+
+
 def read_model_info(model: onnx.ModelProto, source: str = "the model") -> ModelInfo:
     """The `ModelInfo` recorded in `model`'s metadata; RepositoryError naming what is missing."""
     meta = {prop.key: prop.value for prop in model.metadata_props}
@@ -135,9 +149,6 @@ def read_model_info(model: onnx.ModelProto, source: str = "the model") -> ModelI
             f"{source}: {META_VARIANT} = {meta[META_VARIANT]!r} but the model config says "
             f"{config['variant']!r}."
         )
-    if config["variant"] not in variant_names():
-        raise RepositoryError(f"{source}: unknown variant {config['variant']!r}; this attndeploy "
-                              f"knows {', '.join(variant_names())}.")
     return ModelInfo(
         variant=str(config["variant"]),
         head=str(config["head"]),

@@ -251,13 +251,13 @@ def validations(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
 
 @pytest.mark.parametrize("flag, out, fragment", [
-    ("--json", "/proc/attndeploy.json", "/proc is not writable"),
+    ("--json-out", "/proc/attndeploy.json", "/proc is not writable"),
     ("--markdown", "/sys/attndeploy.md", "/sys is not writable"),
-    ("--json", "folder", "it is a folder; give a file name"),
+    ("--json-out", "folder", "it is a folder; give a file name"),
     ("--markdown", "blocker/report.md", "blocker is not a folder"),
-    ("--json", "model.onnx", "it is an input of this command"),
+    ("--json-out", "model.onnx", "it is an input of this command"),
     ("--markdown", "ckpt/config.json", "it is an input of this command"),
-    ("--json", "ckpt/model.safetensors", "it is an input of this command"),
+    ("--json-out", "ckpt/model.safetensors", "it is an input of this command"),
 ])
 def test_validate_refuses_an_unusable_report_path_before_validating(
     monkeypatch, capsys, tmp_path, validations, flag, out, fragment
@@ -281,8 +281,8 @@ def test_validate_refuses_the_same_file_for_both_reports(
     ckpt = fake_checkpoint(tmp_path / "ckpt")
     (tmp_path / "model.onnx").write_bytes(b"onnx")
     result = run_main(monkeypatch, capsys, "validate", ckpt, tmp_path / "model.onnx",
-                      "--json", tmp_path / "r", "--markdown", tmp_path / "r")
-    assert_refused(result, "output", "--json and --markdown name the same file")
+                      "--json-out", tmp_path / "r", "--markdown", tmp_path / "r")
+    assert_refused(result, "output", "--json-out and --markdown name the same file")
     assert validations == []
 
 

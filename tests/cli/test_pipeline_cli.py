@@ -65,7 +65,7 @@ def test_export_reports_one_custom_node_per_layer_and_the_pooling(workdir):
 
 
 def test_validate_passes_and_writes_the_json_report(workdir):
-    result = run_cli("validate", "ganet", "ganet.onnx", "--json", "parity.json", cwd=workdir)
+    result = run_cli("validate", "ganet", "ganet.onnx", "--json-out", "parity.json", cwd=workdir)
     assert result.returncode == 0, result.stderr
     report = json.loads((workdir / "parity.json").read_text())
     assert report["passed"] is True

@@ -70,6 +70,11 @@ def _fake_pb_utils() -> types.ModuleType:
     module.get_input_tensor_by_name = (  # type: ignore[attr-defined]
         lambda request, name: request.inputs.get(name)
     )
+    module.triton_string_to_numpy = (  # type: ignore[attr-defined]  # as the python backend's
+        lambda name: {"TYPE_FP32": np.float32, "TYPE_FP16": np.float16, "TYPE_FP64": np.float64,
+                      "TYPE_INT64": np.int64, "TYPE_INT32": np.int32, "TYPE_INT8": np.int8,
+                      "TYPE_UINT8": np.uint8, "TYPE_BOOL": np.bool_}[name]
+    )
     return module
 
 

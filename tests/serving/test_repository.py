@@ -14,7 +14,6 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import OutputError, RepositoryError
-from attndeploy.export import exporter
 from attndeploy.serving import repository
 from attndeploy.serving.check_repo import RepoReport, check_repository
 from attndeploy.serving.model_template import generate_model_py
@@ -159,8 +158,8 @@ def test_a_file_that_is_not_onnx_is_refused(tmp_path: Path) -> None:
         package_model(source, tmp_path / "repo")
 
 
-def test_a_checkpoint_directory_is_exported_first(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_checkpoint_directory_is_exported_first_by_the_exporter_handed_in(
+    tmp_path: Path
 ) -> None:
     calls: list[Path] = []
 
@@ -170,11 +169,29 @@ def test_a_checkpoint_directory_is_exported_first(
 
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
-    monkeypatch.setattr(exporter, "export_checkpoint", fake_export)
-    (model,) = package_model(checkpoint, tmp_path / "repo")
+    (model,) = package_model(checkpoint, tmp_path / "repo", exporter=fake_export)
     assert calls == [checkpoint]
     assert model.name == "ganet" and model.gated
     assert check_repository(tmp_path / "repo")
+
+
+def test_without_an_exporter_a_checkpoint_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").mkdir()
+    with pytest.raises(RepositoryError, match=r"checkpoint directory; export it to ONNX first"):
+        package_model(tmp_path / "ckpt", tmp_path / "repo")
+    assert not (tmp_path / "repo").exists() or list((tmp_path / "repo").iterdir()) == []
+
+
+def test_serving_imports_neither_the_exporter_nor_torch() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, attndeploy.serving.repository, attndeploy.serving.check_repo; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith("
+            "('attndeploy.export', 'attndeploy.variants'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "[]"
 
 
 # --------------------------------------------------------------------------- check-repo
@@ -333,17 +350,16 @@ def dead_pid() -> int:
 
 @pytest.mark.parametrize("where", ["file", "proc"])
 def test_a_repo_that_cannot_be_written_is_refused_before_exporting(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+    tmp_path: Path, where: str
 ) -> None:
     calls: list[Path] = []
-    monkeypatch.setattr(exporter, "export_checkpoint", lambda ckpt, out: calls.append(ckpt))
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
     repo = tmp_path / "repo" if where == "file" else Path("/proc/attndeploy-repo")
     if where == "file":
         repo.write_text("not a folder")
     with pytest.raises(OutputError, match="is a file" if where == "file" else "cannot write"):
-        package_model(checkpoint, repo)
+        package_model(checkpoint, repo, exporter=lambda ckpt, out: calls.append(ckpt))
     assert calls == []
 
 
