@@ -7,17 +7,16 @@ from typing import Annotated
 
 import typer
 
+from attndeploy.cli.defaults import field_default
 from attndeploy.cli.options import ForceFlag, JsonFlag
 from attndeploy.cli.output import console, print_json
-from attndeploy.serving.options import Flavor, Kind
+from attndeploy.serving.options import Flavor, Kind, PackageOptions
 
 
-def default_model_name(source: Path) -> str:
-    """A checkpoint directory's name; for an ONNX file its stem (its folder's name if 'model')."""
-    source = Path(source).resolve()
-    if source.is_dir():
-        return source.name
-    return source.parent.name if source.stem == "model" else source.stem
+def _default(field: str):
+    """`PackageOptions`' default for `field`: the library is the one source of defaults."""
+    return field_default(PackageOptions, field)
+
 
 
 def command(
@@ -29,37 +28,46 @@ def command(
     repo: Annotated[Path, typer.Option(help="Model repository folder.")] = Path(
         "model_repository"
     ),
-    flavor: Annotated[Flavor, typer.Option(help="Which Triton model(s) to write.")] = Flavor.PYTHON,
+    flavor: Annotated[
+        Flavor, typer.Option(help="Which Triton model(s) to write.")
+    ] = _default("flavor"),
     name: Annotated[
         str | None, typer.Option(help="Model name [default: the checkpoint directory's name, "
                                       "or the ONNX file's stem].")
     ] = None,
-    version: Annotated[int, typer.Option(help="Version folder to write.")] = 1,
-    max_batch_size: Annotated[int, typer.Option(help="Triton max_batch_size.")] = 8,
-    instances: Annotated[int, typer.Option(help="Model instances.")] = 1,
+    version: Annotated[int, typer.Option(help="Version folder to write.")] = _default("version"),
+    max_batch_size: Annotated[
+        int, typer.Option(help="Triton max_batch_size.")
+    ] = _default("max_batch_size"),
+    instances: Annotated[int, typer.Option(help="Model instances.")] = _default("instances"),
     kind: Annotated[
         Kind, typer.Option(help="Instance kind (gpu: onnxruntime flavour).")
-    ] = Kind.CPU,
+    ] = _default("kind"),
     dynamic_batching: Annotated[
         bool, typer.Option("--dynamic-batching/--no-dynamic-batching", help="Dynamic batcher.")
-    ] = True,
+    ] = _default("dynamic_batching"),
     max_queue_delay_us: Annotated[
         int, typer.Option(help="Longest a request waits to form a batch (µs).")
-    ] = 500,
-    warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="Warm-up request.")] = True,
-    threads: Annotated[int, typer.Option(help="onnxruntime intra-op threads per instance.")] = 1,
+    ] = _default("max_queue_delay_us"),
+    warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="Warm-up request.")
+    ] = _default("warmup"),
+    threads: Annotated[
+        int, typer.Option(help="onnxruntime intra-op threads per instance.")
+    ] = _default("threads"),
     text: Annotated[
         bool, typer.Option("--text/--no-text",
                            help="Also write NAME_text (raw text in, label out) for a model with "
                                 "a tokenizer.")
-    ] = True,
+    ] = _default("text"),
     truncate_text: Annotated[
         bool, typer.Option("--truncate-text",
                            help="The text model keeps the first max_seq tokens of a longer "
                                 "text instead of refusing it.")
-    ] = False,
-    text_instances: Annotated[int, typer.Option(help="Instances of the text model.")] = 1,
-    force: ForceFlag = False,
+    ] = _default("truncate_text"),
+    text_instances: Annotated[
+        int, typer.Option(help="Instances of the text model.")
+    ] = _default("text_instances"),
+    force: ForceFlag = _default("force"),
     json_output: JsonFlag = False,
 ) -> None:
     """Package models into a Triton repository (config.pbtxt, model.onnx, model.py, labels),
@@ -75,7 +83,7 @@ def command(
     written = []
     for source in sources:
         options = PackageOptions(  # `--name ''` is refused there, not taken for "no name"
-            flavor=flavor, name=default_model_name(source) if name is None else name,
+            flavor=flavor, name=name,
             version=version,
             max_batch_size=max_batch_size, instances=instances, kind=kind,
             dynamic_batching=dynamic_batching, max_queue_delay_us=max_queue_delay_us,

@@ -59,14 +59,23 @@ def _check_name(name: str) -> None:
         )
 
 
+def default_model_name(source: Path) -> str:
+    """A checkpoint directory's name; for an ONNX file its stem (its folder's name if 'model')."""
+    source = Path(source).resolve()
+    if source.is_dir():
+        return source.name
+    return source.parent.name if source.stem == "model" else source.stem
+
+
 @dataclass(frozen=True)
 class PackageOptions:
     """Options of `package_model`.
 
     - `flavor`: see `Flavor`. With `both`, the two models are `<name>_python` and
       `<name>_onnxruntime`; with one flavour the model is named `<name>` exactly.
-    - `name`: model name; default the variant recorded in the ONNX metadata (e.g. `ganet`). At
-      most `MAX_NAME_LENGTH` characters: letters, digits, '_', '.' and '-'; never empty.
+    - `name`: model name; default `default_model_name(source)` (a checkpoint directory's name,
+      an ONNX file's stem, or its folder's name for `model.onnx`). At most `MAX_NAME_LENGTH`
+      characters: letters, digits, '_', '.' and '-'; never empty.
     - `version`: the version folder written (the config serves exactly this version).
     - `max_batch_size`: Triton's largest batch (sum of the batch dims of one execution).
     - `instances`: model instances (`instance_group.count`).

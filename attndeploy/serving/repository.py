@@ -62,7 +62,7 @@ from attndeploy.serving.onnx_info import (
     read_model_info,
     uses_external_data,
 )
-from attndeploy.serving.options import Flavor, Kind, PackageOptions
+from attndeploy.serving.options import Flavor, Kind, PackageOptions, default_model_name
 from attndeploy.serving.signature import onnx_mismatches
 from attndeploy.serving.text_model import (
     check_tokenizer_record,
@@ -204,7 +204,7 @@ def package_model(
     variant, config and labels; or a user's model: packaged by its declared inputs and outputs)
     or a checkpoint directory, exported first into a temp file by `exporter(checkpoint, path)`
     (e.g. `attndeploy.export.exporter.export_checkpoint`; without one a directory is refused).
-    A generic model's default name is the ONNX file's stem.
+    The default name is `default_model_name(source)`.
     Raises RepositoryError (and writes nothing) if the source is not an attndeploy model, its
     graph breaks the model-level interface, or a model folder exists and `options.force` is off;
     OutputError, before any export, if `repo` cannot be written (a file, read-only). Stale
@@ -220,7 +220,7 @@ def package_model(
         info, record = _check_source(onnx_path)
         generic = isinstance(info, GenericInfo)
         max_seq = 0 if generic else effective_max_seq(info, options)
-        base = options.name or (source.stem if generic else info.variant)
+        base = options.name or default_model_name(source)
         targets = {flavor: repo / options.model_name(base, flavor) for flavor in options.flavors()}
         text_target = None
         if options.text and record is not None:

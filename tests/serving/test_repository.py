@@ -73,8 +73,7 @@ def test_both_flavours_are_named_by_suffix_and_pass(
 ) -> None:
     source = save_model(build_model(**fixture), tmp_path / "m.onnx")  # type: ignore[arg-type]
     models = package_model(source, tmp_path / "repo", PackageOptions(flavor="both", kind="gpu"))
-    variant = models[0].variant
-    assert [m.name for m in models] == [f"{variant}_python", f"{variant}_onnxruntime"]
+    assert [m.name for m in models] == ["m_python", "m_onnxruntime"]  # named after the file
     assert not (models[1].path / "1" / "model.py").exists()
     report = check_repository(tmp_path / "repo")
     assert report, report.summary()
@@ -171,7 +170,7 @@ def test_a_checkpoint_directory_is_exported_first_by_the_exporter_handed_in(
     checkpoint.mkdir()
     (model,) = package_model(checkpoint, tmp_path / "repo", exporter=fake_export)
     assert calls == [checkpoint]
-    assert model.name == "ganet" and model.gated
+    assert model.name == "ckpt" and model.gated  # the checkpoint directory's name
     assert check_repository(tmp_path / "repo")
 
 
