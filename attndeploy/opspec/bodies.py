@@ -2,10 +2,10 @@
 
 Letters: b batch, h heads, i query position, j key position, d head features.
 These onnxscript functions live in the private domain `attndeploy.internal`. They are not ops of
-the contract: `attndeploy.export._registry` inlines them into every op's FunctionProto, so a
-shipped body uses standard ONNX ops only. Bodies are written against opset 18 (the oldest opset
-they support: `ReduceMax` takes its axes as an input from 18 on); the registry re-stamps the
-default-domain version to the model's opset.
+the contract: `OpSpec.function_proto` (`attndeploy.opspec.spec`) inlines them into every op's
+FunctionProto, so a shipped body uses standard ONNX ops only. Bodies are written against opset
+18 (the oldest opset they support: `ReduceMax` takes its axes as an input from 18 on);
+`function_proto` re-stamps the default-domain version to the model's opset.
 
 Every body is polymorphic in `T` (float, float16, bfloat16): float constants enter through
 `CastLike`; softmax and the gate decisions run in fp32 (`functional.masked_softmax` does the

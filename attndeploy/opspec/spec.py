@@ -26,7 +26,7 @@ import torch
 from onnxscript import ir
 
 from attndeploy.errors import ExportError
-from attndeploy.export.ops._common import (
+from attndeploy.opspec.bodies import (
     ATTNDEPLOY,
     BODY_OPSET,
     DOMAIN,
@@ -55,7 +55,7 @@ class OpSpec:
     name: str  # ONNX op type in domain `attndeploy`, as in docs/ops.md
     reference: Callable[..., Any]  # the PyTorch reference (e.g. `functional.qvi_attention`)
     torch_op: torch._ops.OpOverload  # torch.ops.attndeploy.<reference name>.default
-    function: onnxscript.OnnxFunction  # the body; may call the helpers of `ops._common`
+    function: onnxscript.OnnxFunction  # the body; may call the helpers of `opspec.bodies`
     torch_only: tuple[str, ...] = ()  # reference keywords that only steer PyTorch evaluation
 
     @property
@@ -175,7 +175,7 @@ class OpSpec:
 
     def function_proto(self, opset: int = DEFAULT_OPSET) -> onnx.FunctionProto:
         """The model-local FunctionProto of this op for a model of default-domain `opset`."""
-        _check_opset(opset)
+        check_opset(opset)
         proto = onnx.FunctionProto()
         proto.CopyFrom(self._inlined_body)
         for entry in proto.opset_import:
@@ -184,7 +184,7 @@ class OpSpec:
         return proto
 
 
-def _check_opset(opset: int) -> None:
+def check_opset(opset: int) -> None:
     if opset not in SUPPORTED_OPSETS:
         raise ExportError(
             f"opset {opset} is not supported by the {DOMAIN} op bodies; choose one of "

@@ -2,7 +2,7 @@
 collected.
 
 Each variant package that has ops names its `ops` module in its `VariantSpec`; that module's
-`OPS` tuple lists its `OpSpec`s (`attndeploy.export.ops._spec`). Nothing here lists a variant or
+`OPS` tuple lists its `OpSpec`s (`attndeploy.opspec.spec`). Nothing here lists a variant or
 an op: the order is the variants' `order`, then each variant's own order (docs/ops.md order).
 """
 
@@ -17,12 +17,12 @@ import onnx
 import torch
 
 from attndeploy.errors import ExportError
-from attndeploy.export.ops._common import DOMAIN
-from attndeploy.export.ops._spec import (  # noqa: F401  (re-exported)
+from attndeploy.opspec.bodies import DOMAIN
+from attndeploy.opspec.spec import (  # noqa: F401  (re-exported)
     DEFAULT_OPSET,
     SUPPORTED_OPSETS,
     OpSpec,
-    _check_opset,
+    check_opset,
 )
 from attndeploy.variants.registry import variant_specs
 
@@ -81,7 +81,7 @@ def function_protos(
     Every op, or only those in `names` (ONNX or functional names, e.g. the op types of a
     model's `attndeploy` nodes), in docs/ops.md order.
     """
-    _check_opset(opset)
+    check_opset(opset)
     wanted = None if names is None else {op_spec(name).name for name in names}
     return [
         spec.function_proto(opset) for spec in op_specs()
