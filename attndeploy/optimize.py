@@ -54,8 +54,8 @@ import onnx
 
 from attndeploy import __version__
 from attndeploy.errors import ExportError
-from attndeploy.export.ops._common import DOMAIN
 from attndeploy.fsutil import atomic_write_bytes, check_not_an_input, check_output_file
+from attndeploy.opspec.bodies import DOMAIN
 from attndeploy.runtime.metadata import PREFIX, ModelMetadata, parse_metadata
 
 
@@ -208,14 +208,10 @@ ORT_LEVELS = {1: "ORT_ENABLE_BASIC", 2: "ORT_ENABLE_EXTENDED", 99: "ORT_ENABLE_A
 
 def save_ort_optimized(source: Path, target: Path, opt_level: int) -> None:
     """onnxruntime's CPU provider optimizes `source` at `opt_level` and saves the graph."""
-    import onnxruntime as ort
+    from attndeploy.runtime.sessions import create_session
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # "hardware specific" notices at level 99, fp16 folding
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, ORT_LEVELS[opt_level])
-    options.optimized_model_filepath = str(target)
-    try:
-        ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+    try:  # errors-only logging: "hardware specific" notices at level 99, fp16 folding
+        create_session(source, optimization=opt_level, optimized_model_path=target)
     except Exception as exc:  # onnxruntime raises its own pybind types
         raise ExportError(f"onnxruntime cannot optimize {source}: {_first_line(exc)}") from exc
 
@@ -233,14 +229,10 @@ def _ort_optimize(source: Path, opt_level: int) -> onnx.ModelProto:
 
 
 def _session(model: onnx.ModelProto | Path, threads: int = 0) -> Any:
-    import onnxruntime as ort
+    from attndeploy.runtime.sessions import create_session
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # float16 graphs log harmless constant-folding warnings
-    if threads:
-        options.intra_op_num_threads = threads
-    source = str(model) if isinstance(model, Path) else model.SerializeToString()
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    # errors-only logging: float16 graphs log harmless constant-folding warnings
+    return create_session(model, threads=threads or None)
 
 
 def check_parity(
