@@ -101,7 +101,7 @@ def test_package_takes_a_converted_checkpoint_like_a_built_in_one(tmp_path: Path
 def test_the_streamed_model_file_reads_back_as_the_proto(tmp_path: Path):
     import io
 
-    from attndeploy.integrations.hf_checkpoint import write_model_streaming
+    from attndeploy.integrations.hf_export import write_model_streaming
 
     checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "bert", "evolving")
     onnx_path = tmp_path / "model.onnx"
