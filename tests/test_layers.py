@@ -60,6 +60,8 @@ TORCH_PACKAGES = ("torch", "onnxscript", "safetensors.torch", "transformers")
 ALLOWED = {
     ("attndeploy", "attndeploy.checkpoint"):
         "the package root re-exports load_checkpoint/read_checkpoint lazily, on first use",
+    ("attndeploy.export.optimize", "attndeploy.optimize"):
+        "the optimizer's old path, an alias of attndeploy.optimize until its callers move",
 }
 
 # The modules `attndeploy infer` and `attndeploy predict`'s library side import; none may pull
