@@ -67,6 +67,7 @@ ALLOWED = {
 # The modules `attndeploy infer` and `attndeploy predict`'s library side import; none may pull
 # in torch (they run where only onnxruntime is installed).
 TORCH_FREE_ENTRY_POINTS = ("attndeploy.runtime", "attndeploy.runtime.metadata",
+                           "attndeploy.runtime.sessions",
                            "attndeploy.interface", "attndeploy.serving.infer",
                            "attndeploy.cli.infer")
 
