@@ -217,7 +217,7 @@ def _expected_tensors(config: ModelConfig) -> dict[str, TensorSpec]:
     return {name: (tuple(t.shape), str(t.dtype)) for name, t in model.state_dict().items()}
 
 
-def _header_tensors(weights_path: Path) -> dict[str, TensorSpec]:
+def header_tensors(weights_path: Path) -> dict[str, TensorSpec]:
     """Names, shapes and dtypes from the safetensors header; nothing is loaded."""
     try:
         with open(weights_path, "rb") as handle:
@@ -276,7 +276,7 @@ def _shaping_fields(config: ModelConfig, tensor: str, axes: set[int] | None) -> 
     return found
 
 
-def _check_tensors(
+def check_tensors(
     expected: dict[str, TensorSpec], found: dict[str, TensorSpec], source: Path,
     config: ModelConfig | None = None,
 ) -> None:
@@ -346,7 +346,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
         )
     # Names and shapes first, from the header and a meta-device model: a config that asks for a
     # model the weights do not hold fails here, before either is allocated.
-    _check_tensors(_expected_tensors(model_config), _header_tensors(weights_path), weights_path,
+    check_tensors(_expected_tensors(model_config), header_tensors(weights_path), weights_path,
                    model_config)
     try:
         tensors = load_file(str(weights_path))

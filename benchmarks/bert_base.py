@@ -133,14 +133,9 @@ def _inputs(batch: int, *, padded: bool, vocab: int, seed: int) -> tuple[Any, An
 
 
 def _ort_session(path: Path, threads: int) -> Any:
-    import onnxruntime as ort
+    from attndeploy.runtime.sessions import create_session
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return create_session(path, threads=threads, spinning=False)
 
 
 def measure(folder: Path, rounds: int, threads: int, compile_: bool) -> dict[str, Any]:

@@ -72,9 +72,10 @@ from rich.table import Table
 
 from attndeploy.checkpoint import save_checkpoint
 from attndeploy.config import GANetConfig, ModelConfig, QVIConfig
-from attndeploy.export import _registry
 from attndeploy.export.exporter import ExportOptions, export_checkpoint
-from attndeploy.export.ops._common import (
+from attndeploy.fsutil import atomic_write_png
+from attndeploy.models import build_model
+from attndeploy.opspec.bodies import (
     HELPERS,
     INTERNAL,
     HardGates,
@@ -82,8 +83,8 @@ from attndeploy.export.ops._common import (
     ScaledScores,
     TFloat,
 )
-from attndeploy.fsutil import atomic_write_png
-from attndeploy.models import build_model
+from attndeploy.runtime.sessions import create_session, session_options
+from attndeploy.variants import op_registry
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_VARIANTS = ("standard", "qvi", "ganet", "evolving")
@@ -178,18 +179,11 @@ def export_model(
 
 
 def ort_session(path_or_bytes: Path | bytes, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    # Idle intra-op threads must not spin: in an interleaved benchmark onnxruntime's spinning
-    # pool steals the cores from the PyTorch call that follows (measured: eager batch 1, seq 128
-    # 10 ms alone, 200 ms right after a spinning session; onnxruntime itself unchanged).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    source = str(path_or_bytes) if isinstance(path_or_bytes, Path) else path_or_bytes
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    # All graph optimizations, sequential execution (onnxruntime's defaults). Idle intra-op
+    # threads must not spin: in an interleaved benchmark onnxruntime's spinning pool steals the
+    # cores from the PyTorch call that follows (measured: eager batch 1, seq 128 10 ms alone,
+    # 200 ms right after a spinning session; onnxruntime itself unchanged).
+    return create_session(path_or_bytes, threads=threads, spinning=False)
 
 
 def model_inputs(
@@ -327,7 +321,7 @@ def attention_part_model(dense: bool) -> onnx.ModelProto:
                                                                  for h in HELPERS)]
     else:
         domain, name = "attndeploy", "GatedAttention"
-        functions = [_registry.op_spec(name).function_proto(_registry.DEFAULT_OPSET)]
+        functions = [op_registry.op_spec(name).function_proto(op_registry.DEFAULT_OPSET)]
     node = onnx.helper.make_node(
         name, [i.name for i in inputs], ["output", "gates"], domain=domain,
         scale=ATTENTION_PART["head_dim"] ** -0.5,
@@ -335,7 +329,7 @@ def attention_part_model(dense: bool) -> onnx.ModelProto:
     return onnx.helper.make_model(
         onnx.helper.make_graph([node], name, inputs, outputs),
         opset_imports=[
-            onnx.helper.make_opsetid("", _registry.DEFAULT_OPSET),
+            onnx.helper.make_opsetid("", op_registry.DEFAULT_OPSET),
             onnx.helper.make_opsetid(domain, 1),
             onnx.helper.make_opsetid(INTERNAL.domain, INTERNAL.version),
         ],
@@ -650,9 +644,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float,
                         help="stop the timed rounds after this many seconds (default 330)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
-    parser.add_argument("--opset", type=int, default=_registry.DEFAULT_OPSET,
+    parser.add_argument("--opset", type=int, default=op_registry.DEFAULT_OPSET,
                         help="default-domain opset of the exported models (default "
-                             f"{_registry.DEFAULT_OPSET}; 23 exports SDPA as one Attention node)")
+                             f"{op_registry.DEFAULT_OPSET}; 23 exports SDPA as one Attention node)")
     parser.add_argument("--gate-density", type=float, default=0.25,
                         help="GA-Net gate density of the model and of the attention part")
     parser.add_argument("--no-profile", action="store_true",
@@ -742,15 +736,10 @@ def ort_profile(
 ) -> dict[str, Any]:
     """onnxruntime's own profiler (enable_profiling): ms per run by op type and by node."""
     with tempfile.TemporaryDirectory() as tmp:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.log_severity_level = 3
+        options = session_options(threads=threads, spinning=False)
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(tmp) / "ort")
-        source = str(model) if isinstance(model, Path) else model
-        session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        session = create_session(model, options)
         for _ in range(runs + 2):
             session.run(None, feed)
         events = json.loads(Path(session.end_profiling()).read_text())

@@ -5,7 +5,7 @@ throughput is at least 0.9x that of the loop a user writes by hand today, at the
 on the same model with the same onnxruntime settings.
 
 Model: the quickstart's model per variant (task sparse_evidence, max_seq 64, d_model 64,
-2 layers; `attndeploy.quickstart.pipeline._train_or_reuse` / `_export_or_reuse`), trained for
+2 layers; `attndeploy.quickstart.pipeline.train_or_reuse` / `export_or_reuse`), trained for
 `--train-steps` steps (default 300, 60 s at most; `--quick` 30) and cached in `--workdir`.
 Throughput does not depend on the weights.
 
@@ -73,16 +73,16 @@ def prepare_model(variant: str, workdir: Path, steps: int, max_seconds: float) -
     """Train (or reuse) and export the quickstart's model of `variant`."""
     from attndeploy.quickstart.pipeline import (
         QuickstartOptions,
-        _export_or_reuse,
-        _train_or_reuse,
+        export_or_reuse,
+        train_or_reuse,
     )
 
     options = QuickstartOptions(workdir=workdir, variants=(variant,), steps=steps,
                                 max_train_seconds=max_seconds)
     ckpt = workdir / "checkpoints" / f"{variant}-steps{steps}"
     onnx_path = workdir / "onnx" / f"{variant}-steps{steps}.onnx"
-    metrics, reused_ckpt, train_s = _train_or_reuse(variant, ckpt, options, print, False)
-    reused_onnx, export_s = _export_or_reuse(variant, ckpt, onnx_path, print)
+    metrics, reused_ckpt, train_s = train_or_reuse(variant, ckpt, options, print, False)
+    reused_onnx, export_s = export_or_reuse(variant, ckpt, onnx_path, print)
     config = json.loads((ckpt / "config.json").read_text())
     return {"variant": variant, "onnx": str(onnx_path), "train_steps": steps,
             "reused_checkpoint": reused_ckpt, "reused_export": reused_onnx,
@@ -91,14 +91,9 @@ def prepare_model(variant: str, workdir: Path, steps: int, max_seconds: float) -
 
 
 def session_options(threads: int) -> Any:
-    import onnxruntime as ort
+    from attndeploy.runtime.sessions import session_options as ort_options
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.log_severity_level = 3
-    return options
+    return ort_options(threads=threads, spinning=False)
 
 
 def load_texts(path: Path | None, n: int, seed: int) -> tuple[list[str], str]:
@@ -119,9 +114,9 @@ class HandLoop:
     TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
     def __init__(self, path: str, options: Any) -> None:
-        import onnxruntime as ort
+        from attndeploy.runtime.sessions import create_session
 
-        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.session = create_session(path, options)
         meta = self.session.get_modelmeta().custom_metadata_map
         vocab = json.loads(meta["attndeploy.tokenizer"])["vocab"]
         self.ids = {word: i for i, word in enumerate(vocab)}

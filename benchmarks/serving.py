@@ -11,7 +11,7 @@ the serving targets:
    own inference statistics for those windows.
 
 Model: the `standard` variant trained and exported exactly as the quickstart does
-(`attndeploy.quickstart.pipeline._train_or_reuse` / `_export_or_reuse`: task sparse_evidence,
+(`attndeploy.quickstart.pipeline.train_or_reuse` / `export_or_reuse`: task sparse_evidence,
 max_seq 64, d_model 64, 2 layers), with `--train-steps` steps (default the quickstart's 300,
 60 s at most; `--quick` 30 steps). Serving speed does not depend on the weights. The checkpoint
 and ONNX file are cached in `--workdir` and reused by later runs.
@@ -133,16 +133,16 @@ def prepare_model(workdir: Path, steps: int, max_seconds: float, log: Any) -> di
     """Train (or reuse) and export the quickstart's `standard` model; returns facts about it."""
     from attndeploy.quickstart.pipeline import (
         QuickstartOptions,
-        _export_or_reuse,
-        _train_or_reuse,
+        export_or_reuse,
+        train_or_reuse,
     )
 
     options = QuickstartOptions(workdir=workdir, variants=(VARIANT,), steps=steps,
                                 max_train_seconds=max_seconds)
     ckpt = workdir / "checkpoints" / f"{VARIANT}-steps{steps}"
     onnx_path = workdir / "onnx" / f"{VARIANT}-steps{steps}.onnx"
-    metrics, reused_ckpt, train_s = _train_or_reuse(VARIANT, ckpt, options, log, False)
-    reused_onnx, export_s = _export_or_reuse(VARIANT, ckpt, onnx_path, log)
+    metrics, reused_ckpt, train_s = train_or_reuse(VARIANT, ckpt, options, log, False)
+    reused_onnx, export_s = export_or_reuse(VARIANT, ckpt, onnx_path, log)
     config = json.loads((ckpt / "config.json").read_text())
     return {
         "variant": VARIANT, "task": options.task, "train_steps": steps,
@@ -170,13 +170,10 @@ class OrtBaseline:
     """In-process onnxruntime on the served model.onnx: batch 1, seq SEQ, `threads` intra-op."""
 
     def __init__(self, onnx_path: Path, threads: int, vocab: int, seed: int) -> None:
-        import onnxruntime as ort
+        from attndeploy.runtime.sessions import create_session
 
-        options = ort.SessionOptions()  # as the generated model.py builds it
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(onnx_path), options,
-                                            providers=["CPUExecutionProvider"])
+        # threads intra-op and one inter-op thread, as the generated model.py builds it
+        self.session = create_session(onnx_path, threads=threads)
         self.outputs = [o.name for o in self.session.get_outputs() if o.name == "logits"]
         rng = np.random.default_rng(seed)
         self.feeds = [

@@ -7,7 +7,7 @@ the same texts, the id model getting them tokenized by the client (`loadtest --t
 tokenizes with the same runtime tokenizer the text model runs).
 
 Models: the quickstart's model per variant (task sparse_evidence, max_seq 64, d_model 64,
-2 layers; `attndeploy.quickstart.pipeline._train_or_reuse` / `_export_or_reuse`), trained for
+2 layers; `attndeploy.quickstart.pipeline.train_or_reuse` / `export_or_reuse`), trained for
 `--train-steps` steps and cached in `--workdir` (by default the folder `benchmarks/predict.py`
 uses, so the two share their models). Each is packaged with `PackageOptions()` (what
 `attndeploy package` writes: the python-flavour id model `<variant>` and the text model
@@ -76,16 +76,16 @@ def prepare_model(variant: str, workdir: Path, steps: int, max_seconds: float) -
     """Train (or reuse) and export the quickstart's model of `variant` (as predict.py does)."""
     from attndeploy.quickstart.pipeline import (
         QuickstartOptions,
-        _export_or_reuse,
-        _train_or_reuse,
+        export_or_reuse,
+        train_or_reuse,
     )
 
     options = QuickstartOptions(workdir=workdir, variants=(variant,), steps=steps,
                                 max_train_seconds=max_seconds)
     ckpt = workdir / "checkpoints" / f"{variant}-steps{steps}"
     onnx_path = workdir / "onnx" / f"{variant}-steps{steps}.onnx"
-    _, reused_ckpt, _ = _train_or_reuse(variant, ckpt, options, print, False)
-    reused_onnx, _ = _export_or_reuse(variant, ckpt, onnx_path, print)
+    _, reused_ckpt, _ = train_or_reuse(variant, ckpt, options, print, False)
+    reused_onnx, _ = export_or_reuse(variant, ckpt, onnx_path, print)
     return {"variant": variant, "onnx": str(onnx_path), "train_steps": steps,
             "reused_checkpoint": reused_ckpt, "reused_export": reused_onnx}
 

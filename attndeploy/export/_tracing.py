@@ -32,9 +32,9 @@ import torch
 
 from attndeploy.errors import ExportError
 from attndeploy.export import gelu, lstm
-from attndeploy.export._registry import custom_translation_table, function_protos, torch_ops
-from attndeploy.export.ops._common import DOMAIN, DOMAIN_VERSION
+from attndeploy.opspec.bodies import DOMAIN, DOMAIN_VERSION
 from attndeploy.variants._recurrent import override_lstm
+from attndeploy.variants.op_registry import custom_translation_table, function_protos, torch_ops
 
 # G11: an exported graph is deterministic; none of these may appear, in the graph or a function.
 RANDOM_OPS = frozenset({

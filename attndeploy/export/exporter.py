@@ -36,11 +36,11 @@ from attndeploy import __version__
 from attndeploy.checkpoint import Checkpoint, read_checkpoint, read_config
 from attndeploy.errors import ExportError
 from attndeploy.export import _tracing, generic
-from attndeploy.export._registry import DEFAULT_OPSET, SUPPORTED_OPSETS  # noqa: F401
 from attndeploy.export.generic import META_PREFIX, ExportOptions, ExportResult
-from attndeploy.export.ops._common import DOMAIN_VERSION
 from attndeploy.fsutil import atomic_write_bytes
-from attndeploy.serving.interface import BATCH, SEQ, ModelInterface, make_feed, model_interface
+from attndeploy.interface import BATCH, SEQ, ModelInterface, make_feed, model_interface
+from attndeploy.opspec.bodies import DOMAIN_VERSION
+from attndeploy.variants.op_registry import DEFAULT_OPSET, SUPPORTED_OPSETS  # noqa: F401
 from attndeploy.variants.registry import variant_spec
 
 __all__ = [
@@ -168,18 +168,16 @@ def runtime_check(model: onnx.ModelProto | bytes | Path, config: Any, max_seq: i
         import onnxruntime as ort
     except ImportError:
         return
+    from attndeploy.runtime.sessions import create_session
+
     interface = interface_of(config)
     seq = min(3, max_seq)
     ids = np.full((2, seq), 1 % config.vocab_size, dtype=np.int64)
     mask = np.ones((2, seq), dtype=np.int64)
     mask[1, 1:] = 0
     where = f"onnxruntime {ort.__version__} (CPUExecutionProvider)"
-    session_options = ort.SessionOptions()
-    session_options.log_severity_level = 3  # errors only: fp16 graphs log harmless warnings
-    try:
-        source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
-        session = ort.InferenceSession(source if isinstance(source, bytes) else str(source),
-                                       session_options, providers=["CPUExecutionProvider"])
+    try:  # errors-only logging: fp16 graphs log harmless warnings
+        session = create_session(model)
         outputs = session.run(interface.output_names, make_feed(ids, mask))
     except Exception as exc:  # onnxruntime raises its own pybind types
         hint = (
@@ -201,7 +199,7 @@ def runtime_check(model: onnx.ModelProto | bytes | Path, config: Any, max_seq: i
             raise ExportError(f"{where}: output {spec.name} holds non-finite values")
 
 
-def _trace_checkpoint(model: nn.Module, max_seq: int, opset: int, inline: bool) -> generic.Traced:
+def trace_checkpoint(model: nn.Module, max_seq: int, opset: int, inline: bool) -> generic.Traced:
     """The checkpoint's model traced through the interface, batch and seq dynamic."""
     vocab = model.config.vocab_size
     example_seq = min(EXAMPLE_SEQ, max_seq)
@@ -230,14 +228,14 @@ def export_checkpoint(
     """
     options = options or ExportOptions()
     if "hf" in read_config(Path(checkpoint_dir)):  # a Hugging Face model (integrations)
-        from attndeploy.integrations.hf_checkpoint import export_hf_checkpoint
+        from attndeploy.integrations.hf_export import export_hf_checkpoint
 
         return export_hf_checkpoint(Path(checkpoint_dir), Path(out_path), options)
     started, cpu_started = time.perf_counter(), time.process_time()
     ckpt, model, max_seq = _load(Path(checkpoint_dir), options)
     config = ckpt.model_config
     stages = {"load": time.perf_counter() - started}
-    traced = _trace_checkpoint(model, max_seq, options.opset, options.inline_functions)
+    traced = trace_checkpoint(model, max_seq, options.opset, options.inline_functions)
     stages.update(traced.stages)
     finishing = time.perf_counter()
     proto = traced.proto

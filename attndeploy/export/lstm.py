@@ -30,7 +30,7 @@ from onnxscript import opset18 as op
 from torch import Tensor, nn
 
 from attndeploy.errors import ExportError
-from attndeploy.export.ops._common import TFloat
+from attndeploy.opspec.bodies import TFloat
 from attndeploy.variants._recurrent import PaddedBiLSTM
 
 NAMESPACE = "attndeploy_std"

@@ -1,9 +1,11 @@
-"""Converted Hugging Face models as attndeploy checkpoints: save, read, export.
+"""Converted Hugging Face models as attndeploy checkpoints: the model, save and read.
 
 A checkpoint is the usual directory (`config.json` + `model.safetensors`, docs/architecture.md), so
 `attndeploy info`, `export`, `validate`, `package` and `serve` take it as they take a built-in
-one: `attndeploy.checkpoint.read_checkpoint` and `attndeploy.export.exporter.export_checkpoint`
-hand a config with an `"hf"` section to `read_hf_checkpoint` and `export_hf_checkpoint`.
+one: `attndeploy.checkpoint.read_checkpoint` hands a config with an `"hf"` section to
+`read_hf_checkpoint` (here, at the checkpoint layer), and `export_checkpoint`
+(`attndeploy.export.exporter`) to `export_hf_checkpoint` (`attndeploy.integrations.hf_export`,
+at the export layer).
 
 config.json (format "attndeploy-checkpoint", format_version 1), beside the usual keys:
   hf          {"architecture": "BertForSequenceClassification" (a class `convert` supports),
@@ -30,29 +32,14 @@ dtypes are compared with the configured model built on the meta device before we
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import os
-import tempfile
-import time
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import onnx
 import torch
 from torch import Tensor, nn
 
-from attndeploy.errors import AttnDeployError, CheckpointError, ConfigError, ExportError
-from attndeploy.fsutil import (
-    check_output_file,
-    current_umask,
-    output_error,
-    remove_stale_temporaries,
-)
+from attndeploy.errors import AttnDeployError, CheckpointError, ConfigError
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
 from attndeploy.integrations.transformers import (
     conversion_of,
@@ -305,8 +292,8 @@ def read_hf_checkpoint(path: Path, raw: dict[str, Any], digest: str) -> Any:
         CONFIG_FILE,
         WEIGHTS_FILE,
         Checkpoint,
-        _check_tensors,
-        _header_tensors,
+        check_tensors,
+        header_tensors,
     )
 
     path = Path(path)
@@ -328,8 +315,8 @@ def read_hf_checkpoint(path: Path, raw: dict[str, Any], digest: str) -> Any:
     except (TypeError, ValueError) as exc:  # transformers' own config checks
         raise CheckpointError(f"{source}: hf config: {exc}") from exc
     weights_path = path / WEIGHTS_FILE
-    _check_tensors({n: (tuple(t.shape), str(t.dtype)) for n, t in expected.items()},
-                   _header_tensors(weights_path), weights_path)
+    check_tensors({n: (tuple(t.shape), str(t.dtype)) for n, t in expected.items()},
+                   header_tensors(weights_path), weights_path)
     model = build_hf_model(hf)
     config = model.config
     if len(labels) != config.num_labels:
@@ -344,169 +331,3 @@ def read_hf_checkpoint(path: Path, raw: dict[str, Any], digest: str) -> Any:
     model.model.load_state_dict(tensors, strict=True, assign=True)
     model.eval()
     return Checkpoint(path, model, config, labels, tokenizer, digest, raw)
-
-
-# ----------------------------------------------------------------------------- export
-
-
-def _check_structure(proto: Any, config: HFModelConfig, expected: Counter, lstms: int, *,
-                     inlined: bool) -> dict[str, int]:
-    """One `attndeploy` node per attention layer (`expected`, each with its function, no random
-    op), `lstms` `LSTM` nodes (a BiLSTM gate network: one per direction), symbolic dims."""
-    from attndeploy.export import _tracing
-    from attndeploy.export.exporter import interface_of
-
-    found = _tracing.check_custom_nodes(proto, Counter() if inlined else expected,
-                                        inlined=inlined)
-    got = sum(n.op_type == "LSTM" and n.domain in ("", "ai.onnx") for n in proto.graph.node)
-    if got != lstms:
-        raise ExportError(f"the exported graph holds {got} LSTM nodes, expected {lstms} "
-                          "(one per direction)")
-    interface = interface_of(config)
-    for value in list(proto.graph.input) + list(proto.graph.output):
-        dims = _tracing.dims_of(value)
-        for axis, want in enumerate(interface.spec(value.name).dims):
-            got_dim = dims[axis] if axis < len(dims) else None
-            if got_dim != want:
-                raise ExportError(f"{value.name}: dimension {axis} is {got_dim!r}, expected "
-                                  f"{want!r}")
-    return found
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        if not value:
-            out.append(low)
-            return bytes(out)
-        out.append(low | 0x80)
-
-
-def _copy_fields(source: Any, target: Any, skip: str) -> None:
-    """Every set field of protobuf message `source` but `skip`, copied into `target`."""
-    for descriptor, value in source.ListFields():
-        if descriptor.name == skip:
-            continue
-        repeated = getattr(descriptor, "is_repeated", None)  # protobuf >= 6; `label` before
-        if repeated is None:
-            repeated = descriptor.label == descriptor.LABEL_REPEATED
-        if repeated:
-            getattr(target, descriptor.name).extend(value)
-        elif descriptor.type == descriptor.TYPE_MESSAGE:
-            getattr(target, descriptor.name).CopyFrom(value)
-        else:
-            setattr(target, descriptor.name, value)
-
-
-def write_model_streaming(proto: onnx.ModelProto, handle: Any) -> None:
-    """Write `proto` serialized, one initializer at a time.
-
-    `SerializeToString` (upb) holds the whole serialized model twice while it builds it: about
-    2.4x the weights on top of the proto (BERT-base: +1 GB). Protobuf parses repeated occurrences
-    of an embedded message field as their merge (repeated fields append), so the model without
-    initializers followed by one `graph {initializer: [...]}` field per initializer reads back as
-    `proto` (same initializer order), with at most one initializer's bytes in memory.
-    """
-    graph = onnx.GraphProto()
-    _copy_fields(proto.graph, graph, "initializer")
-    header = onnx.ModelProto()
-    _copy_fields(proto, header, "graph")
-    header.graph.CopyFrom(graph)
-    handle.write(header.SerializeToString())
-    tag = _varint(onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number << 3 | 2)
-    for initializer in proto.graph.initializer:
-        piece = onnx.GraphProto(initializer=[initializer]).SerializeToString()
-        handle.write(tag + _varint(len(piece)) + piece)
-
-
-@contextmanager
-def _staged_file(path: Path) -> Iterator[Path]:
-    """A temp file beside `path` that becomes `path` when the block succeeds and is removed when
-    it fails; named like `attndeploy.fsutil`'s temporaries, so a killed run's is cleaned up by
-    the next write of `path`."""
-    check_output_file(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(path)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp",
-                                    dir=path.parent)
-        os.close(fd)
-    except OSError as exc:
-        raise output_error(path, exc) from exc
-    staged = Path(name)
-    try:
-        yield staged
-        os.chmod(staged, 0o666 & ~current_umask())
-        os.replace(staged, path)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            staged.unlink()
-        if isinstance(exc, OSError):
-            raise output_error(path, exc) from exc
-        raise
-
-
-def export_hf_checkpoint(checkpoint_dir: Path, out_path: Path, options: Any = None) -> Any:
-    """`export_checkpoint` for a converted HF model: the same interface (`input_ids`,
-    `attention_mask` -> `logits`[, `gates`]), stages, checks and metadata, plus
-    `attndeploy.hf_architecture` and `attndeploy.hf_model_type`; the file appears only when
-    every check has passed.
-
-    Peak memory (BERT-base: 420 MB of fp32 weights). The weights can exist as torch tensors, in
-    the ONNX proto, serialized, and in the onnxruntime session of the runtime check, and
-    serializing or parsing a proto transiently doubles its size. So: the torch model is released
-    once traced; the proto is streamed to a temp file beside the target
-    (`write_model_streaming`) and released; onnx.checker and the runtime check read that file;
-    then it is renamed into place. No step holds two copies of the weights.
-    """
-    from attndeploy.checkpoint import read_checkpoint
-    from attndeploy.export import generic
-    from attndeploy.export.exporter import _trace_checkpoint, build_metadata, runtime_check
-    from attndeploy.export.generic import META_PREFIX, ExportOptions, ExportResult
-
-    options = options or ExportOptions()
-    started, cpu_started = time.perf_counter(), time.process_time()
-    out_path = Path(out_path)
-    check_output_file(out_path)  # before the work: a folder in the way, a read-only place
-    ckpt = read_checkpoint(Path(checkpoint_dir))
-    config = ckpt.model_config
-    max_seq = options.max_seq or config.max_seq
-    if max_seq > config.max_seq:
-        raise ExportError(f"--max-seq {max_seq} exceeds the model's max_seq {config.max_seq}")
-    conversion = conversion_of(ckpt.model.model)
-    expected, lstms = conversion.expected_nodes(), conversion.expected_lstm_nodes()
-    metadata = build_metadata(ckpt, options, max_seq)
-    metadata[META_PREFIX + "hf_architecture"] = config.architecture
-    metadata[META_PREFIX + "hf_model_type"] = config.model_type
-    model = ckpt.model.eval()
-    if options.fp16:
-        model = model.half()
-    del ckpt, conversion
-    stages = {"load": time.perf_counter() - started}
-    traced = _trace_checkpoint(model, max_seq, options.opset, options.inline_functions)
-    del model  # the torch weights: not needed once traced
-    gc.collect()
-    stages.update(traced.stages)
-    finishing = time.perf_counter()
-    proto, input_names, output_names = traced.proto, traced.input_names, traced.output_names
-    del traced
-    custom = _check_structure(proto, config, expected, lstms, inlined=options.inline_functions)
-    generic.set_metadata(proto, metadata)
-    with _staged_file(out_path) as staged:
-        with open(staged, "wb") as handle:
-            write_model_streaming(proto, handle)
-        del proto
-        gc.collect()
-        try:
-            onnx.checker.check_model(str(staged))
-        except onnx.checker.ValidationError as exc:
-            raise ExportError(f"the exported model fails onnx.checker: {exc}") from exc
-        stages["finish"] = time.perf_counter() - finishing
-        checking = time.perf_counter()
-        runtime_check(staged, config, max_seq, fp16=options.fp16)
-        stages["runtime_check"] = time.perf_counter() - checking
-    return ExportResult(
-        out_path, time.perf_counter() - started, custom, metadata, options, stages,
-        time.process_time() - cpu_started, input_names, output_names,
-    )

@@ -60,8 +60,11 @@ class VariantOutcome:
 Log = Callable[[str], None]
 
 
-def _train_or_reuse(variant: str, ckpt_dir: Path, options: QuickstartOptions, log: Log,
-                    progress: bool) -> tuple[dict[str, Any], bool, float | None]:
+def train_or_reuse(variant: str, ckpt_dir: Path, options: QuickstartOptions, log: Log = print,
+                   progress: bool = False) -> tuple[dict[str, Any], bool, float | None]:
+    """The quickstart's model of `variant` trained on `options.task` into `ckpt_dir`, or the
+    checkpoint already there if it loads: (its metrics, whether it was reused, training seconds
+    or None when reused)."""
     from attndeploy.checkpoint import read_checkpoint
     from attndeploy.config import ModelConfig
     from attndeploy.train import TrainConfig, load_training_data, train_checkpoint
@@ -84,8 +87,10 @@ def _train_or_reuse(variant: str, ckpt_dir: Path, options: QuickstartOptions, lo
     return result.metrics, False, result.summary["seconds"]
 
 
-def _export_or_reuse(variant: str, ckpt_dir: Path, onnx_path: Path, log: Log
-                     ) -> tuple[bool, float | None]:
+def export_or_reuse(variant: str, ckpt_dir: Path, onnx_path: Path, log: Log = print
+                    ) -> tuple[bool, float | None]:
+    """`ckpt_dir` exported to `onnx_path`, unless the file there already holds these weights:
+    (whether it was reused, export seconds or None when reused)."""
     from attndeploy.export.exporter import export_checkpoint, read_metadata
     from attndeploy.fsutil import file_sha256
 
@@ -118,14 +123,14 @@ def run_quickstart(options: QuickstartOptions, *, log: Log = print, progress: bo
     for variant in options.variants:
         outcome = VariantOutcome(variant, work / "checkpoints" / variant,
                                  work / "onnx" / f"{variant}.onnx")
-        outcome.metrics, outcome.reused_checkpoint, outcome.train_seconds = _train_or_reuse(
+        outcome.metrics, outcome.reused_checkpoint, outcome.train_seconds = train_or_reuse(
             variant, outcome.checkpoint, options, log, progress)
         outcomes.append(outcome)
     timings["train"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     for outcome in outcomes:
-        outcome.reused_export, outcome.export_seconds = _export_or_reuse(
+        outcome.reused_export, outcome.export_seconds = export_or_reuse(
             outcome.variant, outcome.checkpoint, outcome.onnx, log)
     timings["export"] = time.perf_counter() - t0
 

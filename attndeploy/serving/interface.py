@@ -1,114 +1,17 @@
-"""The model-level interface (docs/ops.md, "Model-level interface"), declared once.
+"""The model-level interface now lives in `attndeploy.interface` (torch-free, below every stage);
+this path re-exports it for the modules that still import it from here."""
 
-Every exported attndeploy model takes `input_ids` and `attention_mask` (int64 `[batch, seq]`) and
-returns `logits` (float32 `[batch, num_labels]`, or `[batch, seq, num_labels]` for token tagging)
-plus, for GA-Net models only, `gates` (bool `[batch, seq]`). `model_interface` builds that
-declaration for one model; the onnxruntime feed (`make_feed`), Triton's `input`/`output` blocks
-(`model_config.py`), the generated python-backend `model.py` and the repository linter
-(`check_repo.py`) all derive from it, so a name or a dtype is written in exactly one place.
-
-Dims are tuples of `int | str`: the strings `"batch"` and `"seq"` are symbolic (a dim_param in
-ONNX, `-1` in Triton, where the batch dim is implicit through `max_batch_size`).
-"""
-
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-import numpy as np
-import onnx
-
-BATCH = "batch"
-SEQ = "seq"
-
-INPUT_IDS = "input_ids"
-ATTENTION_MASK = "attention_mask"
-LOGITS = "logits"
-GATES = "gates"
-
-TAGGING = "tagging"
-CLASSIFICATION = "classification"
-
-# dtype name -> (numpy dtype, ONNX TensorProto element type, Triton model_config DataType name)
-_DTYPES: dict[str, tuple[type, int, str]] = {
-    "int64": (np.int64, onnx.TensorProto.INT64, "TYPE_INT64"),
-    "float32": (np.float32, onnx.TensorProto.FLOAT, "TYPE_FP32"),
-    "bool": (np.bool_, onnx.TensorProto.BOOL, "TYPE_BOOL"),
-}
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """One input or output: its name, dtype name (`int64`, `float32`, `bool`) and dims."""
-
-    name: str
-    dtype: str
-    dims: tuple[int | str, ...]
-    doc: str = ""
-
-    @property
-    def numpy_dtype(self) -> np.dtype:
-        return np.dtype(_DTYPES[self.dtype][0])
-
-    @property
-    def onnx_elem_type(self) -> int:
-        return _DTYPES[self.dtype][1]
-
-    @property
-    def triton_type(self) -> str:
-        """The `model_config_pb2.DataType` name, e.g. `TYPE_INT64`."""
-        return _DTYPES[self.dtype][2]
-
-    @property
-    def triton_dims(self) -> list[int]:
-        """Dims as Triton's config states them: batch dropped (implicit), symbolic dims -1."""
-        if not self.dims or self.dims[0] != BATCH:
-            raise ValueError(f"{self.name}: the first dim must be the batch dim, got {self.dims}")
-        return [-1 if isinstance(d, str) else int(d) for d in self.dims[1:]]
-
-
-@dataclass(frozen=True)
-class ModelInterface:
-    """The inputs and outputs of one model (see `model_interface`)."""
-
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
-
-    @property
-    def input_names(self) -> list[str]:
-        return [spec.name for spec in self.inputs]
-
-    @property
-    def output_names(self) -> list[str]:
-        return [spec.name for spec in self.outputs]
-
-    def spec(self, name: str) -> TensorSpec:
-        for spec in (*self.inputs, *self.outputs):
-            if spec.name == name:
-                return spec
-        raise KeyError(name)
-
-
-def model_interface(*, head: str, num_labels: int, gated: bool) -> ModelInterface:
-    """The interface of a model with this head (`classification`/`tagging`), label count, gates."""
-    if head not in (CLASSIFICATION, TAGGING):
-        raise ValueError(f"unknown head {head!r}; valid: {CLASSIFICATION}, {TAGGING}")
-    inputs = (
-        TensorSpec(INPUT_IDS, "int64", (BATCH, SEQ), "token ids"),
-        TensorSpec(ATTENTION_MASK, "int64", (BATCH, SEQ), "1 = real token, 0 = padding"),
-    )
-    logits_dims: tuple[int | str, ...] = (
-        (BATCH, SEQ, num_labels) if head == TAGGING else (BATCH, num_labels)
-    )
-    outputs = [TensorSpec(LOGITS, "float32", logits_dims, "unnormalised scores")]
-    if gated:
-        outputs.append(TensorSpec(GATES, "bool", (BATCH, SEQ), "tokens the model attended to"))
-    return ModelInterface(inputs=inputs, outputs=tuple(outputs))
-
-
-def make_feed(input_ids: np.ndarray, attention_mask: np.ndarray) -> dict[str, np.ndarray]:
-    """The onnxruntime feed `{name: array}` with the declared dtypes (int64 for both inputs)."""
-    return {
-        INPUT_IDS: np.ascontiguousarray(input_ids, dtype=np.int64),
-        ATTENTION_MASK: np.ascontiguousarray(attention_mask, dtype=np.int64),
-    }
+from attndeploy.interface import (  # noqa: F401  (re-exported)
+    ATTENTION_MASK,
+    BATCH,
+    CLASSIFICATION,
+    GATES,
+    INPUT_IDS,
+    LOGITS,
+    SEQ,
+    TAGGING,
+    ModelInterface,
+    TensorSpec,
+    make_feed,
+    model_interface,
+)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attndeploy.errors import ValidationError
-from attndeploy.serving.interface import make_feed
+from attndeploy.interface import make_feed
 
 FIRST_TOKEN_ID = 2  # ids 0 (padding) and 1 (unknown) are never drawn
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")

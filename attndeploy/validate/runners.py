@@ -2,8 +2,9 @@
 
 A runner is a context manager with a `name` and `infer(feed) -> outputs`, both dicts of numpy
 arrays keyed by tensor name (the model-level interface of docs/ops.md: `input_ids`/`attention_mask`
-in, `logits` [+ `gates`] out). `attndeploy.serving.client.TritonRunner` has the same interface,
-so parity checks and load tests swap backends freely.
+in, `logits` [+ `gates`] out). The interface, `Runner`, is declared once in `attndeploy.interface`;
+`attndeploy.serving.client.TritonRunner` implements it too, so parity checks and load tests swap
+backends freely.
 
 - `TorchRunner(model)`: PyTorch eager, the reference. Returns `logits` float32, and for GA-Net
   `gates` bool and `gate_logits` float32 (the auxiliary network's s, for gate margins).
@@ -19,30 +20,15 @@ runtime's own message and `unsupported=True` when the runtime said it lacks a ke
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
 from attndeploy.errors import ValidationError
-
-Feed = Mapping[str, np.ndarray]
-Outputs = dict[str, np.ndarray]
-
-
-@runtime_checkable
-class Runner(Protocol):
-    """What the validators need from a backend."""
-
-    name: str
-
-    def __enter__(self) -> Runner: ...
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None: ...
-
-    def infer(self, feed: Feed) -> Outputs: ...
+from attndeploy.interface import Feed, Outputs, Runner  # noqa: F401  (re-exported)
 
 
 class RunnerError(ValidationError):
@@ -167,17 +153,8 @@ class OrtRunner(BaseRunner):
     def _activate(self) -> None:
         import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        options.graph_optimization_level = (
-            ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            if self.optimization == "all"
-            else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        )
-        if self.threads:
-            options.intra_op_num_threads = self.threads
-            options.inter_op_num_threads = 1
-        # FATAL only: a failing run is reported through RunnerError, not logged to stderr
-        options.log_severity_level = 4
+        from attndeploy.runtime.sessions import FATAL_ONLY, create_session
+
         available = set(ort.get_available_providers())
         missing = [p for p in self.providers if p not in available]
         if missing:
@@ -187,9 +164,11 @@ class OrtRunner(BaseRunner):
                 f"(available: {', '.join(sorted(available))})",
                 unsupported=True,
             )
-        model = self.path if isinstance(self.path, bytes) else str(self.path)
-        try:
-            self.session = ort.InferenceSession(model, options, providers=self.providers)
+        try:  # FATAL only: a failing run is reported through RunnerError, not logged to stderr
+            self.session = create_session(self.path, providers=self.providers,
+                                          optimization=self.optimization,
+                                          threads=self.threads or None,
+                                          log_severity=FATAL_ONLY)
         except Exception as exc:  # onnxruntime raises its own pybind types; keep the message
             message, unsupported = _ort_error(exc)
             raise RunnerError(self.name, message, unsupported=unsupported) from exc

@@ -26,7 +26,7 @@ import numpy as np
 
 from attndeploy.checkpoint import Checkpoint, read_checkpoint
 from attndeploy.errors import AttnDeployError, ValidationError
-from attndeploy.serving.interface import model_interface
+from attndeploy.interface import model_interface
 from attndeploy.validate.compare import (
     GATE_FLIP_TOLERANCE,
     Tolerance,

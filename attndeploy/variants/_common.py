@@ -12,15 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
-
-if TYPE_CHECKING:  # the config module imports the registry, which imports nothing of ours
-    from attndeploy.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -57,10 +54,10 @@ def call_op(reference: Callable[..., Any], *args: Any, **attrs: Any) -> Any:
 
     Eager (training, evaluation): the reference itself. While torch.export traces (which is how
     `export_model` and `export_checkpoint` export): the op's torch custom op, which the exporter
-    turns into one `attndeploy` ONNX node (`attndeploy.export.ops._spec.OpSpec.export_call`).
+    turns into one `attndeploy` ONNX node (`attndeploy.opspec.spec.OpSpec.export_call`).
     """
     if torch.compiler.is_exporting():
-        from attndeploy.export._registry import op_spec  # onnxscript: imported only to export
+        from attndeploy.variants.op_registry import op_spec  # onnxscript: imported only to export
 
         return op_spec(reference).export_call(*args, **attrs)
     return reference(*args, **attrs)
@@ -143,8 +140,9 @@ class AttentionBase(nn.Module):
         return self.out(merge_heads(heads))
 
     @classmethod
-    def from_config(cls, config: ModelConfig, layer_index: int) -> AttentionBase:
-        """The layer `layer_index` of a built-in model with this config."""
+    def from_config(cls, config: Any, layer_index: int) -> AttentionBase:
+        """The layer `layer_index` of a built-in model with this config (a `ModelConfig`, which
+        sits above the variants: it is built from their registry)."""
         raise NotImplementedError
 
     def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:

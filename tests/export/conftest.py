@@ -23,8 +23,8 @@ import torch
 from attndeploy.checkpoint import read_checkpoint, save_checkpoint
 from attndeploy.config import ModelConfig
 from attndeploy.export.exporter import ExportOptions, ExportResult, export_checkpoint
+from attndeploy.interface import make_feed
 from attndeploy.models import build_model
-from attndeploy.serving.interface import make_feed
 from tests.cases import CASES, CASES_BY_ID, VariantCase
 
 LABELS = ("neg", "neu", "pos")

@@ -23,8 +23,7 @@ import pytest
 import torch
 
 from attndeploy.errors import ExportError
-from attndeploy.export import _registry
-from attndeploy.variants import functional
+from attndeploy.variants import functional, op_registry
 from attndeploy.variants._common import call_op
 
 HEADS, HEAD_DIM, MODEL_DIM = 2, 4, 6
@@ -169,8 +168,8 @@ class OpCase:
     reference_inlines_because: str = ""
 
     @property
-    def spec(self) -> _registry.OpSpec:
-        return _registry.op_spec(self.op)
+    def spec(self) -> op_registry.OpSpec:
+        return op_registry.op_spec(self.op)
 
     def reference(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The functional reference in fp32 on the same (possibly fp16-rounded) inputs."""
@@ -223,7 +222,7 @@ def _cast_inputs(inputs: dict[str, np.ndarray], dtype: type) -> dict[str, np.nda
     return {k: v.astype(dtype) if v.dtype.kind == "f" else v for k, v in inputs.items()}
 
 
-def single_node_model(case: OpCase, dtype: type, opset: int = _registry.DEFAULT_OPSET):
+def single_node_model(case: OpCase, dtype: type, opset: int = op_registry.DEFAULT_OPSET):
     """The op as one custom node plus its FunctionProto; every dim symbolic except literals."""
     spec = case.spec
     float_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
@@ -255,7 +254,7 @@ def single_node_model(case: OpCase, dtype: type, opset: int = _registry.DEFAULT_
 
 
 @functools.cache
-def runner(op: str, runner_name: str, dtype: type, opset: int = _registry.DEFAULT_OPSET):
+def runner(op: str, runner_name: str, dtype: type, opset: int = op_registry.DEFAULT_OPSET):
     """`infer(feed) -> list of outputs` for one op, built once per (op, runner, dtype, opset)."""
     return make_runner(CASE_BY_OP[op], runner_name, dtype, opset)
 
@@ -331,10 +330,10 @@ def run_case(
 
 
 def test_every_op_has_a_functional_reference_and_a_case():
-    for spec in _registry.op_specs():
+    for spec in op_registry.op_specs():
         assert getattr(functional, spec.functional_name) is spec.reference
-        assert _registry.op_spec(spec.reference) is spec
-    assert {spec.name for spec in _registry.op_specs()} == set(CASE_BY_OP)
+        assert op_registry.op_spec(spec.reference) is spec
+    assert {spec.name for spec in op_registry.op_specs()} == set(CASE_BY_OP)
 
 
 def test_op_names_and_signatures_follow_ops_md():
@@ -346,26 +345,26 @@ def test_op_names_and_signatures_follow_ops_md():
         "EvolvingAttentionStart": ("output", "logits"),
         "EvolvingAttention": ("output", "logits"),
     }
-    assert {spec.name: spec.output_names for spec in _registry.op_specs()} == expected
-    assert _registry.op_spec("EvolvingAttention").attributes == (
+    assert {spec.name: spec.output_names for spec in op_registry.op_specs()} == expected
+    assert op_registry.op_spec("EvolvingAttention").attributes == (
         "scale", "alpha", "beta", "negative_slope"
     )
-    assert _registry.op_spec("GatedAttentionPooling").attributes == ()
-    for spec in _registry.op_specs():
+    assert op_registry.op_spec("GatedAttentionPooling").attributes == ()
+    for spec in op_registry.op_specs():
         assert spec.schema.domain == "attndeploy" and spec.schema.since_version == 1
         assert spec.torch_op is getattr(torch.ops.attndeploy, spec.functional_name).default
 
 
 def test_unknown_op_name_lists_the_valid_ones():
     with pytest.raises(ExportError, match="valid: QVIAttention"):
-        _registry.op_spec("QVIAttentionV2")
+        op_registry.op_spec("QVIAttentionV2")
 
 
-@pytest.mark.parametrize("opset", _registry.SUPPORTED_OPSETS)
+@pytest.mark.parametrize("opset", op_registry.SUPPORTED_OPSETS)
 def test_function_bodies_use_standard_onnx_ops_at_the_model_opset(opset):
-    protos = _registry.function_protos(opset)
+    protos = op_registry.function_protos(opset)
     assert [(f.domain, f.name) for f in protos] == [
-        ("attndeploy", spec.name) for spec in _registry.op_specs()
+        ("attndeploy", spec.name) for spec in op_registry.op_specs()
     ]
     for proto in protos:
         assert {n.domain for n in proto.node} == {""}, proto.name
@@ -374,23 +373,23 @@ def test_function_bodies_use_standard_onnx_ops_at_the_model_opset(opset):
 
 
 def test_function_protos_can_be_limited_to_the_ops_a_model_uses():
-    protos = _registry.function_protos(18, names=["GatedAttentionPooling", "gated_attention"])
+    protos = op_registry.function_protos(18, names=["GatedAttentionPooling", "gated_attention"])
     assert [f.name for f in protos] == ["GatedAttention", "GatedAttentionPooling"]
 
 
 def test_an_unsupported_opset_is_refused():
     with pytest.raises(ExportError, match="opset 17 is not supported"):
-        _registry.function_protos(17)
+        op_registry.function_protos(17)
 
 
 def test_gated_attention_gathers_open_keys_and_never_decides_on_sigmoid():
-    body = _registry.op_spec("GatedAttention").function_proto()
+    body = op_registry.op_spec("GatedAttention").function_proto()
     op_types = [n.op_type for n in body.node]
     assert "TopK" in op_types and op_types.count("GatherND") == 2  # keys and values, by row
     gather_nd = [n for n in body.node if n.op_type == "GatherND"]
     assert all(a.i == 2 for n in gather_nd for a in n.attribute if a.name == "batch_dims")
     assert "Sigmoid" not in op_types
-    assert "Sigmoid" not in [n.op_type for n in _registry.op_spec("GatedAttentionPooling")
+    assert "Sigmoid" not in [n.op_type for n in op_registry.op_spec("GatedAttentionPooling")
                              .function_proto().node]
 
 
@@ -398,7 +397,8 @@ def test_gated_layers_sharing_gate_logits_compute_the_gates_once_in_onnxruntime(
     """Two GatedAttention nodes and the pooling read one gate vector (as in a GA-Net model):
     after inlining, onnxruntime's common-subexpression elimination leaves one gate decision
     and one TopK, because the body derives them from gate_logits and the mask alone."""
-    spec, pooling = _registry.op_spec("GatedAttention"), _registry.op_spec("GatedAttentionPooling")
+    spec = op_registry.op_spec("GatedAttention")
+    pooling = op_registry.op_spec("GatedAttentionPooling")
     f32, boolean = onnx.TensorProto.FLOAT, onnx.TensorProto.BOOL
     inputs = [
         onnx.helper.make_tensor_value_info(f"{n}{i}", f32, ["B", HEADS, "T", HEAD_DIM])
@@ -449,7 +449,7 @@ def test_masked_softmax_uses_the_most_negative_finite_value_not_inf():
                 elif attr.type == onnx.AttributeProto.FLOAT:
                     yield np.float32(attr.f)
 
-    for proto in _registry.function_protos():
+    for proto in op_registry.function_protos():
         values = list(constants(proto.node))
         assert all(np.isfinite(v).all() for v in values), proto.name
         if "Softmax" in _op_types(proto.node):
@@ -488,7 +488,7 @@ def test_op_body_in_fp16_matches_the_fp32_reference(case, runner_name):
     run_case(case, LAYOUTS[3], runner_name, np.float16)
 
 
-@pytest.mark.parametrize("opset", _registry.SUPPORTED_OPSETS)
+@pytest.mark.parametrize("opset", op_registry.SUPPORTED_OPSETS)
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_op_runs_in_onnxruntime_at_every_supported_opset(case, opset):
     run_case(case, LAYOUTS[3], "ort_all", np.float32, opset)
@@ -513,7 +513,7 @@ def test_evolving_attention_zeroes_the_pads_of_the_score_maps_twice_and_only_whe
     [B, H, T, T] Wheres (A_in and A), each in the body of a Loop that runs only for a padded
     batch (an unpadded batch skips them: Z is the identity), plus the small additive-mask Where
     of the softmax."""
-    body = _registry.op_spec("EvolvingAttention").function_proto()
+    body = op_registry.op_spec("EvolvingAttention").function_proto()
     top = [n.op_type for n in body.node]
     assert "Where" not in top and top.count("Loop") == 2  # the 2 ZeroPads
     assert top.count("If") == 3  # the activation (on negative_slope), beta, MaskedSoftmax
@@ -594,9 +594,9 @@ def test_export_call_resolves_the_default_scale_and_drops_torch_only_keywords():
     layout = Layout(5, (5, 2))
     inputs = {k: torch.from_numpy(v) for k, v in
               _cast_inputs(gated_inputs(np.random.default_rng(2), layout), np.float32).items()}
-    args = [inputs[name] for name in _registry.op_spec("gated_attention").input_names]
+    args = [inputs[name] for name in op_registry.op_spec("gated_attention").input_names]
     want = functional.gated_attention(*args)
-    export_call = _registry.op_spec(functional.gated_attention).export_call
+    export_call = op_registry.op_spec(functional.gated_attention).export_call
     got = export_call(*args, gather_open_keys=True)
     torch.testing.assert_close(got, want)
     with pytest.raises(TypeError, match="unexpected keyword"):
@@ -617,7 +617,7 @@ def test_exported_module_keeps_one_custom_node_with_its_function_and_symbolic_di
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
     program = torch.onnx.export(  # call_op runs the custom op while torch.export traces
         model, example, dynamo=True, opset_version=opset,
-        custom_translation_table=_registry.custom_translation_table(),
+        custom_translation_table=op_registry.custom_translation_table(),
         input_names=["x", "mask", "gate_logits"], output_names=["y", "gates"],
         dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}, {0: batch, 1: seq}),
     )
@@ -626,7 +626,7 @@ def test_exported_module_keeps_one_custom_node_with_its_function_and_symbolic_di
     assert [n.op_type for n in custom] == ["GatedAttention"]
     assert {a.name: a.f for a in custom[0].attribute} == pytest.approx({"scale": HEAD_DIM**-0.5})
     assert not proto.functions  # the exporter kept the node opaque
-    proto.functions.extend(_registry.function_protos(opset))
+    proto.functions.extend(op_registry.function_protos(opset))
     assert {(o.domain, o.version) for o in proto.opset_import} >= {("", opset), ("attndeploy", 1)}
     onnx.checker.check_model(proto, full_check=True)
     for value in [*proto.graph.input, *proto.graph.output]:

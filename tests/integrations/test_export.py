@@ -101,7 +101,7 @@ def test_package_takes_a_converted_checkpoint_like_a_built_in_one(tmp_path: Path
 def test_the_streamed_model_file_reads_back_as_the_proto(tmp_path: Path):
     import io
 
-    from attndeploy.integrations.hf_checkpoint import write_model_streaming
+    from attndeploy.integrations.hf_export import write_model_streaming
 
     checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "bert", "evolving")
     onnx_path = tmp_path / "model.onnx"
@@ -115,7 +115,7 @@ def test_the_streamed_model_file_reads_back_as_the_proto(tmp_path: Path):
 
 
 def test_a_failed_export_leaves_no_file_and_no_temporary(tmp_path: Path, monkeypatch):
-    import attndeploy.export.exporter as exporter
+    import attndeploy.integrations.hf_export as hf_export
     from attndeploy.errors import ExportError
 
     checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "bert", "qvi")
@@ -124,7 +124,7 @@ def test_a_failed_export_leaves_no_file_and_no_temporary(tmp_path: Path, monkeyp
     def refuse(*args, **kwargs):
         raise ExportError("onnxruntime cannot run it (simulated)")
 
-    monkeypatch.setattr(exporter, "runtime_check", refuse)
+    monkeypatch.setattr(hf_export, "runtime_check", refuse)
     with pytest.raises(ExportError, match="simulated"):
         export_checkpoint(checkpoint, out)
     assert not out.exists()

@@ -89,7 +89,7 @@ def _expected_main_shape(name: str, q: Tensor) -> tuple[int, ...]:
 
 
 def test_every_op_of_the_set_has_an_adapter():
-    from attndeploy.export._registry import op_specs
+    from attndeploy.variants.op_registry import op_specs
 
     op_names = {spec.functional_name for spec in op_specs()}
     covered = {name.split("[")[0] for name in OPS}

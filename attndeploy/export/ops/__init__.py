@@ -1,6 +1,4 @@
-"""The `attndeploy` ONNX ops (docs/ops.md), one module per op.
-
-Each module holds the torch custom op (`torch.ops.attndeploy.<name>`), its fake, and the
-onnxscript function body of the ONNX op; `_common` holds the helpers the bodies share.
-`attndeploy.export._registry` collects them.
+"""Old home of the op-set building blocks, now `attndeploy.opspec` (`_spec` -> `opspec.spec`,
+`_common` -> `opspec.bodies`); the modules here re-export them. Each op is declared beside its
+variant (`attndeploy/variants/<name>/op_*.py`) and `attndeploy.variants.op_registry` collects them.
 """

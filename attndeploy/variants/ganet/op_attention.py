@@ -11,7 +11,7 @@ from onnxscript import BOOL, INT64
 from onnxscript import opset18 as op
 from torch import Tensor
 
-from attndeploy.export.ops._common import (
+from attndeploy.opspec.bodies import (
     ATTNDEPLOY,
     HardGates,
     MaskedSoftmax,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from attndeploy.export.ops._spec import OpSpec
+from attndeploy.opspec.spec import OpSpec
 from attndeploy.variants import functional
 from attndeploy.variants.ganet import op_attention, op_pooling
 

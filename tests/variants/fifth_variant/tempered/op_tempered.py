@@ -9,7 +9,7 @@ from onnxscript import BOOL
 from onnxscript import opset18 as op
 from torch import Tensor
 
-from attndeploy.export.ops._common import ATTNDEPLOY, MaskedSoftmax, ScaledScores, TFloat
+from attndeploy.opspec.bodies import ATTNDEPLOY, MaskedSoftmax, ScaledScores, TFloat
 from attndeploy.variants.tempered.layer import tempered_attention as reference
 
 

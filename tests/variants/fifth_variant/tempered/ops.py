@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from attndeploy.export.ops._spec import OpSpec
+from attndeploy.opspec.spec import OpSpec
 from attndeploy.variants.tempered import op_tempered
 from attndeploy.variants.tempered.layer import tempered_attention
 
