@@ -133,7 +133,7 @@ def test_the_op_table_lists_exactly_the_registered_ops_with_their_signatures():
 
 
 def test_the_op_table_agrees_with_the_export_op_set():
-    from attndeploy.export._registry import op_specs
+    from attndeploy.variants.op_registry import op_specs
 
     assert [spec.name for spec in op_specs()] == [op[0] for op in _registered_ops()]
 

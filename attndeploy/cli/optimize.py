@@ -12,7 +12,7 @@ from attndeploy.cli.options import ForceFlag, JsonFlag
 from attndeploy.cli.output import console, print_json
 
 
-class Method(str, Enum):  # attndeploy.export.optimize.Method, without importing onnx at start
+class Method(str, Enum):  # attndeploy.optimize.Method, without importing onnx at start
     transformers = "transformers"
     onnxruntime = "onnxruntime"
 
@@ -39,8 +39,8 @@ def command(
     from rich.markup import escape
 
     from attndeploy.errors import OutputError
-    from attndeploy.export.optimize import optimize_model
     from attndeploy.fsutil import check_not_an_input, check_output_file
+    from attndeploy.optimize import optimize_model
 
     check_output_file(out)
     check_not_an_input(out, [model])

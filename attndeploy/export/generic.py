@@ -38,9 +38,9 @@ from torch import nn
 from attndeploy import __version__
 from attndeploy.errors import ExportError
 from attndeploy.export import _tracing, lstm
-from attndeploy.export._registry import DEFAULT_OPSET, SUPPORTED_OPSETS, function_protos
-from attndeploy.export.ops._common import DOMAIN_VERSION
 from attndeploy.fsutil import atomic_write_bytes
+from attndeploy.opspec.bodies import DOMAIN_VERSION
+from attndeploy.variants.op_registry import DEFAULT_OPSET, SUPPORTED_OPSETS, function_protos
 
 META_PREFIX = "attndeploy."
 
@@ -306,13 +306,12 @@ def smoke_check(proto: onnx.ModelProto, traced: Traced, inputs: Mapping[str, tor
         import onnxruntime as ort
     except ImportError:
         return
+    from attndeploy.runtime.sessions import create_session
+
     where = f"onnxruntime {ort.__version__} (CPUExecutionProvider)"
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
     feed = {name: value.detach().cpu().numpy() for name, value in inputs.items()}
     try:
-        session = ort.InferenceSession(proto.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
+        session = create_session(proto)
         outputs = session.run(list(traced.output_names), feed)
     except Exception as exc:  # onnxruntime raises its own pybind types
         raise ExportError(f"{where} cannot run the exported model: "

@@ -26,9 +26,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 from attndeploy import __version__
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import is_staging_name, is_stale_temporary, parse_temporary_name
+from attndeploy.interface import ATTENTION_MASK
 from attndeploy.serving import model_config as cfgmod
 from attndeploy.serving.generic import GenericInfo, generic_config_mismatches, read_generic_info
-from attndeploy.serving.interface import ATTENTION_MASK
 from attndeploy.serving.model_template import (
     GENERIC_TEMPLATE_RESOURCE,
     TEMPLATE_RESOURCE,

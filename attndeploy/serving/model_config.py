@@ -15,13 +15,13 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
-from attndeploy.serving.generic import GenericInfo, generic_io
-from attndeploy.serving.interface import (
+from attndeploy.interface import (
     ATTENTION_MASK,
     CLASSIFICATION,
     LOGITS,
     ModelInterface,
 )
+from attndeploy.serving.generic import GenericInfo, generic_io
 from attndeploy.serving.onnx_info import ModelInfo
 from attndeploy.serving.options import Flavor, Kind, PackageOptions
 

@@ -23,8 +23,8 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from attndeploy.errors import RepositoryError
+from attndeploy.interface import ModelInterface, model_interface
 from attndeploy.runtime.metadata import GATED_VARIANTS
-from attndeploy.serving.interface import ModelInterface, model_interface
 
 META_VARIANT = "attndeploy.variant"
 META_VERSION = "attndeploy.version"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
-from attndeploy.serving.interface import ModelInterface, TensorSpec
+from attndeploy.interface import ModelInterface, TensorSpec
 
 
 def _onnx_dims(value: onnx.ValueInfoProto) -> list[int | str | None] | None:

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 
-from attndeploy.export.ops._common import DOMAIN
+from attndeploy.opspec.bodies import DOMAIN
 from attndeploy.serving.check_repo import TRITON_ORT_MAX_OPSET, TRITON_RELEASE
 from attndeploy.variants.registry import variant_names
 from tests.interop.matrix import (

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
-from attndeploy.export import _registry
+from attndeploy.variants import op_registry
 from tests.export.test_ops import CASE_BY_OP, LAYOUTS, make_runner, run_case
 
 CONTROL_FLOW = ("If", "Loop", "Scan")
@@ -60,7 +60,7 @@ def _ancestry(body: onnx.FunctionProto, node: onnx.NodeProto) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("spec", _registry.op_specs(), ids=lambda spec: spec.name)
+@pytest.mark.parametrize("spec", op_registry.op_specs(), ids=lambda spec: spec.name)
 def test_control_flow_reads_only_what_it_depends_on(spec):
     body = spec.function_proto()
     inputs = set(body.input)

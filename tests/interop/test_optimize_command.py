@@ -13,10 +13,10 @@ import json
 import onnx
 import pytest
 
+from attndeploy import optimize
 from attndeploy.cli import app as cli_app
 from attndeploy.errors import ExportError
-from attndeploy.export import optimize
-from attndeploy.export.ops._common import DOMAIN
+from attndeploy.opspec.bodies import DOMAIN
 from tests.interop import ort_runner
 from tests.interop.matrix import (
     OPTIMIZER,

@@ -11,7 +11,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
-from attndeploy.serving.interface import model_interface
+from attndeploy.interface import model_interface
 from attndeploy.serving.model_config import (
     LABELS_FILE,
     build_config,

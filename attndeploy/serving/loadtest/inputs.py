@@ -244,9 +244,9 @@ class _Reference:
     """In-process onnxruntime on the same ONNX file; expected outputs cached per pool entry."""
 
     def __init__(self, path: Path, served_outputs: Sequence[str]) -> None:
-        import onnxruntime as ort
+        from attndeploy.runtime.sessions import create_session
 
-        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.session = create_session(path)
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs() if o.name in served_outputs]
         self._cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}
