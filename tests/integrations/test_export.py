@@ -91,7 +91,8 @@ def test_a_token_classifier_exports_per_token_logits(tmp_path: Path):
 def test_package_takes_a_converted_checkpoint_like_a_built_in_one(tmp_path: Path):
     checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "roberta", "evolving")
     repo = tmp_path / "repo"
-    packaged = package_model(checkpoint, repo, PackageOptions(name="ea", text=False))
+    packaged = package_model(checkpoint, repo, PackageOptions(name="ea", text=False),
+                             exporter=export_checkpoint)
     assert [(p.name, p.variant, p.head, p.max_seq) for p in packaged] == [
         ("ea", "evolving", "classification", 32)]
     assert (repo / "ea" / "1" / "model.onnx").is_file()
