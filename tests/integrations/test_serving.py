@@ -28,6 +28,7 @@ from .hf_models import TEXTS, padded_batch  # noqa: E402
 pytestmark = pytest.mark.integration
 
 ATOL = 1e-5  # served logits against in-process onnxruntime on the same tokenization
+BATCH = 8  # the packaged max_batch_size: texts per request at most
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, hf_text_exports
     models, predictors = {}, {}
     for name in MODELS:
         exported = hf_text_exports[name]
-        written = package_model(exported.path, repo, PackageOptions(name=name, max_batch_size=8))
+        written = package_model(exported.path, repo,
+                                PackageOptions(name=name, max_batch_size=BATCH))
         assert [m.name for m in written] == [name, f"{name}_text"]  # the text model too
         models[name] = (read_checkpoint(exported.checkpoint).model,
                         ort.InferenceSession(str(exported.path),
@@ -127,7 +129,9 @@ def infer_text(client: Any, model: str, texts: list[str]) -> dict[str, np.ndarra
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_text_in_label_out_over_grpc_equals_predict(served: dict[str, Any], name: str):
     expected = served["predict"][name].predict(TEXTS)
-    got = infer_text(served["client"], f"{name}_text", TEXTS)  # one request, mixed lengths
+    parts = [infer_text(served["client"], f"{name}_text", TEXTS[start : start + BATCH])
+             for start in range(0, len(TEXTS), BATCH)]  # requests of texts of mixed lengths
+    got = {output: np.concatenate([part[output] for part in parts]) for output in parts[0]}
     labels = [row[0].decode() for row in got["label"]]
     assert labels == [p.label for p in expected]
     assert len(set(labels)) > 1
