@@ -2,7 +2,10 @@
 with an attndeploy variant and save a checkpoint that export, validate, package and serve take.
 
 `train_hf_command` is called by `attndeploy train` (cli/train.py) when `--hf-model` is given;
-the library side is `attndeploy.integrations.hf_train.train_hf_checkpoint`.
+the library side is `attndeploy.integrations.hf_train.train_hf_checkpoint`. Training settings
+left out (None) take `attndeploy train`'s defaults for the kind of data (`training.config`:
+a built-in task or a --data file), except word dropout, which is off: those defaults were tuned
+for word vocabularies trained from scratch, and a converted encoder reads WordPiece pieces.
 """
 
 from __future__ import annotations
@@ -33,6 +36,16 @@ def train_hf_command(
     max_seconds: float | None,
     force: bool,
     json_output: bool,
+    max_epochs: int | None = None,
+    patience: int | None = None,
+    eval_every: int = 0,
+    weight_decay: float | None = None,
+    label_smoothing: float | None = None,
+    word_dropout: float | None = None,
+    weight_average: float | None = None,
+    density_target: float | None = None,
+    n_val: int | None = None,
+    val_fraction: float | None = None,
 ) -> None:
     """Fine-tune `hf_model` (a local `save_pretrained` directory or a config JSON file; nothing
     is downloaded) with `variant`'s attention and save the checkpoint `out`.
@@ -40,30 +53,44 @@ def train_hf_command(
     `variant_config`: the variant's config dataclass as `attndeploy train` builds it from its
     options (`--alpha`, `--beta`, `--qvi-form`, `--aux`, `--option NAME=VALUE`...), or None for
     a variant without one. The model's sizes come from its config (`--d-model`, `--heads`,
-    `--layers` and `--d-ff` do not apply).
+    `--layers` and `--d-ff` do not apply). `patience` 0 and `density_target` 0 mean none.
     """
+    from attndeploy.cli.train import summary_lines
     from attndeploy.errors import ConfigError
     from attndeploy.fsutil import check_output_dir
     from attndeploy.integrations.hf_train import train_hf_checkpoint
-    from attndeploy.train import TrainConfig
+    from attndeploy.training.config import defaults_for
 
     if task is not None and data is not None:
         raise ConfigError("give either --task or --data, not both")
     check_output_dir(out)  # a file in the way, a read-only place: refused before training
     options = dataclasses.asdict(variant_config) if variant_config is not None else {}
-    train_config = TrainConfig(steps=steps, batch_size=batch_size, learning_rate=lr, seed=seed,
-                               max_seconds=max_seconds)
+    defaults = defaults_for(real_text=data is not None)
+    preset = defaults.training
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    train_config = dataclasses.replace(
+        preset, steps=steps, batch_size=batch_size, learning_rate=lr, seed=seed,
+        max_seconds=max_seconds, max_epochs=pick(max_epochs, preset.max_epochs),
+        patience=pick(patience, preset.patience) or None, eval_every=eval_every,
+        weight_decay=pick(weight_decay, preset.weight_decay),
+        label_smoothing=pick(label_smoothing, preset.label_smoothing),
+        word_dropout=pick(word_dropout, 0.0),
+        weight_average=pick(weight_average, preset.weight_average),
+        density_target=pick(density_target, preset.density_target) or None,
+        embedding_init=0.0,
+    )
     result = train_hf_checkpoint(
         hf_model, variant, out, options=options, task=task, data_file=data,
         train_config=train_config, max_seq=max_seq, n_train=n_train, n_eval=n_eval,
-        eval_fraction=eval_fraction, force=force, progress=not json_output,
+        n_val=pick(n_val, defaults.n_val), eval_fraction=eval_fraction,
+        val_fraction=pick(val_fraction, defaults.val_fraction), force=force,
+        progress=not json_output,
     )
     if json_output:
         print_json({"checkpoint": str(out), "metrics": result.metrics,
                     "training": result.summary})
         return
-    metrics = ", ".join(
-        f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in result.metrics.items()
-    )
-    console.print(f"saved [bold]{out}[/] ({result.model.config.architecture} / {variant}, "
-                  f"{result.summary['seconds']:.1f} s): {metrics}")
+    console.print(summary_lines(out, result.metrics, result.summary))

@@ -15,13 +15,19 @@ one, a WordPiece vocabulary is trained on the training texts. A model built from
 takes the vocabulary's size and `[PAD]` (id 0) as its pad token; a pretrained model keeps its
 embedding table, which must hold the vocabulary.
 
-Data: a JSONL file of `{"text", "label"}` (split into train and held-out parts) or a built-in
-classification task (`sparse_evidence`), whose word lists are rendered as text. Texts longer than
-`max_seq` tokens (`[CLS]` and `[SEP]` included) are refused.
+Data: a JSONL file of `{"text", "label"}` (split as `attndeploy train --data` splits it:
+`eval_fraction` held out, then `val_fraction` of the rest kept for model selection) or a built-in
+classification task (`sparse_evidence`; train, validation and held-out sets from different seeds),
+whose word lists are rendered as text. Texts longer than `max_seq` tokens (`[CLS]` and `[SEP]`
+included) are refused.
 
-Training: AdamW, linear warm-up then cosine decay, gradient clipping at 1.0, cross-entropy plus
-GA-Net's density penalty (`density_weight` · R) for gated models; held-out metrics by
-`attndeploy.train.evaluate` (accuracy; GA-Net: gate density and rescues).
+Training is `attndeploy.train`'s loop on a model that is already built (module docstring
+there): epochs, selection on the validation set (else the held-out one) with the best weights kept,
+`patience`/`max_epochs`/`steps`/`max_seconds` stops, GA-Net's density target, the weight average,
+and a cosine schedule that ends at the last step the run can take (`max_epochs` epochs or `steps`,
+whichever is fewer). The bag-of-words baseline (on the texts' words) joins the held-out metrics.
+`embedding_init` does not apply (the encoder keeps its embeddings); word dropout replaces pieces
+(never `[CLS]`, `[SEP]`) by `[UNK]`.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +44,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from attndeploy.data import TextDataset, get_task, read_jsonl
+from attndeploy.data.dataset import split_indices
 from attndeploy.errors import CheckpointError, ConfigError, DataError
 from attndeploy.integrations.hf_checkpoint import (
     HFClassifier,
@@ -48,7 +56,12 @@ from attndeploy.integrations.hf_checkpoint import (
 from attndeploy.integrations.hf_tokenizer import DEFAULT_VOCAB_SIZE, WordPieceTokenizer
 from attndeploy.integrations.transformers import convert, variant_config
 from attndeploy.models import count_parameters
+from attndeploy.runtime.tokenizer import WordTokenizer
 from attndeploy.train import TrainConfig, evaluate, task_loss
+from attndeploy.training.averaging import WeightAverage
+from attndeploy.training.baseline import baseline_metrics, compare_with_baseline
+from attndeploy.training.density import DensityController
+from attndeploy.training.selection import BestTracker
 
 # model_type -> the sequence classifier trained on top of that encoder
 CLASSIFIERS = {
@@ -124,42 +137,57 @@ class HFTrainingData:
     tokenizer: WordPieceTokenizer
     label_names: tuple[str, ...]
     source: dict[str, Any]
+    val_set: TextDataset | None = None  # for model selection; None: select on eval_set
+    # The texts' words (lowercased, as `WordTokenizer` splits them) for the bag-of-words
+    # baseline: "fit" (training + validation), "held_out"; and the labels of "fit".
+    words: dict[str, list[list[str]]] = field(default_factory=dict, repr=False)
+    fit_labels: list[int] = field(default_factory=list, repr=False)
+
+
+Split = tuple[list[str], list[int]]  # texts and label indices
 
 
 def _texts(
     *, task: str | None, data_file: Path | None, seed: int, n_train: int, n_eval: int,
-    eval_fraction: float, max_words: int,
-) -> tuple[list[str], list[int], list[str], list[int], tuple[str, ...], dict[str, Any]]:
-    """(train texts, labels, held-out texts, labels, label names, where they came from)."""
+    n_val: int, eval_fraction: float, val_fraction: float, max_words: int,
+) -> tuple[dict[str, Split], tuple[str, ...], dict[str, Any]]:
+    """({"train", "held_out"[, "validation"]}: texts and labels, label names, their origin)."""
     if data_file is not None:
         texts, labels = read_jsonl(Path(data_file))
         names = tuple(sorted(set(labels)))
         index = {name: i for i, name in enumerate(names)}
-        order = torch.randperm(len(texts), generator=torch.Generator().manual_seed(seed)).tolist()
-        n_held = max(1, round(len(texts) * eval_fraction))
-        if n_held >= len(texts):
-            raise DataError(f"{data_file}: {len(texts)} examples leave none to train on with "
-                            f"eval_fraction {eval_fraction}")
-        held, kept = order[:n_held], order[n_held:]
-        source = {"data_file": str(data_file), "eval_fraction": eval_fraction, "seed": seed}
-        return ([texts[i] for i in kept], [index[labels[i]] for i in kept],
-                [texts[i] for i in held], [index[labels[i]] for i in held], names, source)
+        kept, held = (part.tolist() for part in split_indices(len(texts), eval_fraction,
+                                                               seed=seed))
+        rows = {"train": kept, "held_out": held}
+        if val_fraction:  # as attndeploy train --data: a share of the training part, seed + 1
+            train, val = split_indices(len(kept), val_fraction, seed=seed + 1)
+            rows["train"], rows["validation"] = ([kept[i] for i in train.tolist()],
+                                                 [kept[i] for i in val.tolist()])
+        source = {"data_file": str(data_file), "eval_fraction": eval_fraction, "seed": seed,
+                  "val_fraction": val_fraction}
+        return ({part: ([texts[i] for i in chosen], [index[labels[i]] for i in chosen])
+                 for part, chosen in rows.items()}, names, source)
     spec = get_task(task or "sparse_evidence")
     if spec.head != "classification":
         raise DataError(f"task {spec.name!r} tags tokens; --hf-model fine-tunes sequence "
                         "classifiers (a --data file or a classification task)")
-    train = spec.sample(n_train, seed=seed, max_seq=max_words)
-    held = spec.sample(n_eval, seed=seed + 10_000, max_seq=max_words)
+    counts = {"train": (n_train, seed), "held_out": (n_eval, seed + 10_000)}
+    if n_val:
+        counts["validation"] = (n_val, seed + 20_000)
+    parts = {}
+    for part, (count, part_seed) in counts.items():
+        examples = spec.sample(count, seed=part_seed, max_seq=max_words)
+        parts[part] = ([" ".join(words) for words, _ in examples], [int(y) for _, y in examples])
     source = {"task": spec.name, "seed": seed, "n_train": n_train, "n_eval": n_eval,
-              "rendered_as": "text"}
-    return ([" ".join(w) for w, _ in train], [int(y) for _, y in train],
-            [" ".join(w) for w, _ in held], [int(y) for _, y in held], spec.label_names, source)
+              "rendered_as": "text", **({"n_val": n_val} if n_val else {})}
+    return parts, spec.label_names, source
 
 
-def _dataset(tokenizer: WordPieceTokenizer, texts: list[str], labels: list[int],
-             names: tuple[str, ...], max_seq: int, what: str) -> TextDataset:
+def _dataset(tokenizer: WordPieceTokenizer, split: Split, names: tuple[str, ...], max_seq: int,
+             what: str) -> TextDataset:
+    texts, labels = split
     try:
-        ids, mask = tokenizer.encode_batch(texts, max_seq=max_seq)
+        ids, mask = tokenizer.encode_batch(texts, max_seq=max_seq)  # int64 [N, T] each
     except DataError as exc:
         raise DataError(f"{what}: {exc}") from None
     return TextDataset(torch.from_numpy(ids), torch.from_numpy(mask),
@@ -168,23 +196,40 @@ def _dataset(tokenizer: WordPieceTokenizer, texts: list[str], labels: list[int],
 
 def load_hf_training_data(
     source: HFSource, *, task: str | None = None, data_file: Path | None = None, seed: int = 0,
-    n_train: int = 4000, n_eval: int = 1000, eval_fraction: float = 0.2, max_seq: int = 128,
+    n_train: int = 4000, n_eval: int = 1000, n_val: int = 0, eval_fraction: float = 0.2,
+    val_fraction: float = 0.0, max_seq: int = 128,
 ) -> HFTrainingData:
-    """Texts and labels encoded with the source's tokenizer, or with one trained on them."""
-    train_texts, train_labels, held_texts, held_labels, names, origin = _texts(
-        task=task, data_file=data_file, seed=seed, n_train=n_train, n_eval=n_eval,
-        eval_fraction=eval_fraction, max_words=max_seq - 2,  # [CLS] and [SEP]
+    """Texts and labels encoded with the source's tokenizer, or with one trained on the
+    training texts (never on validation or held-out ones)."""
+    parts, names, origin = _texts(
+        task=task, data_file=data_file, seed=seed, n_train=n_train, n_eval=n_eval, n_val=n_val,
+        eval_fraction=eval_fraction, val_fraction=val_fraction,
+        max_words=max_seq - 2,  # [CLS] and [SEP]
     )
     tokenizer = source.tokenizer
     if tokenizer is None:
         limit = source.config.vocab_size if source.weights is not None else DEFAULT_VOCAB_SIZE
-        tokenizer = WordPieceTokenizer.train(train_texts, vocab_size=limit)
+        tokenizer = WordPieceTokenizer.train(parts["train"][0], vocab_size=limit)
         origin["tokenizer"] = "wordpiece trained on the training texts"
     else:
         origin["tokenizer"] = f"wordpiece from {source.path}"
-    train_set = _dataset(tokenizer, train_texts, train_labels, names, max_seq, "training data")
-    eval_set = _dataset(tokenizer, held_texts, held_labels, names, max_seq, "held-out data")
-    return HFTrainingData(train_set, eval_set, tokenizer, names, origin)
+    sets = {part: _dataset(tokenizer, split, names, max_seq, what)
+            for part, what in (("train", "training data"), ("held_out", "held-out data"),
+                               ("validation", "validation data")) if (split := parts.get(part))}
+    origin.update({f"{part}_examples": len(dataset) for part, dataset in sets.items()})
+    fit = [parts["train"]] + ([parts["validation"]] if "validation" in parts else [])
+    words = {"fit": [WordTokenizer.tokenize(t) for texts, _ in fit for t in texts],
+             "held_out": [WordTokenizer.tokenize(t) for t in parts["held_out"][0]]}
+    return HFTrainingData(sets["train"], sets["held_out"], tokenizer, names, origin,
+                          val_set=sets.get("validation"), words=words,
+                          fit_labels=[y for _, labels in fit for y in labels])
+
+
+def fit_hf_baseline(data: HFTrainingData) -> dict[str, Any]:
+    """The bag-of-words naive Bayes baseline on the texts' words, fitted on the training and
+    validation examples and scored on the held-out ones (as `attndeploy train` does)."""
+    return baseline_metrics(data.words["fit"], data.fit_labels, data.words["held_out"],
+                            data.eval_set.labels.tolist(), len(data.label_names))
 
 
 # ----------------------------------------------------------------------------- the model
@@ -234,72 +279,168 @@ class HFTrainResult:
     metrics: dict[str, Any]
     summary: dict[str, Any]
     history: list[dict[str, float]]
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _learning_rate_factor(step: int, config: TrainConfig) -> float:
-    """Linear warm-up over `warmup_steps`, then cosine decay to 0 at `steps`."""
+def _learning_rate_factor(step: int, config: TrainConfig, horizon: int) -> float:
+    """Linear warm-up over `warmup_steps`, then cosine decay to 0 at `horizon` steps."""
     if step < config.warmup_steps:
         return (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    progress = (step - config.warmup_steps) / max(1, horizon - config.warmup_steps)
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _drop_pieces(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: float, unk: int,
+                 keep: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Replace each real piece, the ids in `keep` ([CLS], [SEP]) excepted, by [UNK] with
+    probability `rate`."""
+    droppable = (attention_mask != 0) & ~torch.isin(input_ids, keep)  # [B, T]
+    drop = (torch.rand(input_ids.shape, generator=generator) < rate) & droppable
+    return torch.where(drop, torch.full_like(input_ids, unk), input_ids)  # [B, T]
 
 
 def fine_tune(
     model: HFClassifier, train_set: TextDataset, eval_set: TextDataset, config: TrainConfig, *,
-    density_weight: float = 0.0, progress: bool = True,
+    density_weight: float = 0.0, val_set: TextDataset | None = None,
+    tokenizer: WordPieceTokenizer | None = None, progress: bool = True,
 ) -> HFTrainResult:
-    """Train `model` in place; returns it in eval mode with held-out metrics."""
+    """Train `model` in place with `attndeploy train`'s loop (module docstring); returns it in
+    eval mode with metrics on `eval_set`. Selection reads `val_set` when given, else
+    `eval_set`; word dropout needs the `tokenizer` (its [UNK], [CLS] and [SEP])."""
+    if not len(train_set):
+        raise ConfigError("the training set is empty")
+    if config.word_dropout and tokenizer is None:
+        raise ConfigError("word dropout needs the tokenizer (its [UNK], [CLS] and [SEP] ids)")
     torch.manual_seed(config.seed)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
                                   weight_decay=config.weight_decay)
+    steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
+    horizon = config.steps  # the most steps the run can take: the schedule ends there
+    if config.max_epochs is not None:
+        horizon = min(horizon, config.max_epochs * steps_per_epoch)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: _learning_rate_factor(step, config))
+        optimizer, lambda step: _learning_rate_factor(step, config, horizon))
+    controller = None
+    if model.is_gated and config.density_target is not None:
+        controller = DensityController(config.density_target, density_weight,
+                                       rate=config.density_rate)
+        density_weight = controller.weight
+    average = WeightAverage(model, config.weight_average) if config.weight_average else None
+    select_set = eval_set if val_set is None else val_set
+    selecting = config.keep_best or config.patience is not None
+    tracker = BestTracker(patience=config.patience,
+                          density_target=config.density_target if model.is_gated else None)
+    keep = torch.tensor([tokenizer.cls_id, tokenizer.sep_id]) if tokenizer is not None else None
     generator = torch.Generator().manual_seed(config.seed)
     history: list[dict[str, float]] = []
-    started, step = time.perf_counter(), 0
+    evaluations: list[dict[str, Any]] = []
+    started, paused, step, status = time.perf_counter(), 0.0, 0, ""
+
+    def run_evaluation() -> None:  # evaluation time is not training time
+        nonlocal paused, status
+        pause_start = time.perf_counter()
+        with average.swapped_in() if average is not None else nullcontext():
+            record = {"step": step, "epoch": round(step / steps_per_epoch, 3),
+                      "train_seconds": round(pause_start - started - paused, 3),
+                      **evaluate(model, select_set)}
+            if controller is not None:
+                record["density_weight"] = controller.weight
+            evaluations.append(record)
+            if selecting:
+                tracker.offer(record, model)  # copies the weights evaluated
+                status = (f"best {tracker.best['accuracy']:.3f} @ epoch "
+                          f"{tracker.best['epoch']:g}")
+        paused += time.perf_counter() - pause_start
+
+    def stop_reason() -> str | None:
+        if config.max_seconds and time.perf_counter() - started - paused >= config.max_seconds:
+            return "time"
+        if tracker.should_stop:
+            return "patience"
+        return "steps" if step >= horizon else None
+
     bar = Progress(
         TextColumn(f"[bold]fine-tune {model.config.architecture} / {model.config.variant}"),
         BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
         TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not progress,
     )
-
-    def out_of_time() -> bool:
-        return bool(config.max_seconds) and time.perf_counter() - started >= config.max_seconds
-
     with bar:
-        task = bar.add_task("train", total=config.steps, status="")
-        while step < config.steps and not out_of_time():
+        task, reason = bar.add_task("train", total=horizon, status=""), None
+        while reason is None:
             for input_ids, attention_mask, labels in train_set.batches(
-                config.batch_size, shuffle=True, generator=generator
+                config.batch_size, shuffle=True, generator=generator,
+                bucket=config.bucket_by_length,
             ):
+                if config.word_dropout:
+                    input_ids = _drop_pieces(input_ids, attention_mask, config.word_dropout,
+                                             tokenizer.unk_id, keep, generator)
                 out = model(input_ids, attention_mask, details=True)
-                loss = task_loss(out["logits"], labels)
+                loss = task_loss(out["logits"], labels, config.label_smoothing)
                 total = loss
                 if "density_penalty" in out:
                     total = loss + density_weight * out["density_penalty"]
                 optimizer.zero_grad(set_to_none=True)
                 total.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                record = {"step": step + 1, "loss": loss.item(),
+                          "learning_rate": optimizer.param_groups[0]["lr"]}
                 optimizer.step()
                 schedule.step()
+                if average is not None:
+                    average.update()
                 step += 1
-                record = {"step": step, "loss": loss.item()}
                 if "density_penalty" in out:
                     record["soft_density"] = out["density_penalty"].item()
+                    mask = attention_mask != 0
+                    density = float(((out["gates"] & mask).sum(-1) / mask.sum(-1)).mean())
+                    record["density"] = density
+                    if controller is not None:
+                        record["density_weight"] = density_weight
+                        density_weight = controller.update(density)
                 history.append(record)
-                bar.update(task, advance=1, status=f"loss {record['loss']:.3f}")
-                if step >= config.steps or out_of_time():
+                bar.update(task, advance=1, status=f"epoch {step / steps_per_epoch:.1f} "
+                                                   f"loss {record['loss']:.3f} {status}")
+                if config.eval_every and step % config.eval_every == 0:
+                    run_evaluation()
+                if (reason := stop_reason()) is not None:
                     break
-    seconds = time.perf_counter() - started
+            else:  # a whole epoch
+                if not config.eval_every and selecting:
+                    run_evaluation()
+                    reason = stop_reason()
+    if reason == "steps" and horizon < config.steps:
+        reason = "epochs"
+    seconds = time.perf_counter() - started - paused
+    if selecting and (not evaluations or evaluations[-1]["step"] != step):
+        run_evaluation()  # the last step is a candidate too
+    if config.keep_best and tracker.best is not None:
+        tracker.restore(model)
+    elif average is not None:
+        average.copy_to_model()
     model.eval()
     metrics = evaluate(model, eval_set)
+    best = tracker.best if config.keep_best else None
+    metrics["best_step"] = best["step"] if best else step
+    metrics["best_epoch"] = best["epoch"] if best else round(step / steps_per_epoch, 3)
+    if controller is not None:
+        metrics["density_target"] = config.density_target
+    selected_on = (None if not selecting else "validation" if val_set is not None
+                   else "held_out")
     summary = {
-        "config": asdict(config), "steps_done": step, "seconds": round(seconds, 3),
+        "config": asdict(config), "steps_done": step, "horizon_steps": horizon,
+        "epochs_done": round(step / steps_per_epoch, 3), "steps_per_epoch": steps_per_epoch,
+        "stopped_by": reason, "selected_on": selected_on, "evaluations": len(evaluations),
+        "best_step": metrics["best_step"], "best_epoch": metrics["best_epoch"],
+        "seconds": round(seconds, 3), "wall_seconds": round(time.perf_counter() - started, 3),
         "parameters": count_parameters(model),
         "final_loss": history[-1]["loss"] if history else None,
     }
-    return HFTrainResult(model, metrics, summary, history)
+    if best is not None and val_set is not None:
+        summary["validation_accuracy"] = best["accuracy"]
+    if controller is not None:
+        summary["final_density_weight"] = controller.weight
+    return HFTrainResult(model, metrics, summary, history, evaluations)
 
 
 def train_hf_checkpoint(
@@ -314,30 +455,39 @@ def train_hf_checkpoint(
     max_seq: int = 128,
     n_train: int = 4000,
     n_eval: int = 1000,
+    n_val: int = 0,
     eval_fraction: float = 0.2,
+    val_fraction: float = 0.0,
     force: bool = False,
     progress: bool = True,
 ) -> HFTrainResult:
-    """Load, convert, fine-tune, evaluate and save: the library side of
-    `attndeploy train --hf-model`. `options` are fields of the variant's config."""
+    """Load, convert, fine-tune, evaluate (with the baseline beside) and save: the library side
+    of `attndeploy train --hf-model`. `options` are fields of the variant's config."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:  # refuse before spending the training time
         raise CheckpointError(f"{out_dir} already exists; pass --force to replace it")
     if task is not None and data_file is not None:
         raise ConfigError("give either --task or --data, not both")
-    train_config = train_config or TrainConfig()
+    # The encoder keeps its own embeddings: embedding_init does not apply.
+    train_config = replace(train_config or TrainConfig(), embedding_init=0.0)
     options = dict(options or {})
     sub = variant_config(variant, options)
     source = load_source(Path(hf_model))
     data = load_hf_training_data(
         source, task=task, data_file=data_file, seed=train_config.seed, n_train=n_train,
-        n_eval=n_eval, eval_fraction=eval_fraction, max_seq=max_seq,
+        n_eval=n_eval, n_val=n_val, eval_fraction=eval_fraction, val_fraction=val_fraction,
+        max_seq=max_seq,
     )
     model = build_classifier(source, data, variant, options, max_seq=max_seq,
                              seed=train_config.seed)
+    if not model.is_gated:
+        train_config = replace(train_config, density_target=None)  # no gates to steer
     density_weight = float(getattr(sub, "density_weight", 0.0)) if model.is_gated else 0.0
     result = fine_tune(model, data.train_set, data.eval_set, train_config,
-                       density_weight=density_weight, progress=progress)
+                       density_weight=density_weight, val_set=data.val_set,
+                       tokenizer=data.tokenizer, progress=progress)
+    result.metrics.update(fit_hf_baseline(data))
+    result.metrics.update(compare_with_baseline(result.metrics))
     origin = dict(data.source, hf_model=str(source.path),
                   pretrained=source.weights is not None)
     save_hf_checkpoint(

@@ -5,8 +5,9 @@
     predictions = model.predict(["some text", "another text"])
 
 `InferenceModel` (`model.py`) loads the file and reads labels, vocabulary, max_seq and variant
-from its metadata (`metadata.py`); tokenizing and decoding (`text.py`, `tokenizer.py`) are the
-ones `attndeploy infer` uses too. Names are imported on first use, so that importing
+from its metadata (`metadata.py`); tokenizing and decoding (`text.py`, `tokenizer.py` for word
+vocabularies, `wordpiece.py` for converted Hugging Face models) are the ones `attndeploy infer`
+and served text models use too. Names are imported on first use, so that importing
 `attndeploy.runtime.tokenizer` (training does) does not load onnxruntime.
 """
 
@@ -20,6 +21,7 @@ __all__ = [
     "ModelMetadata",
     "Prediction",
     "TextError",
+    "WordPieceTokenizer",
     "WordTokenizer",
     "parse_metadata",
 ]
@@ -32,6 +34,7 @@ _HOMES = {
     "Prediction": "attndeploy.runtime.text",
     "TextError": "attndeploy.runtime.text",
     "WordTokenizer": "attndeploy.runtime.tokenizer",
+    "WordPieceTokenizer": "attndeploy.runtime.wordpiece",
 }
 
 

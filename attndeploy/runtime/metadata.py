@@ -3,9 +3,10 @@
 `attndeploy export` records (docs/ops.md, "Model-level interface"; exporter `build_metadata`):
 `attndeploy.variant`, `attndeploy.version`, `attndeploy.config` (the JSON model config),
 `attndeploy.weights_sha256`, `attndeploy.labels` (JSON list of label names), `attndeploy.max_seq`
-(the export's limit, at most the config's) and `attndeploy.tokenizer` (the word vocabulary as
-JSON, or "" when the checkpoint had none). A file without the required keys was not made by
-attndeploy.
+(the export's limit, at most the config's) and `attndeploy.tokenizer` (the tokenizer record as
+JSON, `{"type": "word" | "wordpiece", ...}`, or "" when the checkpoint had none). A file without
+the required keys was not made by attndeploy. The record's type picks the class that reads it
+(`runtime.shipping.TOKENIZER_TYPES`, the table served text models use too).
 
 The input is a plain `{key: value}` mapping, so no ONNX parser is needed: `InferenceModel` hands
 in onnxruntime's `get_modelmeta().custom_metadata_map`, `attndeploy infer` the metadata_props
@@ -15,13 +16,15 @@ that `onnx` reads. The checks and messages follow `attndeploy.serving.onnx_info.
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from attndeploy.errors import DataError, ExportError
-from attndeploy.runtime.tokenizer import WordTokenizer
+from attndeploy.runtime.shipping import TOKENIZER_TYPES
+from attndeploy.runtime.tokenizer import TextTokenizer
 
 PREFIX = "attndeploy."
 META_VARIANT = PREFIX + "variant"
@@ -46,7 +49,7 @@ class ModelMetadata:
     labels: tuple[str, ...]
     max_seq: int  # the longest sequence the export takes
     vocab_size: int
-    tokenizer: WordTokenizer | None  # None: the checkpoint had no vocabulary (ids only)
+    tokenizer: TextTokenizer | None  # None: the checkpoint had no vocabulary (ids only)
     exporter_version: str
     weights_sha256: str
     config: dict[str, Any]
@@ -73,6 +76,25 @@ def _json(meta: Mapping[str, str], key: str, source: str) -> Any:
         return json.loads(meta[key])
     except json.JSONDecodeError as exc:
         raise ExportError(f"{source}: corrupt attndeploy metadata {key} ({exc}).") from exc
+
+
+def tokenizer_from_record(record: Any) -> TextTokenizer:
+    """The tokenizer a record describes, built by the class `TOKENIZER_TYPES` names for its
+    "type"; DataError for an unknown type (naming the known ones), a missing package or a bad
+    record."""
+    kind = record.get("type") if isinstance(record, dict) else None
+    if kind not in TOKENIZER_TYPES:
+        what = f"type {kind!r}" if isinstance(record, dict) else f"a {type(record).__name__}"
+        raise DataError(f"unknown tokenizer {what}; this attndeploy reads "
+                        f"{', '.join(sorted(TOKENIZER_TYPES))}")
+    entry = TOKENIZER_TYPES[kind]
+    if entry.requires is not None:
+        try:
+            importlib.import_module(entry.requires)
+        except ImportError:
+            raise DataError(f"the {kind!r} tokenizer needs the Python package "
+                            f"{entry.requires!r}: pip install {entry.requires}") from None
+    return getattr(importlib.import_module(entry.module), entry.cls).from_dict(record)
 
 
 def parse_metadata(meta: Mapping[str, str], source: str = "the model") -> ModelMetadata:
@@ -116,11 +138,11 @@ def parse_metadata(meta: Mapping[str, str], source: str = "the model") -> ModelM
     tokenizer = None
     if meta.get(META_TOKENIZER):
         try:
-            tokenizer = WordTokenizer.from_dict(_json(meta, META_TOKENIZER, source))
+            tokenizer = tokenizer_from_record(_json(meta, META_TOKENIZER, source))
         except DataError as exc:
             raise ExportError(f"{source}: {META_TOKENIZER}: {exc}") from exc
         if len(tokenizer) > vocab_size:
-            raise ExportError(f"{source}: the vocabulary has {len(tokenizer)} words but the "
+            raise ExportError(f"{source}: the vocabulary has {len(tokenizer)} tokens but the "
                               f"model embeds {vocab_size}; re-export the model.")
     return ModelMetadata(
         variant=str(config["variant"]),

@@ -29,7 +29,7 @@ from attndeploy.errors import ConfigError, DataError, ExportError
 from attndeploy.runtime.checks import ATTENTION_MASK, INPUT_IDS, check_inputs
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
 from attndeploy.runtime.text import Prediction, decode_batch, encode_texts
-from attndeploy.runtime.tokenizer import WordTokenizer, pad_sequences
+from attndeploy.runtime.tokenizer import TextTokenizer, pad_sequences
 
 LOGITS = "logits"
 GATES = "gates"
@@ -120,7 +120,7 @@ class InferenceModel:
         return self.metadata.labels
 
     @property
-    def tokenizer(self) -> WordTokenizer | None:
+    def tokenizer(self) -> TextTokenizer | None:
         return self.metadata.tokenizer
 
     @property

@@ -8,13 +8,16 @@ under their own module names. So there is one implementation, shipped, not a sec
 by hand; `attndeploy check-repo` refuses copies that differ from the installed files.
 
 `SHIPPED_MODULES` lists every module the copies import (the runtime's own imports are only
-these, the standard library and numpy), in an order in which each one's imports come first.
+these, the standard library, numpy and the packages `TOKENIZER_TYPES` requires, imported on
+first use), in an order in which each one's imports come first.
 
 `TOKENIZER_TYPES` tells a served model which class reads a tokenizer record (the JSON object in
 the ONNX metadata key `attndeploy.tokenizer`, `{"type": ..., ...}`) and which third-party package
-that class needs in the server's Python. A new tokenizer (WordPiece from a Hugging Face
-`tokenizer.json`, say) plugs in as one entry here plus its module in `SHIPPED_MODULES`; a served
-model whose server lacks the package fails at load, naming it.
+that class needs in the server's Python: "word" (`WordTokenizer`, numpy only) and "wordpiece"
+(`WordPieceTokenizer` of converted Hugging Face models, which needs `tokenizers`). In-process
+inference (`runtime.metadata`) builds tokenizers from the same table. A new tokenizer plugs in as
+one entry here plus its module in `SHIPPED_MODULES`; a served model whose server lacks the
+package fails at load, naming it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ SHIPPED_MODULES: tuple[tuple[str, str], ...] = (
     ("attndeploy.errors", "attndeploy/errors.py"),
     ("attndeploy.runtime", "attndeploy/runtime/__init__.py"),
     ("attndeploy.runtime.tokenizer", "attndeploy/runtime/tokenizer.py"),
+    ("attndeploy.runtime.wordpiece", "attndeploy/runtime/wordpiece.py"),
     ("attndeploy.runtime.text", "attndeploy/runtime/text.py"),
 )
 
@@ -44,6 +48,8 @@ class TokenizerType:
 
 TOKENIZER_TYPES: dict[str, TokenizerType] = {
     "word": TokenizerType("attndeploy.runtime.tokenizer", "WordTokenizer"),
+    "wordpiece": TokenizerType("attndeploy.runtime.wordpiece", "WordPieceTokenizer",
+                               requires="tokenizers"),
 }
 
 

@@ -4,13 +4,17 @@
 `encode_text` and decode with `decode_batch`; a served text model is to do the same. Nothing here
 runs a model or imports more than numpy, so any runner can use it.
 
-- Encoding: the model's `WordTokenizer` splits the text into tokens; a text with no token, or
-  with more than the model's `max_seq` tokens, is refused with a `TextError` (a `DataError`)
-  naming its index, unless `truncate` keeps the first `max_seq` tokens.
+- Encoding: the model's tokenizer splits the text into the tokens the model sees, its special
+  tokens included (`WordTokenizer`: none; `WordPieceTokenizer`: `[CLS] pieces [SEP]`, as the
+  model was trained). A text with no token of its own (a WordPiece text of only `[CLS] [SEP]`),
+  or with more than the model's `max_seq` tokens, is refused with a `TextError` (a `DataError`)
+  naming its index, unless `truncate` keeps the first tokens that fit: the leading specials
+  and the text's first tokens, then the closing specials (`[SEP]` stays last).
 - Decoding: `scores` are the softmax of the logits over the labels; the label (or, for a tagging
   model, one tag per token) is their argmax; GA-Net's `attended` are the text's tokens whose hard
-  gate is open, in order. Tokens are the text's own (lowercased) words, so a word outside the
-  vocabulary is shown as written although the model saw `<unk>`.
+  gate is open, in order. Word tokens are the text's own (lowercased) words, so a word outside
+  the vocabulary is shown as written although the model saw `<unk>`; WordPiece tokens are the
+  pieces the model saw (`[CLS]`, `##` pieces, `[UNK]`, `[SEP]`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import DataError
-from attndeploy.runtime.tokenizer import WordTokenizer
+from attndeploy.runtime.tokenizer import TextTokenizer
 
 
 class TextError(DataError):
@@ -52,26 +56,30 @@ class EncodedText:
 
 
 def encode_text(
-    tokenizer: WordTokenizer, text: str, *, max_seq: int, index: int = 0, truncate: bool = False
+    tokenizer: TextTokenizer, text: str, *, max_seq: int, index: int = 0, truncate: bool = False
 ) -> EncodedText:
-    """`text` tokenized and encoded; TextError (naming `index`) if it has no token or, without
-    `truncate`, more than `max_seq` tokens."""
+    """`text` tokenized and encoded; TextError (naming `index`) if it has no token of its own
+    or, without `truncate`, more than `max_seq` tokens (special tokens included). Truncation
+    keeps the tokenizer's framing: `[CLS]`, the first pieces that fit, `[SEP]`."""
     if not isinstance(text, str):
         raise TextError(index, f"is a {type(text).__name__}, not a str")
     tokens = tokenizer.tokenize(text)
-    if not tokens:
+    before, after = tokenizer.framing  # special tokens around the text's own
+    if len(tokens) <= before + after:
         raise TextError(index, "has no tokens; every text needs at least one word")
     truncated = len(tokens) > max_seq
     if truncated:
-        if not truncate:
-            raise TextError(index, f"has {len(tokens)} tokens, more than the model's "
+        specials = " (special tokens included)" if before + after else ""
+        if not truncate or max_seq <= before + after:
+            raise TextError(index, f"has {len(tokens)} tokens{specials}, more than the model's "
                                    f"max_seq={max_seq}", too_long=True)
-        tokens = tokens[:max_seq]
+        keep = max_seq - after  # the leading specials and the text's first tokens
+        tokens = tokens[:keep] + tokens[len(tokens) - after:]
     return EncodedText(tokenizer.encode_tokens(tokens), tokens, truncated)
 
 
 def encode_texts(
-    tokenizer: WordTokenizer, texts: Sequence[str], *, max_seq: int, truncate: bool = False
+    tokenizer: TextTokenizer, texts: Sequence[str], *, max_seq: int, truncate: bool = False
 ) -> list[EncodedText]:
     """`encode_text` of every text; the first bad one raises, naming its index."""
     if isinstance(texts, str):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -46,9 +47,26 @@ def pad_sequences(sequences: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.nd
     return input_ids, attention_mask
 
 
+class TextTokenizer(Protocol):
+    """What the text paths need of a tokenizer (`WordTokenizer`, `runtime.wordpiece`'s
+    `WordPieceTokenizer`): `tokenize` gives the tokens the model sees, special tokens included;
+    `framing` counts the special tokens it puts (before, after) every text's own tokens."""
+
+    framing: tuple[int, int]
+
+    def tokenize(self, text: str) -> list[str]: ...
+
+    def encode_tokens(self, tokens: Iterable[str]) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int]) -> list[str]: ...
+
+    def __len__(self) -> int: ...
+
+
 class WordTokenizer:
     """Lowercased word/punctuation tokenizer; unknown words map to `<unk>` (id 1)."""
 
+    framing = (0, 0)  # no special tokens around a text
     PAD = "<pad>"
     UNK = "<unk>"
     PAD_ID = 0

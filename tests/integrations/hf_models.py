@@ -81,3 +81,77 @@ def save_converted_checkpoint(out, model_type: str, variant: str, *, kind: str =
     model = convert(make_model(model_type, kind, **config), variant)
     classifier = HFClassifier(model, model_config_of(model, max_seq))
     return save_hf_checkpoint(classifier, out, label_names=LABELS, tokenizer=tokenizer)
+
+
+# --------------------------------------------------------------------------- text checkpoints
+
+# WordPiece corpus of the text checkpoints: short words, so unseen words split into `##` pieces.
+CORPUS = [
+    "the quick brown fox jumps over the lazy dog",
+    "a good day to deploy attention models",
+    "bad weather stopped the training run",
+    "evolving attention keeps the maps of earlier layers",
+    "gates close on tokens that carry no evidence",
+    "alpha bravo charlie delta echo foxtrot golf hotel",
+]
+# Texts that the tests send: seen words, unseen words (`##` pieces), capitals and accents
+# (normalized away), punctuation, a character outside the alphabet ([UNK]) and a long text.
+TEXTS = [
+    "the quick brown fox", "Good DAY!", "bad weather", "Évolving attention, layers.",
+    "gates close", "alpha", "unforeseen tokenization", "delta € echo",
+    "a good day to deploy attention models and a bad day to train them",
+    "golf hotel charlie", "dog", "the lazy dog jumps over the quick brown fox",
+]
+
+
+# Room for every word of CORPUS as one piece (about 200 pieces are learned).
+TEXT_VOCAB = 400
+
+
+def train_wordpiece(vocab_size: int = TEXT_VOCAB):
+    from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
+
+    return WordPieceTokenizer.train(CORPUS * 3, vocab_size=vocab_size)
+
+
+# Weights drawn from N(0, 0.5²) instead of the default N(0, 0.02²): at 0.02 a random encoder maps
+# every text to nearly the same logits (spread ~1e-5 across TEXTS), and a label test would pass for
+# a model that ignores its input; at 0.5 the logits of different texts differ by ~2.
+INIT_RANGE = 0.5
+
+
+@torch.no_grad()
+def spread_the_answers(classifier: Any, tokenizer: Any, texts: list[str], max_seq: int) -> None:
+    """Centre the logits of `texts` on 0 per label (the head's bias moves by their mean), so
+    that the texts do not all get one label; for GA-Net also move the gate network's final bias
+    by the median gate logit of the texts' tokens, so that about half of the gates close."""
+    ids, mask = (torch.from_numpy(a) for a in tokenizer.encode_batch(texts, max_seq=max_seq))
+    if classifier.is_gated:
+        (network,) = [m for name, m in classifier.named_modules()
+                      if name.endswith("gate_network")]
+        logits = classifier(ids, mask, details=True)["gate_logits"][mask.bool()]
+        network.score.bias -= logits.median()
+    head = [m for m in classifier.modules()
+            if isinstance(m, torch.nn.Linear) and m.out_features == len(LABELS)][-1]
+    head.bias -= classifier(ids, mask)["logits"].mean(0)  # [C]
+
+
+def save_text_checkpoint(out, model_type: str, variant: str, *, max_seq: int = 32,
+                         **config: Any):
+    """A converted classifier with a trained WordPiece tokenizer (so text in, label out works),
+    wide initial weights (`INIT_RANGE`) and answers spread over `TEXTS` (`spread_the_answers`);
+    returns the checkpoint directory."""
+    from attndeploy.integrations.hf_checkpoint import (
+        HFClassifier,
+        model_config_of,
+        save_hf_checkpoint,
+    )
+    from attndeploy.integrations.transformers import convert
+
+    tokenizer = train_wordpiece()
+    config.setdefault("initializer_range", INIT_RANGE)
+    config.setdefault("vocab_size", TEXT_VOCAB)
+    model = convert(make_model(model_type, "seq", **config), variant)
+    classifier = HFClassifier(model, model_config_of(model, max_seq)).eval()
+    spread_the_answers(classifier, tokenizer, TEXTS, max_seq)
+    return save_hf_checkpoint(classifier, out, label_names=LABELS, tokenizer=tokenizer)

@@ -1,6 +1,8 @@
-"""Converted HF checkpoints (EA-BERT and GA-Net BERT) packaged (python flavour) and served by
-the real tritonserver: a padded batch answers as the checkpoint's PyTorch model does (logits
-within fp32 tolerance, gates exactly) and as in-process onnxruntime does (byte for byte)."""
+"""Converted HF checkpoints (EA-BERT and GA-Net DistilBERT, with WordPiece tokenizers) packaged
+(python flavour and the text model `<name>_text`) and served by one real tritonserver: a padded
+batch of ids answers as the checkpoint's PyTorch model does (logits within fp32 tolerance, gates
+exactly) and as in-process onnxruntime does (byte for byte); text in, label out over gRPC, through
+the text model and through `attndeploy infer --text`'s path, equals in-process `predict`."""
 
 from __future__ import annotations
 
@@ -15,37 +17,45 @@ import torch
 pytest.importorskip("transformers")
 
 from attndeploy.checkpoint import read_checkpoint  # noqa: E402
-from attndeploy.export.exporter import export_checkpoint  # noqa: E402
+from attndeploy.runtime import InferenceModel  # noqa: E402
+from attndeploy.serving.infer import infer_request  # noqa: E402
 from attndeploy.serving.repository import PackageOptions, package_model  # noqa: E402
 from attndeploy.serving.server import TritonServer, free_ports  # noqa: E402
 
-from .hf_models import padded_batch, save_converted_checkpoint  # noqa: E402
+from .conftest import TEXT_MODELS as MODELS  # noqa: E402
+from .hf_models import TEXTS, padded_batch  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-MODELS = {"ea_bert": ("bert", "evolving"), "ga_distilbert": ("distilbert", "ganet")}
+ATOL = 1e-5  # served logits against in-process onnxruntime on the same tokenization
+BATCH = 8  # the packaged max_batch_size: texts per request at most
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def served(tmp_path_factory: pytest.TempPathFactory, hf_text_exports
+           ) -> Iterator[dict[str, Any]]:
     import tritonclient.grpc as grpcclient
 
     root = tmp_path_factory.mktemp("hf_serving")
     repo = root / "repo"
-    models = {}
-    for name, (model_type, variant) in MODELS.items():
-        checkpoint = save_converted_checkpoint(root / name, model_type, variant, layers=3)
-        onnx_path = export_checkpoint(checkpoint, root / f"{name}.onnx").path
-        package_model(onnx_path, repo, PackageOptions(name=name, text=False, max_batch_size=8))
-        models[name] = (read_checkpoint(checkpoint).model,
-                        ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]))
+    models, predictors = {}, {}
+    for name in MODELS:
+        exported = hf_text_exports[name]
+        written = package_model(exported.path, repo,
+                                PackageOptions(name=name, max_batch_size=BATCH))
+        assert [m.name for m in written] == [name, f"{name}_text"]  # the text model too
+        models[name] = (read_checkpoint(exported.checkpoint).model,
+                        ort.InferenceSession(str(exported.path),
+                                             providers=["CPUExecutionProvider"]))
+        predictors[name] = InferenceModel(exported.path, threads=1)
     grpc, http, metrics = free_ports()
     server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics,
                           log_file=root / "server.log")
     server.__enter__()
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        yield {"client": client, "models": models}
+        yield {"client": client, "models": models, "predict": predictors, "repo": repo,
+               "url": server.grpc_url}
     finally:
         client.close()
         server.stop()
@@ -100,3 +110,58 @@ def test_a_request_longer_than_max_seq_fails_alone(served: dict[str, Any]):
     ok_ids, ok_mask = (t.numpy() for t in padded_batch(1, 5))
     assert infer(served["client"], "ea_bert", ok_ids, ok_mask, ["logits"])["logits"].shape == (
         1, 3)
+
+
+# --------------------------------------------------------------------------- text in, label out
+
+
+def infer_text(client: Any, model: str, texts: list[str]) -> dict[str, np.ndarray]:
+    """One request of `texts` ([batch, 1] BYTES) to a text model; its outputs by name."""
+    import tritonclient.grpc as grpcclient
+
+    array = np.array([[t.encode()] for t in texts], dtype=object)  # [B, 1]
+    entry = grpcclient.InferInput("text", list(array.shape), "BYTES")
+    entry.set_data_from_numpy(array)
+    result = client.infer(model, [entry])
+    return {o.name: result.as_numpy(o.name) for o in result.get_response().outputs}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_text_in_label_out_over_grpc_equals_predict(served: dict[str, Any], name: str):
+    expected = served["predict"][name].predict(TEXTS)
+    parts = [infer_text(served["client"], f"{name}_text", TEXTS[start : start + BATCH])
+             for start in range(0, len(TEXTS), BATCH)]  # requests of texts of mixed lengths
+    got = {output: np.concatenate([part[output] for part in parts]) for output in parts[0]}
+    labels = [row[0].decode() for row in got["label"]]
+    assert labels == [p.label for p in expected]
+    assert len(set(labels)) > 1
+    np.testing.assert_allclose(got["scores"], np.stack([p.logits for p in expected]),
+                               rtol=0, atol=ATOL)
+    if MODELS[name][1] == "ganet":
+        attended = [row[0].decode().split(" ") for row in got["attended"]]
+        assert attended == [p.attended for p in expected]
+        assert any(len(p.attended) < len(p.tokens) for p in expected)  # some gates closed
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_infer_text_through_the_id_model_and_the_text_model_equals_predict(
+        served: dict[str, Any], name: str):
+    """`attndeploy infer --text` (infer_request): tokenized here from the repository's ONNX
+    metadata for the id model, sent as it is to the text model."""
+    for text in TEXTS[:4]:
+        (expected,) = served["predict"][name].predict([text])
+        for model in (name, f"{name}_text"):
+            result = infer_request(url=served["url"], model=model, text=text,
+                                   repo=served["repo"])
+            assert result["label"] == expected.label, model
+            np.testing.assert_allclose(result["logits"], expected.logits, rtol=0, atol=ATOL)
+            if expected.attended is not None:
+                assert result["open_tokens"] == expected.attended, model
+
+
+def test_a_text_without_pieces_fails_alone(served: dict[str, Any]):
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException, match="text 1 has no tokens"):
+        infer_text(served["client"], "ea_bert_text", ["good day", " \t "])
+    assert infer_text(served["client"], "ea_bert_text", ["good day"])["label"].shape == (1, 1)

@@ -1,10 +1,13 @@
 """Fine-tuning converted HF encoders (`attndeploy train --hf-model`): a tiny BERT config learns
 the built-in `sparse_evidence` task rendered as text, with a WordPiece tokenizer trained on it;
-local pretrained folders are read without the Hub; bad sources fail with one clear line."""
+the built-in loop's machinery applies (epochs, a schedule that ends at the last step the run can
+take, validation-split selection and patience, the bag-of-words baseline); local pretrained
+folders are read without the Hub; bad sources fail with one clear line."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -69,6 +72,10 @@ def test_the_cli_function_trains_from_a_jsonl_file_and_prints_json(tmp_path: Pat
     printed = json.loads(capsys.readouterr().out)
     assert printed["checkpoint"] == str(tmp_path / "ckpt")
     assert printed["metrics"]["examples"] == 10
+    # --data defaults: a validation split (10 % of the 30 kept) selects; the baseline is beside
+    assert printed["training"]["selected_on"] == "validation"
+    assert printed["training"]["steps_done"] == 3 and printed["training"]["stopped_by"] == "steps"
+    assert {"baseline_accuracy", "beats_baseline"} <= set(printed["metrics"])
     ckpt = read_checkpoint(tmp_path / "ckpt")
     assert ckpt.label_names == ("neg", "pos")
     assert ckpt.model_config.options == {"alpha": 0.3, "beta": 0.5, "negative_slope": 0.0}
@@ -149,3 +156,63 @@ def test_attndeploy_train_hf_model_reaches_the_hf_path_with_the_variant_options(
     ckpt = read_checkpoint(tmp_path / "ckpt")
     assert ckpt.metadata["hf"]  # an HF checkpoint, not the built-in transformer
     assert ckpt.model_config.options == {"alpha": 0.3, "beta": 0.5, "negative_slope": 0.0}
+
+
+# --------------------------------------------------------------------------- the training loop
+
+
+def small_run(tmp_path: Path, config: TrainConfig, **kwargs):
+    """A tiny BERT on 48 `sparse_evidence` texts (3 steps an epoch at batch 16)."""
+    return train_hf_checkpoint(
+        tiny_bert(tmp_path / "bert"), "evolving", tmp_path / "ckpt", task="sparse_evidence",
+        train_config=config, n_train=48, n_eval=16, n_val=16, max_seq=24, progress=False,
+        **kwargs)
+
+
+def test_epochs_bound_the_run_and_the_schedule_decays_to_zero_at_its_last_step(tmp_path: Path):
+    """`steps` as large as the real-text defaults' (1,000,000): the epochs end the run, and the
+    cosine schedule must end with them, not at step 1,000,000."""
+    peak = 1e-3
+    result = small_run(tmp_path, TrainConfig(steps=1_000_000, max_epochs=2, batch_size=16,
+                                             warmup_steps=2, learning_rate=peak,
+                                             keep_best=True))
+    summary = result.summary
+    assert summary["steps_per_epoch"] == 3
+    assert summary["steps_done"] == summary["horizon_steps"] == 6
+    assert summary["stopped_by"] == "epochs"
+    rates = [record["learning_rate"] for record in result.history]  # the rate of each step
+    assert rates[:3] == pytest.approx([peak / 2, peak, peak])  # warm-up, then the peak
+    assert all(later < earlier for earlier, later in zip(rates[2:], rates[3:], strict=False))
+    assert rates[-1] == pytest.approx(peak * 0.5 * (1 + math.cos(math.pi * 3 / 4)))
+    assert rates[-1] < 0.2 * peak  # decayed: with a horizon of 1,000,000 it would stay ~peak
+    # one evaluation per epoch on the validation set; the best one's weights are kept
+    assert summary["evaluations"] == 2 and summary["selected_on"] == "validation"
+    assert summary["best_epoch"] in {e["epoch"] for e in result.evaluations}
+    assert result.metrics["best_step"] in (3, 6)
+    ckpt = read_checkpoint(tmp_path / "ckpt")
+    assert ckpt.metadata["metrics"]["baseline"] == "naive_bayes_bow"
+    assert 0.0 <= ckpt.metadata["metrics"]["baseline_accuracy"] <= 1.0
+    assert ckpt.metadata["metrics"]["beats_baseline"] == (
+        result.metrics["accuracy"] > result.metrics["baseline_accuracy"])
+    assert ckpt.metadata["data"]["validation_examples"] == 16
+
+
+def test_patience_stops_a_run_that_no_longer_improves(tmp_path: Path):
+    """At a learning rate of 1e-30 no fp32 weight moves, so every evaluation equals the first
+    and none is better: patience 2 stops the run after the third epoch's evaluation."""
+    result = small_run(tmp_path, TrainConfig(steps=1_000_000, max_epochs=10, batch_size=16,
+                                             learning_rate=1e-30, patience=2, keep_best=True))
+    assert result.summary["stopped_by"] == "patience"
+    assert result.summary["evaluations"] == 3
+    assert result.summary["steps_done"] == 9  # three epochs of three steps
+    assert result.metrics["best_epoch"] == 1
+
+
+def test_word_dropout_replaces_pieces_by_unk_and_never_the_framing():
+    from attndeploy.integrations.hf_train import _drop_pieces
+
+    ids = torch.tensor([[2, 10, 11, 12, 3, 0], [2, 13, 3, 0, 0, 0]])  # [CLS]=2, [SEP]=3
+    mask = (ids != 0).long()
+    dropped = _drop_pieces(ids, mask, 0.999, 1, torch.tensor([2, 3]),
+                           torch.Generator().manual_seed(0))
+    assert dropped.tolist() == [[2, 1, 1, 1, 3, 0], [2, 1, 3, 0, 0, 0]]

@@ -474,23 +474,24 @@ def test_an_unknown_tokenizer_type_fails_at_load_naming_the_known_ones(
     (broken / "cls_text" / "tokenizer.json").write_text(json.dumps({"type": "bpe"}))
     model = load_text_model(broken, "cls", monkeypatch, initialize=False)
     with pytest.raises(RuntimeError, match=r"tokenizer type 'bpe' is not one this model can "
-                                           r"load \(word\)"):
+                                           r"load \(word, wordpiece\)"):
         initialize_model(model, broken, "cls_text")
 
 
 def test_a_tokenizer_whose_package_the_server_lacks_fails_at_load_naming_it(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """How a WordPiece (`tokenizers`) type plugs in: an entry of TOKENIZER_TYPES with the
-    package it requires; a server without that package refuses to load the model, saying so."""
+    """WordPiece (converted Hugging Face models) needs `tokenizers` (TOKENIZER_TYPES): a server
+    whose Python lacks it refuses to load the model, saying what to install."""
+    import sys
+
     broken = copy_repo(repo, tmp_path)
     (broken / "cls_text" / "tokenizer.json").write_text(json.dumps({"type": "wordpiece"}))
     model = load_text_model(broken, "cls", monkeypatch, initialize=False)
-    monkeypatch.setitem(model.module.TOKENIZER_TYPES, "wordpiece", {
-        "module": "attndeploy.runtime.tokenizer", "cls": "WordTokenizer",
-        "requires": "no_such_package_attndeploy_test"})
-    with pytest.raises(RuntimeError, match=r"needs the Python package "
-                                           r"'no_such_package_attndeploy_test'.*pip install"):
+    assert model.module.TOKENIZER_TYPES["wordpiece"]["requires"] == "tokenizers"
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if it were not installed
+    with pytest.raises(RuntimeError, match=r"the 'wordpiece' tokenizer needs the Python package "
+                                           r"'tokenizers'.*pip install tokenizers"):
         initialize_model(model, broken, "cls_text")
 
 
