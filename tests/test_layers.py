@@ -60,8 +60,6 @@ TORCH_PACKAGES = ("torch", "onnxscript", "safetensors.torch", "transformers")
 ALLOWED = {
     ("attndeploy", "attndeploy.checkpoint"):
         "the package root re-exports load_checkpoint/read_checkpoint lazily, on first use",
-    ("attndeploy.export.optimize", "attndeploy.optimize"):
-        "the optimizer's old path, an alias of attndeploy.optimize until its callers move",
 }
 
 # The modules `attndeploy infer` and `attndeploy predict`'s library side import; none may pull
@@ -170,7 +168,7 @@ def test_the_import_scan_sees_function_level_type_checking_and_relative_imports(
     ("attndeploy.variants.ganet.layer", "variants"),
     ("attndeploy.integrations.hf_checkpoint", "checkpoint"),
     ("attndeploy.integrations.hf_export", "export"),
-    ("attndeploy.serving.interface", "serving"),
+    ("attndeploy.serving.text_model", "serving"),
     ("attndeploy.interface", "runtime"),
 ])
 def test_the_most_specific_prefix_decides_the_layer(module, layer):

@@ -26,6 +26,7 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from attndeploy.errors import ConfigError, DataError, ExportError
+from attndeploy.runtime import sessions
 from attndeploy.runtime.checks import ATTENTION_MASK, INPUT_IDS, check_inputs
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
 from attndeploy.runtime.text import Prediction, decode_batch, encode_texts
@@ -38,17 +39,6 @@ DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 _LOAD_ERRORS = (ort_state.Fail, ort_state.InvalidArgument, ort_state.NoSuchFile,
                 ort_state.NoModel, ort_state.InvalidProtobuf, ort_state.InvalidGraph,
                 ort_state.NotImplemented, ort_state.RuntimeException, ort_state.EPFail)
-
-
-def _session_options(threads: int | None) -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # errors only: no graph-optimizer warnings on stderr
-    if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ConfigError(f"threads must be a positive integer, got {threads!r}")
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-    return options
 
 
 def stack_rows(arrays: list[np.ndarray]) -> np.ndarray:
@@ -93,10 +83,11 @@ class InferenceModel:
         if threads is not None and session_options is not None:
             raise ConfigError("give threads or session_options, not both (set "
                               "intra_op_num_threads on your session options)")
-        options = session_options if session_options is not None else _session_options(threads)
+        options = (session_options if session_options is not None
+                   else sessions.session_options(threads=threads))
         try:
-            self.session = ort.InferenceSession(
-                str(self.path), options, providers=list(providers or DEFAULT_PROVIDERS)
+            self.session = sessions.create_session(
+                self.path, options, providers=list(providers or DEFAULT_PROVIDERS)
             )
         except _LOAD_ERRORS as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

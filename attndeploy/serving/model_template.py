@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from importlib import resources
 from string import Template
 
-from attndeploy import __version__
-from attndeploy.serving import interface, model_config
+from attndeploy import __version__, interface
+from attndeploy.serving import model_config
 
 TEMPLATE_RESOURCE = "model.py.tmpl"
 TEXT_TEMPLATE_RESOURCE = "text_model.py.tmpl"

@@ -50,9 +50,9 @@ import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
+from attndeploy.interface import CLASSIFICATION, TAGGING
 from attndeploy.runtime.shipping import TOKENIZER_TYPES, runtime_sources
 from attndeploy.serving import model_config as cfgmod
-from attndeploy.serving.interface import CLASSIFICATION, TAGGING
 from attndeploy.serving.onnx_info import ModelInfo, load_onnx_graph, read_model_info
 
 TEXT = "text"
