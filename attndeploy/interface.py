@@ -9,8 +9,8 @@ declaration for one model; the onnxruntime feed (`make_feed`), Triton's `input`/
 
 `Runner` is the interface of whatever executes such a model (Polygraphy's design): PyTorch eager,
 onnxruntime and the ONNX reference evaluator (`attndeploy.validate.runners`) and a Triton server
-(`attndeploy.serving.client.TritonRunner`), so parity checks and load tests swap backends freely.
-This module imports neither torch nor anything above it: every stage imports it.
+(`attndeploy.serving.client.triton.TritonRunner`), so parity checks and load tests swap backends
+freely. This module imports neither torch nor anything above it: every stage imports it.
 
 Dims are tuples of `int | str`: the strings `"batch"` and `"seq"` are symbolic (a dim_param in
 ONNX, `-1` in Triton, where the batch dim is implicit through `max_batch_size`).

@@ -65,7 +65,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/serving.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
 from attndeploy.fsutil import atomic_write_png  # noqa: E402
-from attndeploy.serving.options import PackageOptions  # noqa: E402
+from attndeploy.serving.packaging.options import PackageOptions  # noqa: E402
 
 VARIANT = "standard"
 SEQ = 32
@@ -155,7 +155,7 @@ def prepare_model(workdir: Path, steps: int, max_seconds: float, log: Any) -> di
 
 
 def package_all(onnx_path: Path, repo: Path, configs: list[ServeConfig]) -> None:
-    from attndeploy.serving.repository import package_model
+    from attndeploy.serving.packaging.repository import package_model
 
     if repo.exists():
         shutil.rmtree(repo)

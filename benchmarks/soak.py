@@ -260,7 +260,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from attndeploy.serving.repository import PackageOptions, package_model
+    from attndeploy.serving.packaging.repository import PackageOptions, package_model
     from attndeploy.serving.server import free_ports, start_background
 
     model = prepare_model(args.workdir, args.train_steps, 60.0, print)

@@ -64,7 +64,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/text_serving.py` from a chec
     sys.path.insert(0, str(ROOT))
 
 from attndeploy.fsutil import atomic_write_text  # noqa: E402
-from attndeploy.serving.options import PackageOptions  # noqa: E402
+from attndeploy.serving.packaging.options import PackageOptions  # noqa: E402
 
 TARGET = 0.8  # text-model throughput / id-model throughput at concurrency TARGET_LEVEL
 TARGET_LEVEL = 16
@@ -105,7 +105,7 @@ def write_texts(path: Path | None, n: int, seed: int, out: Path) -> tuple[Path, 
 def package(models: list[dict[str, Any]], repo: Path, instances: list[int]) -> list[dict]:
     """Package every model (default options, plus one copy per extra `instances` value);
     return the (variant, instances, id model, text model) rows to measure."""
-    from attndeploy.serving.repository import package_model
+    from attndeploy.serving.packaging.repository import package_model
 
     if repo.exists():
         shutil.rmtree(repo)
@@ -254,8 +254,8 @@ def main() -> int:
     workdir = args.workdir or args.out / "predict_work"
     work = args.out / "text_serving_work"
 
-    from attndeploy.serving.launch import servable_models
     from attndeploy.serving.server import TritonServer, free_ports
+    from attndeploy.serving.server.launch import servable_models
 
     started = time.perf_counter()
     models = [prepare_model(v, workdir, args.train_steps, args.max_train_seconds)

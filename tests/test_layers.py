@@ -66,7 +66,7 @@ ALLOWED = {
 # in torch (they run where only onnxruntime is installed).
 TORCH_FREE_ENTRY_POINTS = ("attndeploy.runtime", "attndeploy.runtime.metadata",
                            "attndeploy.runtime.sessions",
-                           "attndeploy.interface", "attndeploy.serving.infer",
+                           "attndeploy.interface", "attndeploy.serving.client.infer",
                            "attndeploy.cli.infer")
 
 
@@ -168,7 +168,7 @@ def test_the_import_scan_sees_function_level_type_checking_and_relative_imports(
     ("attndeploy.variants.ganet.layer", "variants"),
     ("attndeploy.integrations.hf_checkpoint", "checkpoint"),
     ("attndeploy.integrations.hf_export", "export"),
-    ("attndeploy.serving.text_model", "serving"),
+    ("attndeploy.serving.packaging.text_model", "serving"),
     ("attndeploy.interface", "runtime"),
 ])
 def test_the_most_specific_prefix_decides_the_layer(module, layer):

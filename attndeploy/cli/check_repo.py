@@ -18,7 +18,7 @@ def command(
     json_output: JsonFlag = False,
 ) -> None:
     """Check configs, I/O against the ONNX graphs, functions, files, versions and model.py."""
-    from attndeploy.serving.check_repo import check_repository
+    from attndeploy.serving.packaging.check_repo import check_repository
 
     report = check_repository(repo)
     if json_output:

@@ -10,8 +10,8 @@ import typer
 from attndeploy.cli.defaults import parameter_default
 from attndeploy.cli.options import JsonFlag
 from attndeploy.cli.output import console, print_json
-from attndeploy.serving.infer import infer_request
-from attndeploy.serving.protocol import DEFAULT_URLS, Protocol
+from attndeploy.serving.client.infer import infer_request
+from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
 
 
 def command(

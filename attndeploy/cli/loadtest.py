@@ -11,9 +11,9 @@ import typer
 from attndeploy.cli.defaults import field_default, number_list
 from attndeploy.cli.options import JsonFlag
 from attndeploy.cli.output import console, print_json
-from attndeploy.serving.loadstats import DISTRIBUTIONS
+from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
 from attndeploy.serving.loadtest.config import DEFAULT_CONCURRENCY, LoadTestConfig
-from attndeploy.serving.protocol import DEFAULT_URLS, Protocol
+from attndeploy.serving.loadtest.stats import DISTRIBUTIONS
 
 # The choices of `--distribution`: the load tester's arrival distributions.
 Distribution = Enum("Distribution", {name: name for name in DISTRIBUTIONS}, type=str)
@@ -86,8 +86,8 @@ def command(
     receive what was measured, marked "partial": true with the reason, and the command exits 1.
     """
     from attndeploy.fsutil import check_output_file
-    from attndeploy.serving.launch import find_model_onnx
     from attndeploy.serving.loadtest import parse_number_list, run_load_test
+    from attndeploy.serving.server.launch import find_model_onnx
 
     config = LoadTestConfig(
         model=model, url=url, protocol=protocol.value, text_file=text_file,

@@ -10,7 +10,7 @@ import typer
 from attndeploy.cli.defaults import field_default
 from attndeploy.cli.options import ForceFlag, JsonFlag
 from attndeploy.cli.output import console, print_json
-from attndeploy.serving.options import Flavor, Kind, PackageOptions
+from attndeploy.serving.packaging.options import Flavor, Kind, PackageOptions
 
 
 def _default(field: str):
@@ -74,8 +74,8 @@ def command(
     and for a model with a tokenizer the text model NAME_text that takes raw text."""
     from attndeploy.errors import RepositoryError
     from attndeploy.fsutil import check_output_dir
-    from attndeploy.serving.options import PackageOptions
-    from attndeploy.serving.repository import package_model
+    from attndeploy.serving.packaging.options import PackageOptions
+    from attndeploy.serving.packaging.repository import package_model
 
     if name is not None and len(sources) > 1:
         raise RepositoryError("--name names one model; give one source per call, or no --name")

@@ -64,8 +64,8 @@ def command(
     Serving runs the repository's model.py files; what is served is fixed at start (no client can
     load, unload or replace models).
     """
-    from attndeploy.serving.launch import servable_models
     from attndeploy.serving.server import exposure_warning, start_background
+    from attndeploy.serving.server.launch import servable_models
 
     warning = exposure_warning(host)
     if warning is not None:

@@ -31,9 +31,9 @@ from attndeploy.deploy import manifests as mf
 from attndeploy.deploy.options import KubernetesOptions
 from attndeploy.errors import DeployError, OutputError, RepositoryError
 from attndeploy.fsutil import atomic_directory, check_output_dir, file_sha256, same_path
-from attndeploy.serving import model_config as cfgmod
-from attndeploy.serving.check_repo import check_repository
-from attndeploy.serving.text_model import id_model_of
+from attndeploy.serving.packaging import model_config as cfgmod
+from attndeploy.serving.packaging.check_repo import check_repository
+from attndeploy.serving.packaging.text_model import id_model_of
 
 MODELS_DOCKERFILE = "images/models.Dockerfile"
 SERVER_DOCKERFILE = "images/server.Dockerfile"

@@ -194,9 +194,9 @@ def _outcome_json(outcome: VariantOutcome) -> dict[str, Any]:
 
 
 def _package(outcomes: list[VariantOutcome], options: QuickstartOptions, log: Log) -> None:
-    from attndeploy.serving.check_repo import check_repository
-    from attndeploy.serving.options import PackageOptions
-    from attndeploy.serving.repository import package_model
+    from attndeploy.serving.packaging.check_repo import check_repository
+    from attndeploy.serving.packaging.options import PackageOptions
+    from attndeploy.serving.packaging.repository import package_model
 
     for outcome in outcomes:
         written = package_model(

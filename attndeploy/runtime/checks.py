@@ -1,4 +1,4 @@
-"""The input checks of the served model (`serving/templates/model.py.tmpl`), for `run`.
+"""The input checks of the served model (`serving/packaging/templates/model.py.tmpl`), for `run`.
 
 The generated python-backend model cannot import attndeploy (it runs inside Triton), so the
 checks are written twice; `tests/runtime/test_model.py` runs the served model's table of bad

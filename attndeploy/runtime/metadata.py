@@ -10,8 +10,9 @@ the required keys was not made by attndeploy. The record's type picks the class 
 
 The input is a plain `{key: value}` mapping, so no ONNX parser is needed: `InferenceModel` hands
 in onnxruntime's `get_modelmeta().custom_metadata_map`, `attndeploy infer` the metadata_props
-that `onnx` reads. The checks and messages follow `attndeploy.serving.onnx_info.read_model_info`
-(the packager's reader, which works on an `onnx.ModelProto`).
+that `onnx` reads. The checks and messages follow
+`attndeploy.serving.packaging.onnx_info.read_model_info` (the packager's reader, which works on an
+`onnx.ModelProto`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 A runner is a context manager with a `name` and `infer(feed) -> outputs`, both dicts of numpy
 arrays keyed by tensor name (the model-level interface of docs/ops.md: `input_ids`/`attention_mask`
 in, `logits` [+ `gates`] out). The interface, `Runner`, is declared once in `attndeploy.interface`;
-`attndeploy.serving.client.TritonRunner` implements it too, so parity checks and load tests swap
-backends freely.
+`attndeploy.serving.client.triton.TritonRunner` implements it too, so parity checks and load tests
+swap backends freely.
 
 - `TorchRunner(model)`: PyTorch eager, the reference. Returns `logits` float32, and for GA-Net
   `gates` bool and `gate_logits` float32 (the auxiliary network's s, for gate margins).

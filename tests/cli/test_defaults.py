@@ -10,9 +10,9 @@ import typer
 
 from attndeploy.cli.app import app
 from attndeploy.cli.defaults import field_default, number_list, parameter_default
-from attndeploy.serving.infer import infer_request
+from attndeploy.serving.client.infer import infer_request
 from attndeploy.serving.loadtest import LoadTestConfig
-from attndeploy.serving.options import PackageOptions
+from attndeploy.serving.packaging.options import PackageOptions
 from attndeploy.serving.server import TritonServer, start_background
 
 

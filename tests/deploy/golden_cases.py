@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from attndeploy.deploy import KubernetesOptions, deploy_kubernetes
-from attndeploy.serving.repository import PackageOptions, package_model
+from attndeploy.serving.packaging.repository import PackageOptions, package_model
 from tests.serving.onnx_fixtures import build_model, save_model
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

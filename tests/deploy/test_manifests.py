@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from attndeploy.deploy import KubernetesOptions, deploy_kubernetes, parse_model_store
 from attndeploy.deploy.options import DEFAULT_IMAGE, image_release
 from attndeploy.errors import DeployError, OutputError, RepositoryError
-from attndeploy.serving import check_repo
+from attndeploy.serving.packaging import check_repo
 
 from .golden_cases import (
     CASES,
@@ -360,7 +360,7 @@ def test_a_model_bound_to_a_local_environment_is_refused(
 @pytest.fixture(scope="module")
 def text_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A repository with `words` (python flavour, a word tokenizer) and its text model."""
-    from attndeploy.serving.repository import PackageOptions, package_model
+    from attndeploy.serving.packaging.repository import PackageOptions, package_model
     from tests.serving.onnx_fixtures import build_model, fixture_vocab, save_model
 
     root = tmp_path_factory.mktemp("text_repo")
@@ -382,7 +382,7 @@ def test_a_named_text_model_brings_the_id_model_it_calls(text_repo: Path,
 def test_a_text_model_is_served_in_its_id_model_s_flavour(tmp_path: Path) -> None:
     """A text model runs on the python backend but calls an onnxruntime id model here: it goes
     with that model to GPU pods, and never alone to CPU pods."""
-    from attndeploy.serving.repository import PackageOptions, package_model
+    from attndeploy.serving.packaging.repository import PackageOptions, package_model
     from tests.serving.onnx_fixtures import build_model, fixture_vocab, save_model
 
     source = save_model(build_model(vocab=fixture_vocab(16)), tmp_path / "src" / "words.onnx")

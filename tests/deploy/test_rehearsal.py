@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from attndeploy.deploy import KubernetesOptions, deploy_kubernetes
-from attndeploy.serving import check_repo
+from attndeploy.serving.packaging import check_repo
 from attndeploy.serving.server import TritonServer, free_ports
 
 from .golden_cases import ONNXRUNTIME_MODEL, PYTHON_MODEL, build_sample_repository

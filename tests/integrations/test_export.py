@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 from attndeploy.export.exporter import export_checkpoint, read_metadata  # noqa: E402
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer  # noqa: E402
-from attndeploy.serving.repository import PackageOptions, package_model  # noqa: E402
+from attndeploy.serving.packaging.repository import PackageOptions, package_model  # noqa: E402
 from attndeploy.validate import ValidationOptions, validate_model  # noqa: E402
 
 from .hf_models import LABELS, MODEL_TYPES, VARIANTS, save_converted_checkpoint  # noqa: E402

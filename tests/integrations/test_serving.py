@@ -18,8 +18,8 @@ pytest.importorskip("transformers")
 
 from attndeploy.checkpoint import read_checkpoint  # noqa: E402
 from attndeploy.runtime import InferenceModel  # noqa: E402
-from attndeploy.serving.infer import infer_request  # noqa: E402
-from attndeploy.serving.repository import PackageOptions, package_model  # noqa: E402
+from attndeploy.serving.client.infer import infer_request  # noqa: E402
+from attndeploy.serving.packaging.repository import PackageOptions, package_model  # noqa: E402
 from attndeploy.serving.server import TritonServer, free_ports  # noqa: E402
 
 from .conftest import TEXT_MODELS as MODELS  # noqa: E402

@@ -39,7 +39,7 @@ import numpy as np
 import onnx
 import pytest
 
-from attndeploy.serving.check_repo import TRITON_ORT_MAX_OPSET
+from attndeploy.serving.packaging.check_repo import TRITON_ORT_MAX_OPSET
 from attndeploy.validate.compare import CompareResult, Tolerance, compare_outputs
 from attndeploy.validate.grid import Shape, make_inputs, valid_mask
 from tests.cases import CASES_BY_ID

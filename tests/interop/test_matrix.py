@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from attndeploy.opspec.bodies import DOMAIN
-from attndeploy.serving.check_repo import TRITON_ORT_MAX_OPSET, TRITON_RELEASE
+from attndeploy.serving.packaging.check_repo import TRITON_ORT_MAX_OPSET, TRITON_RELEASE
 from attndeploy.variants.registry import variant_names
 from tests.interop.matrix import (
     CROSS_VERSION,

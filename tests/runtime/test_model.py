@@ -20,7 +20,7 @@ from attndeploy.checkpoint import read_checkpoint
 from attndeploy.errors import ConfigError, DataError, ExportError
 from attndeploy.runtime import InferenceModel, WordTokenizer
 from attndeploy.runtime.metadata import parse_metadata
-from attndeploy.serving.onnx_info import load_onnx_graph, read_model_info
+from attndeploy.serving.packaging.onnx_info import load_onnx_graph, read_model_info
 from tests.serving.onnx_fixtures import build_model, save_model
 from tests.serving.test_model_py import BAD_REQUESTS
 
@@ -157,9 +157,9 @@ def test_labels_equal_the_served_id_model_through_infer_text_s_path(
     model (the generated python-backend model.py, run in process with a stand-in for Triton's
     python backend) reached through `infer_request(text=...)`, i.e. `attndeploy infer --text`
     minus the network."""
-    from attndeploy.serving import infer as infer_module
-    from attndeploy.serving.infer import infer_request
-    from attndeploy.serving.repository import PackageOptions, package_model
+    from attndeploy.serving.client import infer as infer_module
+    from attndeploy.serving.client.infer import infer_request
+    from attndeploy.serving.packaging.repository import PackageOptions, package_model
     from tests.serving.test_model_py import FakeRequest, load_model
 
     exported = text_exports.get(case_id)

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from attndeploy.runtime import InferenceModel
-from attndeploy.serving.infer import infer_request
-from attndeploy.serving.repository import PackageOptions, package_model
+from attndeploy.serving.client.infer import infer_request
+from attndeploy.serving.packaging.repository import PackageOptions, package_model
 from attndeploy.serving.server import TritonServer, free_ports
 
 from .conftest import TEXTS, TextExports

@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from attndeploy.serving.model_config import build_config, serialize_config
-from attndeploy.serving.onnx_info import ModelInfo
-from attndeploy.serving.options import Flavor, PackageOptions
+from attndeploy.serving.packaging.model_config import build_config, serialize_config
+from attndeploy.serving.packaging.onnx_info import ModelInfo
+from attndeploy.serving.packaging.options import Flavor, PackageOptions
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 HEADER = "# Golden config, reviewed by eye. Regenerate: python -m tests.serving.golden_cases\n"

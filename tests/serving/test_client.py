@@ -12,7 +12,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from attndeploy.errors import ServerError
-from attndeploy.serving.client import (
+from attndeploy.serving.client.triton import (
     TritonRunner,
     error_status,
     infer_once,

@@ -14,9 +14,9 @@ from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
-from attndeploy.serving.check_repo import check_repository
-from attndeploy.serving.model_template import generate_generic_model_py
-from attndeploy.serving.repository import PackageOptions, package_model
+from attndeploy.serving.packaging.check_repo import check_repository
+from attndeploy.serving.packaging.model_template import generate_generic_model_py
+from attndeploy.serving.packaging.repository import PackageOptions, package_model
 
 from .test_model_py import FakeRequest, load_model
 

@@ -21,17 +21,7 @@ from tritonclient.utils import InferenceServerException
 from attndeploy.cli import app as cli_app
 from attndeploy.errors import LoadTestError, ServerError
 from attndeploy.serving import loadtest as loadtest_module
-from attndeploy.serving.client import ModelMetadata, TensorSpec
-from attndeploy.serving.loadreport import CheckSummary, LevelResult, LoadTestReport
-from attndeploy.serving.loadstats import (
-    LatencySummary,
-    ServerStats,
-    WindowStats,
-    arrival_offsets,
-    compare_outputs,
-    is_stable,
-    percentile,
-)
+from attndeploy.serving.client.triton import ModelMetadata, TensorSpec
 from attndeploy.serving.loadtest import (
     POLL_S,
     PROBE_AFTER_ERRORS,
@@ -47,6 +37,16 @@ from attndeploy.serving.loadtest import (
     vocab_from_onnx,
 )
 from attndeploy.serving.loadtest import run as loadtest_run  # where TritonRunner is looked up
+from attndeploy.serving.loadtest.report import CheckSummary, LevelResult, LoadTestReport
+from attndeploy.serving.loadtest.stats import (
+    LatencySummary,
+    ServerStats,
+    WindowStats,
+    arrival_offsets,
+    compare_outputs,
+    is_stable,
+    percentile,
+)
 from attndeploy.serving.server import TritonServer, free_port, free_ports
 
 from .loadtest_fixtures import TINY_MODEL, TINY_VOCAB, build_tiny_onnx, tiny_onnx_path

@@ -12,7 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
 from attndeploy.interface import model_interface
-from attndeploy.serving.model_config import (
+from attndeploy.serving.packaging.model_config import (
     LABELS_FILE,
     build_config,
     model_files,
@@ -20,7 +20,7 @@ from attndeploy.serving.model_config import (
     serialize_config,
     warmup_data,
 )
-from attndeploy.serving.options import Flavor, Kind, PackageOptions
+from attndeploy.serving.packaging.options import Flavor, Kind, PackageOptions
 
 from .golden_cases import CASES, GOLDEN_DIR, info, render
 

@@ -21,8 +21,12 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from attndeploy.serving.model_template import generate_model_py, parse_header, template_digest
-from attndeploy.serving.repository import PackageOptions, package_model
+from attndeploy.serving.packaging.model_template import (
+    generate_model_py,
+    parse_header,
+    template_digest,
+)
+from attndeploy.serving.packaging.repository import PackageOptions, package_model
 
 from .onnx_fixtures import build_model, random_request, save_model
 

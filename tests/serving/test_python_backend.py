@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from attndeploy.serving.repository import PackageOptions, package_model
+from attndeploy.serving.packaging.repository import PackageOptions, package_model
 from attndeploy.serving.server import TritonServer, free_ports
 
 from .onnx_fixtures import build_model, random_request, save_model
@@ -256,7 +256,7 @@ def test_an_exported_checkpoint_of_every_variant_serves_like_onnxruntime(
 
     from attndeploy.checkpoint import save_checkpoint
     from attndeploy.models import build_model as build_torch_model
-    from attndeploy.serving.check_repo import check_repository
+    from attndeploy.serving.packaging.check_repo import check_repository
     from tests.cases import CASES_BY_ID
 
     config = CASES_BY_ID[case_id].config(max_seq=24)

@@ -14,10 +14,10 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import OutputError, RepositoryError
-from attndeploy.serving import repository
-from attndeploy.serving.check_repo import RepoReport, check_repository
-from attndeploy.serving.model_template import generate_model_py
-from attndeploy.serving.repository import Flavor, PackageOptions, package_model
+from attndeploy.serving.packaging import repository
+from attndeploy.serving.packaging.check_repo import RepoReport, check_repository
+from attndeploy.serving.packaging.model_template import generate_model_py
+from attndeploy.serving.packaging.repository import Flavor, PackageOptions, package_model
 
 from .onnx_fixtures import build_model, save_model
 
@@ -185,7 +185,8 @@ def test_serving_imports_neither_the_exporter_nor_torch() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, attndeploy.serving.repository, attndeploy.serving.check_repo; "
+    code = ("import sys, attndeploy.serving.packaging.repository, "
+            "attndeploy.serving.packaging.check_repo; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith("
             "('attndeploy.export', 'attndeploy.variants'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 
 from attndeploy.errors import ServerError
-from attndeploy.serving.launch import servable_models
 from attndeploy.serving.server import (
     STATE_FORMAT,
     TritonServer,
@@ -37,6 +36,7 @@ from attndeploy.serving.server import (
     start_background,
     stop_background,
 )
+from attndeploy.serving.server.launch import servable_models
 from tests.cli.test_train_cli import assert_one_line_error, parse_json, run_cli
 from tests.serving.test_server import IDENTITY_CONFIG, IDENTITY_MODEL, write_python_model
 

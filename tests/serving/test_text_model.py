@@ -29,10 +29,10 @@ from attndeploy.errors import RepositoryError
 from attndeploy.runtime.shipping import SHIPPED_MODULES, runtime_sources
 from attndeploy.runtime.text import decode_batch, encode_text
 from attndeploy.runtime.tokenizer import WordTokenizer, pad_sequences
-from attndeploy.serving.check_repo import check_repository
-from attndeploy.serving.model_template import generate_text_model_py
-from attndeploy.serving.repository import PackageOptions, package_model
-from attndeploy.serving.text_model import text_interface
+from attndeploy.serving.packaging.check_repo import check_repository
+from attndeploy.serving.packaging.model_template import generate_text_model_py
+from attndeploy.serving.packaging.repository import PackageOptions, package_model
+from attndeploy.serving.packaging.text_model import text_interface
 
 from .onnx_fixtures import build_model, fixture_vocab, save_model
 from .test_model_py import FakeRequest, FakeTensor, FakeTritonError, _fake_pb_utils, load_model
@@ -590,7 +590,7 @@ def test_text_interface_refuses_an_unknown_head() -> None:
 
 
 def test_serving_a_text_model_brings_its_id_model(repo: Path) -> None:
-    from attndeploy.serving.launch import servable_models
+    from attndeploy.serving.server.launch import servable_models
 
     models, skipped = servable_models(repo, ["gated_text"])
     assert models == ["gated_text", "gated"] and skipped == {}
@@ -602,7 +602,7 @@ def test_a_text_model_whose_id_model_cannot_be_served_is_left_out_saying_why(
     tmp_path: Path,
 ) -> None:
     from attndeploy.errors import ServerError
-    from attndeploy.serving.launch import servable_models
+    from attndeploy.serving.server.launch import servable_models
 
     source = save_model(build_model(vocab=VOCAB), tmp_path / "m.onnx")
     package_model(source, tmp_path / "repo", PackageOptions(name="m", flavor="onnxruntime"))

@@ -25,9 +25,9 @@ import pytest
 from attndeploy.runtime import InferenceModel
 from attndeploy.runtime.text import encode_text
 from attndeploy.runtime.tokenizer import pad_sequences
-from attndeploy.serving.infer import infer_request
+from attndeploy.serving.client.infer import infer_request
 from attndeploy.serving.loadtest import LoadTestConfig, run_load_test
-from attndeploy.serving.repository import PackageOptions, package_model
+from attndeploy.serving.packaging.repository import PackageOptions, package_model
 from attndeploy.serving.server import TritonServer, free_ports
 from tests.runtime import conftest as runtime_exports
 from tests.runtime.conftest import MAX_SEQ, TEXTS, TextExports

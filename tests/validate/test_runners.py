@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 from attndeploy.errors import ConfigError
 from attndeploy.interface import Runner
 from attndeploy.runtime.sessions import create_session, session_options
-from attndeploy.serving.client import TritonRunner
+from attndeploy.serving.client.triton import TritonRunner
 from attndeploy.validate import runners
 from attndeploy.validate.runners import OrtRunner, ReferenceRunner, TorchRunner
 

@@ -29,7 +29,6 @@ patch a name in the submodule that uses it (e.g. `loadtest.run.TritonRunner`), n
 
 from __future__ import annotations
 
-from attndeploy.serving.loadreport import LevelResult, LoadTestReport
 from attndeploy.serving.loadtest.clock import REAL_CLOCK, Clock
 from attndeploy.serving.loadtest.config import (
     DEFAULT_CONCURRENCY,
@@ -57,6 +56,7 @@ from attndeploy.serving.loadtest.level import (
     level_rng,
 )
 from attndeploy.serving.loadtest.level import _LevelRun as _LevelRun  # tests
+from attndeploy.serving.loadtest.report import LevelResult, LoadTestReport
 from attndeploy.serving.loadtest.run import DEFAULT_VOCAB, run_load_test
 
 __all__ = [

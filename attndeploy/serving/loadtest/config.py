@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import LoadTestError
-from attndeploy.serving.loadstats import DISTRIBUTIONS
-from attndeploy.serving.protocol import DEFAULT_URLS, Protocol
+from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
+from attndeploy.serving.loadtest.stats import DISTRIBUTIONS
 
 DEFAULT_CONCURRENCY = (1, 4, 16)
 FIRST_TOKEN_ID = 2  # ids 0 and 1 are reserved (padding, unknown) by the built-in tokenizer

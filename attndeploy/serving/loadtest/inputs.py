@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import LoadTestError
-from attndeploy.serving.client import TritonRunner, make_inputs
+from attndeploy.serving.client.triton import TritonRunner, make_inputs
 from attndeploy.serving.loadtest.config import FIRST_TOKEN_ID, LoadTestConfig
 
 META_MAX_SEQ = "attndeploy.max_seq"  # an export's own limit (export --max-seq), see onnx_info

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import LoadTestError, ServerError
-from attndeploy.serving.client import (
+from attndeploy.serving.client.triton import (
     STATUS_DEADLINE,
     STATUS_UNAVAILABLE,
     error_message,
@@ -19,8 +19,11 @@ from attndeploy.serving.client import (
     result_outputs,
     server_error,
 )
-from attndeploy.serving.loadreport import CheckSummary, LevelResult
-from attndeploy.serving.loadstats import (
+from attndeploy.serving.loadtest.clock import REAL_CLOCK, Clock
+from attndeploy.serving.loadtest.config import LoadLevel, LoadTestConfig
+from attndeploy.serving.loadtest.inputs import _PoolEntry, _Reference
+from attndeploy.serving.loadtest.report import CheckSummary, LevelResult
+from attndeploy.serving.loadtest.stats import (
     LatencySummary,
     ServerStats,
     WindowStats,
@@ -29,9 +32,6 @@ from attndeploy.serving.loadstats import (
     is_stable,
     relative_difference,
 )
-from attndeploy.serving.loadtest.clock import REAL_CLOCK, Clock
-from attndeploy.serving.loadtest.config import LoadLevel, LoadTestConfig
-from attndeploy.serving.loadtest.inputs import _PoolEntry, _Reference
 
 PROBE_AFTER_ERRORS = 3  # consecutive connection errors / deadlines before a liveness probe
 PROBE_TIMEOUT_S = 2.0

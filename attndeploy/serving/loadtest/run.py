@@ -7,9 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from attndeploy.errors import AttnDeployError, LoadTestError
-from attndeploy.serving.client import TritonRunner
-from attndeploy.serving.loadreport import LevelResult, LoadTestReport
-from attndeploy.serving.loadstats import WindowStats
+from attndeploy.serving.client.triton import TritonRunner
 from attndeploy.serving.loadtest.clock import REAL_CLOCK, Clock
 from attndeploy.serving.loadtest.config import FIRST_TOKEN_ID, LoadLevel, LoadTestConfig
 from attndeploy.serving.loadtest.inputs import (
@@ -33,6 +31,8 @@ from attndeploy.serving.loadtest.inputs import (
     vocab_from_onnx,
 )
 from attndeploy.serving.loadtest.level import _LevelRun
+from attndeploy.serving.loadtest.report import LevelResult, LoadTestReport
+from attndeploy.serving.loadtest.stats import WindowStats
 
 DEFAULT_VOCAB = 32
 MAX_HTTP_WORKERS = 128  # HTTP request threads in request-rate mode (max_in_flight may be more)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from attndeploy.serving.client_data import DEFAULT_TIMEOUT_S
-from attndeploy.serving.client_errors import STATUS_DEADLINE, STATUS_UNAVAILABLE
+from attndeploy.serving.client.data import DEFAULT_TIMEOUT_S
+from attndeploy.serving.client.errors import STATUS_DEADLINE, STATUS_UNAVAILABLE
 
 
 class HttpClient:

@@ -21,9 +21,9 @@ from attndeploy.interface import (
     LOGITS,
     ModelInterface,
 )
-from attndeploy.serving.generic import GenericInfo, generic_io
-from attndeploy.serving.onnx_info import ModelInfo
-from attndeploy.serving.options import Flavor, Kind, PackageOptions
+from attndeploy.serving.packaging.generic import GenericInfo, generic_io
+from attndeploy.serving.packaging.onnx_info import ModelInfo
+from attndeploy.serving.packaging.options import Flavor, Kind, PackageOptions
 
 PYTHON_BACKEND = "python"
 ONNXRUNTIME_PLATFORM = "onnxruntime_onnx"

@@ -25,8 +25,8 @@ it as one more intermediate tensor; for GA-Net's `attended` the tokens and the g
 anyway. With BLS the id model still forms its own batches (its dynamic batcher merges the text
 model's batches with direct id requests), and a bad text is refused before the id model runs.
 The cost is that Triton does not know the dependency: `attndeploy serve` adds the id model to
-what it serves (`serving/launch.py`), and check-repo verifies that it is in the repository and
-agrees with the text model.
+what it serves (`serving/server/launch.py`), and check-repo verifies that it is in the repository
+and agrees with the text model.
 
 The text model has no warm-up request: Triton loads models in parallel, so the id model may not
 be ready while the text model warms up, and a failed warm-up fails the load.
@@ -52,8 +52,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from attndeploy.errors import RepositoryError
 from attndeploy.interface import CLASSIFICATION, TAGGING
 from attndeploy.runtime.shipping import TOKENIZER_TYPES, runtime_sources
-from attndeploy.serving import model_config as cfgmod
-from attndeploy.serving.onnx_info import ModelInfo, load_onnx_graph, read_model_info
+from attndeploy.serving.packaging import model_config as cfgmod
+from attndeploy.serving.packaging.onnx_info import ModelInfo, load_onnx_graph, read_model_info
 
 TEXT = "text"
 LABEL = "label"
@@ -219,7 +219,7 @@ def build_text_config(info: ModelInfo, options: Any, *, name: str, id_model: str
 def text_model_files(info: ModelInfo, record: dict[str, Any], version: int
                      ) -> dict[str, str | bytes]:
     """Files of a text model folder (relative path -> text or bytes), config.pbtxt excepted."""
-    from attndeploy.serving.model_template import generate_text_model_py
+    from attndeploy.serving.packaging.model_template import generate_text_model_py
 
     files: dict[str, str | bytes] = {
         cfgmod.LABELS_FILE: cfgmod.labels_text(info),
@@ -315,7 +315,7 @@ def _id_model_source(model: _Findings, cfg: mc.ModelConfig
 
 def _check_version_folder(model: _Findings, version_dir: Path) -> None:
     """model.py and the shipped runtime files are exactly what this attndeploy writes."""
-    from attndeploy.serving.model_template import (
+    from attndeploy.serving.packaging.model_template import (
         TEXT_TEMPLATE_RESOURCE,
         generate_text_model_py,
         parse_header,
@@ -353,7 +353,7 @@ def check_text_model(model: _Findings, cfg: mc.ModelConfig, versions: list[int])
     """check-repo's findings for a text model folder (`versions`: the served version folders):
     its id model is in the repository and agrees with it (interface, labels, tokenizer, limits),
     and its model.py and runtime copies are this attndeploy's."""
-    from attndeploy.serving.signature import config_mismatches
+    from attndeploy.serving.packaging.signature import config_mismatches
 
     for version in versions:
         _check_version_folder(model, model.path / str(version))

@@ -25,16 +25,15 @@ import numpy as np
 from attndeploy.errors import DataError, ServerError
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
 from attndeploy.runtime.text import TextError, decode_batch, encode_text, label_names_for, softmax
-from attndeploy.serving.client import (
+from attndeploy.serving.client.triton import (
     Protocol,
     TritonRunner,
     as_protocol,
     infer_once,
     infer_texts,
 )
-from attndeploy.serving.launch import find_model_onnx
-from attndeploy.serving.model_config import LABELS_FILE
-from attndeploy.serving.text_model import (
+from attndeploy.serving.packaging.model_config import LABELS_FILE
+from attndeploy.serving.packaging.text_model import (
     ATTENDED,
     LABEL,
     SCORES,
@@ -43,11 +42,12 @@ from attndeploy.serving.text_model import (
     is_text_config,
     read_config,
 )
+from attndeploy.serving.server.launch import find_model_onnx
 
 
 def _metadata(onnx_path: Path) -> ModelMetadata:
     """The model's metadata, read with `onnx` (without the weights; no session, no torch)."""
-    from attndeploy.serving.onnx_info import load_onnx_graph
+    from attndeploy.serving.packaging.onnx_info import load_onnx_graph
 
     model = load_onnx_graph(onnx_path)
     return parse_metadata({p.key: p.value for p in model.metadata_props}, str(onnx_path))

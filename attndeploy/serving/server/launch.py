@@ -17,9 +17,9 @@ from typing import Any
 
 from attndeploy.errors import RepositoryError, ServerError
 from attndeploy.fsutil import is_staging_name
-from attndeploy.serving.model_config import parse_config
+from attndeploy.serving.packaging.model_config import parse_config
+from attndeploy.serving.packaging.text_model import id_model_of
 from attndeploy.serving.server import _backend_dir_for, find_tritonserver
-from attndeploy.serving.text_model import id_model_of
 
 
 def _backend_of(config: Any) -> str:

@@ -22,7 +22,7 @@ from importlib import resources
 from string import Template
 
 from attndeploy import __version__, interface
-from attndeploy.serving import model_config
+from attndeploy.serving.packaging import model_config
 
 TEMPLATE_RESOURCE = "model.py.tmpl"
 TEXT_TEMPLATE_RESOURCE = "text_model.py.tmpl"
@@ -46,9 +46,8 @@ class TemplateHeader:
 
 def template_body(resource: str = TEMPLATE_RESOURCE) -> str:
     """The template text, with its `$constants` placeholder."""
-    return resources.files("attndeploy.serving").joinpath("templates", resource).read_text(
-        encoding="utf-8"
-    )
+    templates = resources.files("attndeploy.serving.packaging").joinpath("templates")
+    return templates.joinpath(resource).read_text(encoding="utf-8")
 
 
 def template_digest(resource: str = TEMPLATE_RESOURCE) -> str:
@@ -75,7 +74,7 @@ def _constants() -> str:
 
 def _text_constants() -> dict[str, object]:
     from attndeploy.runtime.shipping import SHIPPED_MODULES, TOKENIZER_TYPES
-    from attndeploy.serving import text_model
+    from attndeploy.serving.packaging import text_model
 
     return {
         "INPUT_IDS": interface.INPUT_IDS,

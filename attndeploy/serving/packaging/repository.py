@@ -41,8 +41,8 @@ from attndeploy.fsutil import (
     file_sha256,
     remove_stale_temporaries_in,
 )
-from attndeploy.serving.generic import GenericInfo, read_generic_info
-from attndeploy.serving.model_config import (
+from attndeploy.serving.packaging.generic import GenericInfo, read_generic_info
+from attndeploy.serving.packaging.model_config import (
     CONFIG_FILE,
     MODEL_FILE,
     MODEL_PY,
@@ -52,8 +52,8 @@ from attndeploy.serving.model_config import (
     model_files,
     serialize_config,
 )
-from attndeploy.serving.model_template import generate_generic_model_py, generate_model_py
-from attndeploy.serving.onnx_info import (
+from attndeploy.serving.packaging.model_template import generate_generic_model_py, generate_model_py
+from attndeploy.serving.packaging.onnx_info import (
     META_VERSION,
     ModelInfo,
     is_generic,
@@ -62,9 +62,9 @@ from attndeploy.serving.onnx_info import (
     read_model_info,
     uses_external_data,
 )
-from attndeploy.serving.options import Flavor, Kind, PackageOptions, default_model_name
-from attndeploy.serving.signature import onnx_mismatches
-from attndeploy.serving.text_model import (
+from attndeploy.serving.packaging.options import Flavor, Kind, PackageOptions, default_model_name
+from attndeploy.serving.packaging.signature import onnx_mismatches
+from attndeploy.serving.packaging.text_model import (
     check_tokenizer_record,
     text_model_name,
     tokenizer_record,

@@ -1,7 +1,7 @@
 """How to package a model for Triton: `PackageOptions`, validated on construction.
 
-Re-exported by `attndeploy.serving.repository`; kept apart so that `model_config.py` can use it
-without importing the packager. The `Enum` choices suit a Typer CLI option as they are.
+Re-exported by `attndeploy.serving.packaging.repository`; kept apart so that `model_config.py` can
+use it without importing the packager. The `Enum` choices suit a Typer CLI option as they are.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ class PackageOptions:
       (`EXECUTION_ENV_PATH`); left out by default because `attndeploy.serving.server` puts the
       current environment's `bin/` first on the server's PATH.
     - `text`: also write the text model `<name>_text` (raw text in, label out; see
-      `attndeploy.serving.text_model`) when the model's metadata holds a tokenizer. It calls the
-      python flavour when that is written, else the onnxruntime one.
+      `attndeploy.serving.packaging.text_model`) when the model's metadata holds a tokenizer. It
+      calls the python flavour when that is written, else the onnxruntime one.
     - `truncate_text`: the text model keeps the first `max_seq` tokens of a longer text instead
       of refusing it (off by default: a cut text is a different text).
     - `text_instances`: instances of the text model. One by default: it batches the texts that

@@ -16,7 +16,7 @@ answer the status `HTTP <code>` (INVALID_ARG is `HTTP 400`).
 
 Modules: `client_data` (metadata, protocol, tensors in and out), `client_errors` (statuses and
 `ServerError` messages), `http_client` (`HttpClient`) and this one (`TritonRunner`, one-shot
-requests). Every name is importable from `attndeploy.serving.client` as before the split.
+requests). Every name is importable from `attndeploy.serving.client.triton` as before the split.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import ServerError
-from attndeploy.serving.client_data import (
+from attndeploy.serving.client.data import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
     ModelMetadata,
@@ -39,7 +39,7 @@ from attndeploy.serving.client_data import (
     result_outputs,
     to_triton_datatype,
 )
-from attndeploy.serving.client_errors import (
+from attndeploy.serving.client.errors import (
     CONNECTION_STATUSES,
     STATUS_DEADLINE,
     STATUS_INVALID,
@@ -50,8 +50,8 @@ from attndeploy.serving.client_errors import (
     error_status,
     server_error,
 )
-from attndeploy.serving.http_client import HttpClient
-from attndeploy.serving.protocol import Protocol
+from attndeploy.serving.client.http import HttpClient
+from attndeploy.serving.client.protocol import Protocol
 
 __all__ = [
     "CONNECTION_STATUSES",

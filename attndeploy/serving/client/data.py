@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import ServerError
-from attndeploy.serving.protocol import DEFAULT_URLS, Protocol
+from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
 
 DEFAULT_URL = DEFAULT_URLS[Protocol.GRPC]
 DEFAULT_TIMEOUT_S = 10.0  # seconds every call to the server waits at most, by default

@@ -27,9 +27,13 @@ from attndeploy import __version__
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import is_staging_name, is_stale_temporary, parse_temporary_name
 from attndeploy.interface import ATTENTION_MASK
-from attndeploy.serving import model_config as cfgmod
-from attndeploy.serving.generic import GenericInfo, generic_config_mismatches, read_generic_info
-from attndeploy.serving.model_template import (
+from attndeploy.serving.packaging import model_config as cfgmod
+from attndeploy.serving.packaging.generic import (
+    GenericInfo,
+    generic_config_mismatches,
+    read_generic_info,
+)
+from attndeploy.serving.packaging.model_template import (
     GENERIC_TEMPLATE_RESOURCE,
     TEMPLATE_RESOURCE,
     generate_generic_model_py,
@@ -37,7 +41,7 @@ from attndeploy.serving.model_template import (
     parse_header,
     template_digest,
 )
-from attndeploy.serving.onnx_info import (
+from attndeploy.serving.packaging.onnx_info import (
     META_VERSION,
     ModelInfo,
     is_generic,
@@ -45,8 +49,8 @@ from attndeploy.serving.onnx_info import (
     missing_functions,
     read_model_info,
 )
-from attndeploy.serving.signature import config_mismatches, onnx_mismatches
-from attndeploy.serving.text_model import check_text_model, is_text_config
+from attndeploy.serving.packaging.signature import config_mismatches, onnx_mismatches
+from attndeploy.serving.packaging.text_model import check_text_model, is_text_config
 
 Severity = Literal["error", "warning"]
 
