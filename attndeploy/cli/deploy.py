@@ -9,9 +9,16 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from attndeploy.cli.defaults import field_default
 from attndeploy.cli.options import ForceFlag, JsonFlag
 from attndeploy.cli.output import console, error_console, print_json
-from attndeploy.deploy.options import DEFAULT_IMAGE, DEFAULT_NAME
+from attndeploy.deploy.options import KubernetesOptions
+from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
+
+
+def _default(field: str):
+    """`KubernetesOptions`' default for `field`: the library is the one source of defaults."""
+    return field_default(KubernetesOptions, field)
 
 
 class Target(str, Enum):
@@ -20,19 +27,19 @@ class Target(str, Enum):
 
 def command(
     target: Annotated[Target, typer.Argument(help="Where to deploy.")],
-    repo: Annotated[Path, typer.Option(help="Model repository folder (checked first).")] = Path(
-        "model_repository"
-    ),
+    repo: Annotated[
+        Path, typer.Option(help="Model repository folder (checked first).")
+    ] = DEFAULT_REPOSITORY,
     out: Annotated[Path, typer.Option(help="Folder to write the manifests into.")] = Path(
         "deploy"
     ),
     kserve: Annotated[
         bool, typer.Option("--kserve", help="A KServe InferenceService on its Triton runtime "
                                             "instead of the plain manifests (needs --model-store).")
-    ] = False,
+    ] = _default("kserve"),
     image: Annotated[
         str, typer.Option(help="Triton image; its release tag must be one check-repo knows.")
-    ] = DEFAULT_IMAGE,
+    ] = _default("image"),
     replicas: Annotated[
         int | None, typer.Option(help="Starting replicas [default: --min-replicas or 2].")
     ] = None,
@@ -45,16 +52,16 @@ def command(
     gpu: Annotated[
         int, typer.Option(help="nvidia.com/gpu per pod; >0 serves the onnxruntime flavour, 0 the "
                                "python flavour.")
-    ] = 0,
+    ] = _default("gpu"),
     model_store: Annotated[
         str | None, typer.Option(help="Where pods read the repository: s3://BUCKET/PATH, "
                                       "gs://BUCKET/PATH, pvc://CLAIM[/PATH] or a PVC name "
                                       "[default: shipped in an image, see --models-image].")
     ] = None,
     namespace: Annotated[str | None, typer.Option(help="Namespace of every object.")] = None,
-    name: Annotated[str, typer.Option(help="Name of every object.")] = DEFAULT_NAME,
-    cpu: Annotated[str, typer.Option(help="CPU request per pod.")] = "1",
-    memory: Annotated[str, typer.Option(help="Memory request per pod.")] = "2Gi",
+    name: Annotated[str, typer.Option(help="Name of every object.")] = _default("name"),
+    cpu: Annotated[str, typer.Option(help="CPU request per pod.")] = _default("cpu"),
+    memory: Annotated[str, typer.Option(help="Memory request per pod.")] = _default("memory"),
     cpu_limit: Annotated[
         str | None, typer.Option(help="CPU limit per pod [default: none].")
     ] = None,
@@ -63,7 +70,7 @@ def command(
     ] = None,
     target_cpu: Annotated[
         int, typer.Option(help="Autoscaler target: average CPU use, percent of the request.")
-    ] = 70,
+    ] = _default("target_cpu"),
     models_image: Annotated[
         str | None, typer.Option(help="Image carrying a local repository for the initContainer "
                                       "[default: attndeploy-models:<digest of the models>].")

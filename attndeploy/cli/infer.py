@@ -12,6 +12,7 @@ from attndeploy.cli.options import JsonFlag
 from attndeploy.cli.output import console, print_json
 from attndeploy.serving.client.infer import infer_request
 from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
+from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 
 
 def command(
@@ -26,7 +27,7 @@ def command(
     ] = None,
     repo: Annotated[
         Path, typer.Option(help="Repository holding the model (for vocabulary and labels).")
-    ] = Path("model_repository"),
+    ] = DEFAULT_REPOSITORY,
     timeout: Annotated[
         float, typer.Option(help="Seconds to wait for the answer.")
     ] = parameter_default(infer_request, "timeout_s"),

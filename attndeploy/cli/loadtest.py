@@ -14,6 +14,7 @@ from attndeploy.cli.output import console, print_json
 from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
 from attndeploy.serving.loadtest.config import DEFAULT_CONCURRENCY, LoadTestConfig
 from attndeploy.serving.loadtest.stats import DISTRIBUTIONS
+from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 
 # The choices of `--distribution`: the load tester's arrival distributions.
 Distribution = Enum("Distribution", {name: name for name in DISTRIBUTIONS}, type=str)
@@ -69,7 +70,7 @@ def command(
     ] = _default("check_fraction"),
     repo: Annotated[
         Path, typer.Option(help="Repository holding the model (its model.onnx is the oracle).")
-    ] = Path("model_repository"),
+    ] = DEFAULT_REPOSITORY,
     onnx: Annotated[Path | None, typer.Option(help="ONNX file for the checks.")] = None,
     seed: Annotated[int, typer.Option(help="Random seed of the inputs.")] = _default("seed"),
     json_output: JsonFlag = False,

@@ -10,7 +10,7 @@ import typer
 from attndeploy.cli.defaults import field_default
 from attndeploy.cli.options import ForceFlag, JsonFlag
 from attndeploy.cli.output import console, print_json
-from attndeploy.serving.packaging.options import Flavor, Kind, PackageOptions
+from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY, Flavor, Kind, PackageOptions
 
 
 def _default(field: str):
@@ -25,9 +25,7 @@ def command(
                                         "checkpoint's, or your own model's from export "
                                         "--model: served by its declared inputs and outputs).")
     ],
-    repo: Annotated[Path, typer.Option(help="Model repository folder.")] = Path(
-        "model_repository"
-    ),
+    repo: Annotated[Path, typer.Option(help="Model repository folder.")] = DEFAULT_REPOSITORY,
     flavor: Annotated[
         Flavor, typer.Option(help="Which Triton model(s) to write.")
     ] = _default("flavor"),

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from attndeploy.cli.output import console, error_console
+from attndeploy.runtime import DEFAULT_BATCH_SIZE
 
 PROGRESS_MIN_TEXTS = 300  # more texts than this get a progress bar (on stderr)
 STDIN = Path("-")
@@ -23,7 +24,9 @@ def command(
     file: Annotated[
         Path | None, typer.Option("--file", help="Texts, one per line ('-' reads stdin).")
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Texts per onnxruntime call.")] = 32,
+    batch_size: Annotated[
+        int, typer.Option(help="Texts per onnxruntime call.")
+    ] = DEFAULT_BATCH_SIZE,
     truncate: Annotated[
         bool, typer.Option("--truncate", help="Cut texts longer than the model's max_seq.")
     ] = False,

@@ -7,19 +7,27 @@ from typing import Annotated
 
 import typer
 
+from attndeploy.cli.defaults import field_default
 from attndeploy.cli.output import console, print_json
+
+
+def _default(field: str):
+    """`QuickstartOptions`' default for `field`."""
+    from attndeploy.quickstart.options import QuickstartOptions
+
+    return field_default(QuickstartOptions, field)
 
 
 def command(
     workdir: Annotated[Path, typer.Option(help="Where checkpoints, ONNX files and the report go.")
-                       ] = Path("quickstart"),
-    repo: Annotated[Path, typer.Option(help="Model repository to package into.")] = Path(
-        "model_repository"
-    ),
-    steps: Annotated[int, typer.Option(help="Training steps per variant.")] = 300,
+                       ] = _default("workdir"),
+    repo: Annotated[
+        Path, typer.Option(help="Model repository to package into.")
+    ] = _default("repo"),
+    steps: Annotated[int, typer.Option(help="Training steps per variant.")] = _default("steps"),
     serve: Annotated[
         bool, typer.Option("--serve/--no-serve", help="Start tritonserver and load-test.")
-    ] = True,
+    ] = _default("serve"),
     json_output: Annotated[bool, typer.Option("--json", help="Print the run data as JSON.")
                            ] = False,
 ) -> None:

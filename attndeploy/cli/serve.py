@@ -13,6 +13,7 @@ from rich.markup import escape
 from attndeploy.cli.defaults import parameter_default
 from attndeploy.cli.options import JsonFlag
 from attndeploy.cli.output import console, error_console, print_json
+from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 from attndeploy.serving.server import TritonServer
 
 RepoOption = Annotated[Path, typer.Option(help="Model repository folder.")]
@@ -28,7 +29,7 @@ def _port(help_text: str) -> Any:
 
 
 def command(
-    repo: RepoOption = Path("model_repository"),
+    repo: RepoOption = DEFAULT_REPOSITORY,
     grpc_port: Annotated[int, _port("gRPC port.")] = _default("grpc_port"),
     http_port: Annotated[int, _port("HTTP port.")] = _default("http_port"),
     metrics_port: Annotated[int, _port("Metrics port.")] = _default("metrics_port"),
@@ -104,7 +105,7 @@ def command(
 
 
 def stop_command(
-    repo: RepoOption = Path("model_repository"),
+    repo: RepoOption = DEFAULT_REPOSITORY,
     state_file: Annotated[
         Path | None, typer.Option(help="State file of `serve --background`.")
     ] = None,

@@ -16,26 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import AttnDeployError
+from attndeploy.quickstart.options import QuickstartOptions
 from attndeploy.variants.registry import variant_names
 
 VARIANTS = variant_names()  # every registered variant, in order
-
-
-@dataclass(frozen=True)
-class QuickstartOptions:
-    workdir: Path = Path("quickstart")
-    repo: Path = Path("model_repository")
-    variants: tuple[str, ...] = VARIANTS
-    task: str = "sparse_evidence"
-    steps: int = 300
-    max_train_seconds: float = 60.0
-    seed: int = 0
-    concurrency: tuple[int, ...] = (1, 4, 16)
-    load_window_s: float = 1.0
-    load_max_windows: int = 4
-    host: str = "127.0.0.1"
-    ports: tuple[int, int, int] | None = None  # (grpc, http, metrics); None = free ports
-    serve: bool = True
 
 
 @dataclass
@@ -120,7 +104,7 @@ def run_quickstart(options: QuickstartOptions, *, log: Log = print, progress: bo
     timings: dict[str, float] = {}
 
     t0 = time.perf_counter()
-    for variant in options.variants:
+    for variant in VARIANTS if options.variants is None else options.variants:
         outcome = VariantOutcome(variant, work / "checkpoints" / variant,
                                  work / "onnx" / f"{variant}.onnx")
         outcome.metrics, outcome.reused_checkpoint, outcome.train_seconds = train_or_reuse(

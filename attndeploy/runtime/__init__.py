@@ -26,6 +26,8 @@ __all__ = [
     "parse_metadata",
 ]
 
+DEFAULT_BATCH_SIZE = 32  # texts per onnxruntime call of `InferenceModel.predict`
+
 _HOMES = {
     "InferenceModel": "attndeploy.runtime.model",
     "ModelMetadata": "attndeploy.runtime.metadata",

@@ -26,7 +26,7 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from attndeploy.errors import ConfigError, DataError, ExportError
-from attndeploy.runtime import sessions
+from attndeploy.runtime import DEFAULT_BATCH_SIZE, sessions
 from attndeploy.runtime.checks import ATTENTION_MASK, INPUT_IDS, check_inputs
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
 from attndeploy.runtime.text import Prediction, decode_batch, encode_texts
@@ -140,7 +140,7 @@ class InferenceModel:
         self,
         texts: Sequence[str],
         *,
-        batch_size: int = 32,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         truncate: bool = False,
         progress: Callable[[int], None] | None = None,
     ) -> list[Prediction]:

@@ -10,9 +10,12 @@ import typer
 
 from attndeploy.cli.app import app
 from attndeploy.cli.defaults import field_default, number_list, parameter_default
+from attndeploy.deploy.options import KubernetesOptions
+from attndeploy.quickstart.options import QuickstartOptions
+from attndeploy.runtime.model import InferenceModel
 from attndeploy.serving.client.infer import infer_request
 from attndeploy.serving.loadtest import LoadTestConfig
-from attndeploy.serving.packaging.options import PackageOptions
+from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY, PackageOptions
 from attndeploy.serving.server import TritonServer, start_background
 
 
@@ -39,6 +42,15 @@ LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
         "timeout": _server("ready_timeout_s"),
     },
     "infer": {"timeout": parameter_default(infer_request, "timeout_s")},
+    "deploy": {
+        name: field_default(KubernetesOptions, name)
+        for name in ("kserve", "image", "gpu", "name", "cpu", "memory", "target_cpu")
+    },
+    "quickstart": {
+        name: field_default(QuickstartOptions, name)
+        for name in ("workdir", "repo", "steps", "serve")
+    },
+    "predict": {"batch_size": parameter_default(InferenceModel.predict, "batch_size")},
     "package": {
         name: field_default(PackageOptions, name)
         for name in ("flavor", "version", "max_batch_size", "instances", "kind",
@@ -74,3 +86,9 @@ def test_the_loadtest_help_shows_the_library_defaults() -> None:
     help_text = " ".join(CliRunner().invoke(app, ["loadtest", "--help"]).output.split())
     assert f"[default: {number_list(LoadTestConfig(model='m').concurrency)} unless" in help_text
     assert f"[default: {_config('window_s')}]" in help_text
+
+
+@pytest.mark.parametrize("command", ["package", "serve", "stop", "infer", "loadtest",
+                                     "check-repo", "deploy", "quickstart"])
+def test_every_repository_option_defaults_to_the_library_s_repository(command: str) -> None:
+    assert _cli_defaults(command)["repo"] == DEFAULT_REPOSITORY

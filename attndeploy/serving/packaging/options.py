@@ -59,6 +59,10 @@ def _check_name(name: str) -> None:
         )
 
 
+# Where `package` writes and `serve`, `infer`, `loadtest`, `check-repo` and `deploy` read.
+DEFAULT_REPOSITORY = Path("model_repository")
+
+
 def default_model_name(source: Path) -> str:
     """A checkpoint directory's name; for an ONNX file its stem (its folder's name if 'model')."""
     source = Path(source).resolve()
