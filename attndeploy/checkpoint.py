@@ -9,7 +9,11 @@ config.json (format "attndeploy-checkpoint", format_version 1):
   metrics      held-out metrics (accuracy; GA-Net: density, rescues, rescue_rate)
   weights_sha256  SHA-256 of model.safetensors (exported ONNX files record it too)
 
-config.json is not covered by the weights hash, so reading trusts none of it: the model sizes
+model.safetensors records, in its header metadata, the SHA-256 of config.json's description of
+the model (`config_sha256` over everything but the notes `data`, `training`, `metrics`,
+`attndeploy_version` and `weights_sha256`), so an edit that still fits the weights (n_heads,
+alpha, a label renamed) is refused; checkpoints written before it are read without that check.
+Until that last check, reading trusts none of config.json: the model sizes
 are bounded (`MODEL_LIMITS`) before anything is built, and the safetensors header's tensor names,
 shapes and dtypes are compared with those of the configured model built on the meta device (no
 memory) before the weights are loaded and the real model is allocated.
@@ -37,6 +41,9 @@ FORMAT = "attndeploy-checkpoint"
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+CONFIG_DIGEST_KEY = "config_sha256"  # in the safetensors header metadata
+# config.json keys that describe a run rather than the model; everything else is covered.
+NOTES = ("data", "training", "metrics", "attndeploy_version", "weights_sha256")
 
 # Generous but finite bounds on what a config.json may ask for, checked before anything is
 # built: far above what attndeploy trains (d_model 64, word vocabularies of 20 000), far below
@@ -135,23 +142,51 @@ def write_checkpoint(
         raise CheckpointError(f"the tokenizer has {len(tokenizer)} pieces, more than the model's "
                               f"vocab_size {vocab_size}")
     tensors = {name: t.detach().contiguous().clone() for name, t in state_dict.items()}
+    config = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "attndeploy_version": __version__,
+        "model": model_section,
+        **(extra_sections or {}),
+        "labels": list(label_names),
+        "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
+        "data": data or {},
+        "training": training or {},
+        "metrics": metrics or {},
+    }
+    header = {"format": FORMAT, CONFIG_DIGEST_KEY: config_digest(config)}
     with atomic_directory(out_dir, replace=force) as staging:
-        save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": FORMAT})
-        config = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "attndeploy_version": __version__,
-            "model": model_section,
-            **(extra_sections or {}),
-            "labels": list(label_names),
-            "tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
-            "data": data or {},
-            "training": training or {},
-            "metrics": metrics or {},
-            "weights_sha256": file_sha256(staging / WEIGHTS_FILE),
-        }
+        save_file(tensors, str(staging / WEIGHTS_FILE), metadata=header)
+        config["weights_sha256"] = file_sha256(staging / WEIGHTS_FILE)
         (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     return out_dir
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    """SHA-256 of config.json's description of the model: every key but the `NOTES`, as
+    canonical JSON (sorted keys, no spaces), so that re-indenting the file changes nothing."""
+    import hashlib
+
+    described = {key: value for key, value in config.items() if key not in NOTES}
+    canonical = json.dumps(described, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def check_config_digest(path: Path, raw: dict[str, Any]) -> None:
+    """Refuse a config.json whose model description differs from the one the weights record.
+    Run after the structural checks, so that an edit the weights cannot hold keeps its more
+    precise message; a checkpoint without the record (an older writer) passes."""
+    try:
+        with safe_open(str(path / WEIGHTS_FILE), framework="pt") as weights:
+            recorded = (weights.metadata() or {}).get(CONFIG_DIGEST_KEY)
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"{path / WEIGHTS_FILE} is corrupt: {exc}") from exc
+    if recorded is not None and recorded != config_digest(raw):
+        raise CheckpointError(
+            f"{path / CONFIG_FILE} was edited after training: its description of the model "
+            f"(hyperparameters, labels, tokenizer) is not the one recorded in {WEIGHTS_FILE}; "
+            "only data, training and metrics may be edited"
+        )
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -327,7 +362,9 @@ def read_checkpoint(path: Path) -> Checkpoint:
     if "hf" in raw:  # a Hugging Face model converted by attndeploy.integrations
         from attndeploy.integrations.hf_checkpoint import read_hf_checkpoint
 
-        return read_hf_checkpoint(path, raw, digest)
+        checkpoint = read_hf_checkpoint(path, raw, digest)
+        check_config_digest(path, raw)
+        return checkpoint
     _check_model_limits(raw.get("model"), path / CONFIG_FILE)
     try:
         model_config = ModelConfig.from_dict(raw.get("model"))
@@ -348,6 +385,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
     # model the weights do not hold fails here, before either is allocated.
     check_tensors(_expected_tensors(model_config), header_tensors(weights_path), weights_path,
                    model_config)
+    check_config_digest(path, raw)
     try:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as exc:

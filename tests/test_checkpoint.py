@@ -406,3 +406,38 @@ def test_shape_checks_read_the_header_only(saved, monkeypatch):
     _refuse_loading(monkeypatch)
     with pytest.raises(CheckpointError, match=r"'blocks\.1\.ffn\.0\.weight' has shape \[5, 5\]"):
         read_checkpoint(saved)
+
+
+# ----------------------------------------------------------------------------- edited config.json
+
+
+def _renamed_first_word(config):
+    config["tokenizer"]["vocab"][2] = "renamed"
+
+
+@pytest.mark.parametrize("edit", [
+    lambda c: c["model"].update(n_heads=1),  # same tensors, another model
+    lambda c: c["model"]["ganet"].update(temperature=0.5),
+    lambda c: c.update(labels=[*LABELS[:-1], "renamed"]),
+    _renamed_first_word,
+], ids=["n_heads", "gate-temperature", "label-name", "tokenizer-word"])
+def test_an_edit_that_still_fits_the_weights_is_refused(saved, edit):
+    config = json.loads((saved / CONFIG_FILE).read_text())
+    edit(config)
+    (saved / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match="was edited after training"):
+        read_checkpoint(saved)
+
+
+def test_the_notes_may_be_edited_and_the_file_reformatted(saved):
+    config = json.loads((saved / CONFIG_FILE).read_text())
+    config.update(metrics={"accuracy": 0.99, "note": "re-evaluated"}, data={"task": "moved"},
+                  training={"steps": 1})
+    (saved / CONFIG_FILE).write_text(json.dumps(config, indent=None, sort_keys=True))
+    assert read_checkpoint(saved).metadata["metrics"]["note"] == "re-evaluated"
+
+
+def test_a_checkpoint_written_before_the_record_is_read_without_it(saved):
+    _rewrite_weights(saved, load_file(str(saved / WEIGHTS_FILE)))  # no header metadata
+    _edit_config(saved, labels=[*LABELS[:-1], "renamed"])
+    assert read_checkpoint(saved).label_names[-1] == "renamed"

@@ -104,6 +104,11 @@ def test_a_kernel_named_in_the_config_is_never_loaded(tmp_path: Path):
     _rewrite(path, lambda c: c["hf"]["config"].update(
         attn_implementation="kernels-community/flash-attn",
         _attn_implementation="kernels-community/flash-attn"))
+    with pytest.raises(CheckpointError, match="edited after training"):
+        read_checkpoint(path)  # the weights record the description the model was saved with
+    # A checkpoint from before that record: the edit passes the digest, the keys are dropped.
+    save_file(load_file(str(path / "model.safetensors")), str(path / "model.safetensors"))
+    _rewrite(path, lambda c: c.update(weights_sha256=file_sha256(path / "model.safetensors")))
     model = read_checkpoint(path).model.model
     assert "kernels" not in str(model.config._attn_implementation)
 
