@@ -98,9 +98,12 @@ def tokenizer_from_record(record: Any) -> TextTokenizer:
     return getattr(importlib.import_module(entry.module), entry.cls).from_dict(record)
 
 
-def parse_metadata(meta: Mapping[str, str], source: str = "the model") -> ModelMetadata:
+def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
+                   read_tokenizer: bool = True) -> ModelMetadata:
     """The `ModelMetadata` in an exported model's metadata_props; ExportError naming what is
-    missing or wrong (`source` names the file in the message)."""
+    missing or wrong (`source` names the file in the message). The one reader of that metadata:
+    the packager's `read_model_info` calls it with `read_tokenizer=False` (a text model checks
+    its tokenizer record itself), leaving `tokenizer` None."""
     missing = [key for key in REQUIRED if key not in meta]
     if missing:
         raise ExportError(
@@ -137,7 +140,7 @@ def parse_metadata(meta: Mapping[str, str], source: str = "the model") -> ModelM
         max_seq = int(raw_max_seq)
     vocab_size = _positive_int(config["vocab_size"], "the config's vocab_size", source)
     tokenizer = None
-    if meta.get(META_TOKENIZER):
+    if read_tokenizer and meta.get(META_TOKENIZER):
         try:
             tokenizer = tokenizer_from_record(_json(meta, META_TOKENIZER, source))
         except DataError as exc:

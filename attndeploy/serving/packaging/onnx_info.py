@@ -13,7 +13,6 @@ flavour checks token ids against it). The optional `attndeploy.max_seq` (an expo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,18 +21,21 @@ from typing import Any
 import onnx
 from google.protobuf.message import DecodeError
 
-from attndeploy.errors import RepositoryError
+from attndeploy.errors import ExportError, RepositoryError
 from attndeploy.interface import ModelInterface, model_interface
-from attndeploy.runtime.metadata import GATED_VARIANTS
+from attndeploy.runtime.metadata import (  # noqa: F401  (the keys, re-exported for serving)
+    GATED_VARIANTS,
+    META_CONFIG,
+    META_LABELS,
+    META_MAX_SEQ,
+    META_VARIANT,
+    META_VERSION,
+    META_WEIGHTS,
+    REQUIRED,
+    REQUIRED_CONFIG_KEYS,
+    parse_metadata,
+)
 
-META_VARIANT = "attndeploy.variant"
-META_VERSION = "attndeploy.version"
-META_CONFIG = "attndeploy.config"
-META_WEIGHTS = "attndeploy.weights_sha256"
-META_LABELS = "attndeploy.labels"
-META_MAX_SEQ = "attndeploy.max_seq"  # optional: the export's own limit, <= the config's max_seq
-REQUIRED_METADATA = (META_VARIANT, META_VERSION, META_CONFIG, META_WEIGHTS, META_LABELS)
-REQUIRED_CONFIG_KEYS = ("variant", "head", "num_labels", "max_seq", "vocab_size")
 CUSTOM_DOMAIN = "attndeploy"
 
 
@@ -78,28 +80,6 @@ def uses_external_data(model: onnx.ModelProto) -> bool:
     )
 
 
-def _positive_int(config: dict[str, Any], key: str, source: str) -> int:
-    value = config[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RepositoryError(f"{source}: model config {key!r} must be a positive integer, "
-                              f"got {value!r}; re-export the model.")
-    return value
-
-
-def _graph_max_seq(meta: dict[str, str], config_max_seq: int, source: str) -> int:
-    """The longest seq the graph was exported for: `attndeploy.max_seq` (export --max-seq may
-    lower it), else the model config's `max_seq`."""
-    raw = meta.get(META_MAX_SEQ)
-    if raw is None:
-        return config_max_seq
-    if not raw.isdigit() or not 1 <= int(raw) <= config_max_seq:
-        raise RepositoryError(
-            f"{source}: {META_MAX_SEQ} = {raw!r} must be an integer in [1, {config_max_seq}] "
-            "(the model config's max_seq); re-export the model."
-        )
-    return int(raw)
-
-
 CHECKPOINT_METADATA = (META_VARIANT, META_CONFIG, META_WEIGHTS, META_LABELS)
 
 
@@ -112,53 +92,25 @@ def is_generic(model: onnx.ModelProto) -> bool:
 
 
 def read_model_info(model: onnx.ModelProto, source: str = "the model") -> ModelInfo:
-    """The `ModelInfo` recorded in `model`'s metadata; RepositoryError naming what is missing."""
+    """The `ModelInfo` recorded in `model`'s metadata (read by `runtime.metadata.parse_metadata`,
+    the one reader); RepositoryError naming what is missing or wrong."""
     meta = {prop.key: prop.value for prop in model.metadata_props}
-    missing = [key for key in REQUIRED_METADATA if key not in meta]
-    if missing:
-        raise RepositoryError(
-            f"{source} was not made by `attndeploy export`: its metadata lacks "
-            f"{', '.join(missing)}. Export the checkpoint with attndeploy first."
-        )
     try:
-        config = json.loads(meta[META_CONFIG])
-        labels = json.loads(meta[META_LABELS])
-    except json.JSONDecodeError as exc:
-        raise RepositoryError(f"{source}: corrupt attndeploy metadata ({exc}).") from exc
-    if not isinstance(config, dict):
-        raise RepositoryError(f"{source}: {META_CONFIG} must be a JSON object.")
-    missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
-    if missing:
-        raise RepositoryError(
-            f"{source}: the model config in {META_CONFIG} lacks {', '.join(missing)}; "
-            "re-export the model with this attndeploy version."
-        )
-    num_labels = _positive_int(config, "num_labels", source)
-    if not (isinstance(labels, list) and all(isinstance(x, str) for x in labels)):
-        raise RepositoryError(f"{source}: {META_LABELS} must be a JSON list of strings.")
-    if len(labels) != num_labels:
-        raise RepositoryError(
-            f"{source}: {len(labels)} label names in {META_LABELS} but num_labels = {num_labels}."
-        )
-    if any("\n" in label or "\r" in label for label in labels):
+        parsed = parse_metadata(meta, source, read_tokenizer=False)
+    except ExportError as exc:
+        raise RepositoryError(str(exc)) from exc
+    if any("\n" in label or "\r" in label for label in parsed.labels):  # labels.txt lines
         raise RepositoryError(f"{source}: label names must not contain line breaks.")
-    if config["head"] not in ("classification", "tagging"):
-        raise RepositoryError(f"{source}: unknown head {config['head']!r} in the model config.")
-    if config["variant"] != meta[META_VARIANT]:
-        raise RepositoryError(
-            f"{source}: {META_VARIANT} = {meta[META_VARIANT]!r} but the model config says "
-            f"{config['variant']!r}."
-        )
     return ModelInfo(
-        variant=str(config["variant"]),
-        head=str(config["head"]),
-        num_labels=num_labels,
-        max_seq=_graph_max_seq(meta, _positive_int(config, "max_seq", source), source),
-        vocab_size=_positive_int(config, "vocab_size", source),
-        labels=tuple(labels),
-        exporter_version=meta[META_VERSION],
-        weights_sha256=meta[META_WEIGHTS],
-        config=config,
+        variant=parsed.variant,
+        head=parsed.head,
+        num_labels=len(parsed.labels),
+        max_seq=parsed.max_seq,
+        vocab_size=parsed.vocab_size,
+        labels=parsed.labels,
+        exporter_version=parsed.exporter_version,
+        weights_sha256=parsed.weights_sha256,
+        config=parsed.config,
     )
 
 
