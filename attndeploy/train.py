@@ -40,7 +40,7 @@ from attndeploy.training.config import (  # noqa: F401  (re-exported: the public
     TrainConfig,
     defaults_for,
 )
-from attndeploy.training.density import DensityController
+from attndeploy.training.density import DensityController, scheduled_target
 from attndeploy.training.selection import BestTracker
 
 IGNORE_INDEX = -100
@@ -181,7 +181,7 @@ def train(
     if model.is_gated and config.density_target is not None:
         controller = DensityController(config.density_target, density_weight,
                                        rate=config.density_rate)
-        density_weight = controller.weight
+        density_weight = 0.0 if config.density_warmup > 0 else controller.weight
     average = WeightAverage(model, config.weight_average) if config.weight_average else None
     every = config.eval_every if eval_every is None else eval_every
     select_set = eval_set if val_set is None else val_set
@@ -207,7 +207,7 @@ def train(
                       "train_seconds": round(pause_start - started - paused, 3),
                       **evaluate(model, select_set)}
             if controller is not None:
-                record["density_weight"] = controller.weight
+                record["density_weight"] = density_weight
             evaluations.append(record)
             if selecting:
                 tracker.offer(record, model)  # copies the weights evaluated
@@ -257,7 +257,11 @@ def train(
                     record["density"] = _batch_density(out["gates"], attention_mask)
                     if controller is not None:
                         record["density_weight"] = density_weight
-                        density_weight = controller.update(record["density"])
+                        goal = scheduled_target(config.density_target, step / steps_per_epoch,
+                                                warmup=config.density_warmup,
+                                                anneal=config.density_anneal)
+                        density_weight = (0.0 if goal is None
+                                          else controller.update(record["density"], goal))
                 history.append(record)
                 bar.update(task, advance=1,
                            status=f"epoch {step / steps_per_epoch:.1f} loss {record['loss']:.3f} "

@@ -179,6 +179,16 @@ def test_a_density_target_steers_the_ganet_gates():
     assert steered.summary["final_density_weight"] == steered.evaluations[-1]["density_weight"]
 
 
+def test_the_density_penalty_waits_for_the_warm_up_epochs(small_sparse):
+    config = TrainConfig(steps=10_000, max_epochs=3, batch_size=64, warmup_steps=2,
+                         density_target=0.3, density_warmup=1.0, density_anneal=1.0)
+    result = train(_tiny_config(small_sparse, variant="ganet"), small_sparse.train_set,
+                   small_sparse.eval_set, config, progress=False)
+    weights = [h["density_weight"] for h in result.history]  # the weight each step trained with
+    assert len(weights) == 12 and weights[:4] == [0.0] * 4  # the first epoch: no penalty
+    assert all(w > 0 for w in weights[4:])
+
+
 def test_word_dropout_replaces_real_tokens_by_unk_only():
     from attndeploy.train import UNK_ID, _drop_words
 
@@ -223,6 +233,7 @@ def test_the_bag_of_words_baseline_joins_a_built_in_task(small_sparse):
     [({"max_epochs": 0}, "max_epochs"), ({"patience": 0}, "patience"),
      ({"eval_every": -1}, "eval_every"), ({"label_smoothing": 1.0}, "label smoothing"),
      ({"word_dropout": -0.1}, "word dropout"), ({"density_target": 1.0}, "density target"),
+     ({"density_warmup": -1.0}, "warm-up"),
      ({"weight_decay": -1.0}, "weight decay")],
 )
 def test_train_config_rejects_unusable_training_controls(kwargs, message):

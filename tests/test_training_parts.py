@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from attndeploy.errors import ConfigError
-from attndeploy.training.density import WEIGHT_BOUNDS, DensityController
+from attndeploy.training.density import WEIGHT_BOUNDS, DensityController, scheduled_target
 from attndeploy.training.selection import BestTracker
 
 
@@ -41,6 +41,26 @@ def test_the_penalty_weight_holds_still_at_the_target_and_stays_in_bounds():
 def test_the_density_controller_refuses_unusable_settings(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         DensityController(weight=1e-3, **kwargs)
+
+
+def test_the_scheduled_target_waits_out_the_warm_up_then_falls_from_all_open_to_the_target():
+    def at(epoch: float) -> float | None:
+        return scheduled_target(0.3, epoch, warmup=1.0, anneal=2.0)
+
+    assert at(0.0) is None and at(0.99) is None  # no penalty yet
+    assert at(1.0) == pytest.approx(1.0)
+    assert at(2.0) == pytest.approx(0.65)  # half way down
+    assert at(3.0) == pytest.approx(0.3) and at(10.0) == pytest.approx(0.3)
+    assert scheduled_target(0.3, 0.0, warmup=0.0, anneal=0.0) == 0.3  # no schedule: the target
+
+
+def test_a_scheduled_target_overrides_the_configured_one_for_that_step():
+    steered, fixed = DensityController(0.3, 0.2), DensityController(0.3, 0.2)
+    for _ in range(20):
+        steered.update(0.6, target=0.6)  # on the scheduled target: the weight holds
+        fixed.update(0.6)  # above the configured target: the weight rises
+    assert steered.weight == pytest.approx(0.2) and fixed.weight > 0.2
+    assert steered.target == 0.3
 
 
 def _record(step: int, accuracy: float, loss: float = 1.0, **extra) -> dict:

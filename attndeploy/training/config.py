@@ -29,6 +29,8 @@ class TrainConfig:
     bucket_by_length: bool = False  # batches of similar lengths (TextDataset.batches(bucket=))
     density_target: float | None = None  # GA-Net: steer the held-out gate density here
     density_rate: float = 0.02  # GA-Net: the density controller's integral rate
+    density_warmup: float = 0.0  # GA-Net: epochs without the density penalty at the start
+    density_anneal: float = 0.0  # GA-Net: epochs over which the target falls from 1 to its value
     weight_average: float = 0.0  # evaluate and keep an EMA of the weights with this decay; 0: off
     embedding_init: float = 0.0  # re-draw token and position embeddings from N(0, this²); 0: off
 
@@ -60,6 +62,11 @@ class TrainConfig:
             )
         if not self.density_rate > 0:
             raise ConfigError(f"density rate must be > 0, got {self.density_rate}")
+        if self.density_warmup < 0 or self.density_anneal < 0:
+            raise ConfigError(
+                f"density warm-up and anneal must be >= 0 epochs, got {self.density_warmup} "
+                f"and {self.density_anneal}"
+            )
         if self.embedding_init < 0:
             raise ConfigError(f"embedding_init must be >= 0 (0: off), got {self.embedding_init}")
         if not 0.0 <= self.weight_average < 1.0:
