@@ -235,6 +235,7 @@ def train(
                 config.batch_size, shuffle=True, generator=generator,
                 bucket=config.bucket_by_length,
             ):
+                clean_ids = input_ids
                 if config.word_dropout:
                     input_ids = _drop_words(input_ids, attention_mask, config.word_dropout,
                                             generator)
@@ -260,8 +261,15 @@ def train(
                         goal = scheduled_target(config.density_target, step / steps_per_epoch,
                                                 warmup=config.density_warmup,
                                                 anneal=config.density_anneal)
+                        # Steer what evaluation measures: the gates of the words themselves,
+                        # not of the <unk> that word dropout put in their place.
+                        clean = record["density"]
+                        if clean_ids is not input_ids:
+                            clean = _batch_density(model.eval_gates(clean_ids, attention_mask),
+                                                   attention_mask)
+                            record["clean_density"] = clean
                         density_weight = (0.0 if goal is None
-                                          else controller.update(record["density"], goal))
+                                          else controller.update(clean, goal))
                 history.append(record)
                 bar.update(task, advance=1,
                            status=f"epoch {step / steps_per_epoch:.1f} loss {record['loss']:.3f} "

@@ -181,12 +181,15 @@ def test_a_density_target_steers_the_ganet_gates():
 
 def test_the_density_penalty_waits_for_the_warm_up_epochs(small_sparse):
     config = TrainConfig(steps=10_000, max_epochs=3, batch_size=64, warmup_steps=2,
-                         density_target=0.3, density_warmup=1.0, density_anneal=1.0)
+                         density_target=0.3, density_warmup=1.0, density_anneal=1.0,
+                         word_dropout=0.3)
     result = train(_tiny_config(small_sparse, variant="ganet"), small_sparse.train_set,
                    small_sparse.eval_set, config, progress=False)
     weights = [h["density_weight"] for h in result.history]  # the weight each step trained with
     assert len(weights) == 12 and weights[:4] == [0.0] * 4  # the first epoch: no penalty
     assert all(w > 0 for w in weights[4:])
+    # The controller steers the gates of the words, not of the <unk> put in their place.
+    assert all("clean_density" in h for h in result.history)
 
 
 def test_word_dropout_replaces_real_tokens_by_unk_only():
