@@ -7,7 +7,8 @@ Build the sets first (Debian packages, no download): see `benchmarks/real_text.p
 
 Every run uses the defaults of `attndeploy train --data FILE`
 (`attndeploy.train.REAL_TEXT_DEFAULTS`: the held-out split of the manifest, a validation split of
-the rest for early stopping, the regularisation defaults, GA-Net at density target 0.3), one
+the rest for early stopping, the regularisation defaults, GA-Net at density target 0.3 and its
+gate threshold calibrated to validation density 0.37), one
 after another in one process with the same thread count. GA-Net also runs once with dense
 gates (no target, penalty weight 0) as the reference its accuracy is compared with.
 
@@ -94,6 +95,7 @@ def run_one(data, variant: str, args: argparse.Namespace, *, dense: bool = False
         "rescue_rate": result.metrics.get("rescue_rate"),
         "density_target": result.metrics.get("density_target"),
         "final_density_weight": result.summary.get("final_density_weight"),
+        "gate_calibration": result.summary.get("gate_calibration"),
         "validation_accuracy": result.summary.get("validation_accuracy"),
         "best_epoch": result.metrics["best_epoch"],
         "epochs_done": result.summary["epochs_done"],
