@@ -192,6 +192,20 @@ def test_the_density_penalty_waits_for_the_warm_up_epochs(small_sparse):
     assert all("clean_density" in h for h in result.history)
 
 
+def test_calibration_leaves_the_kept_model_at_the_asked_validation_density(small_sparse):
+    from attndeploy.train import evaluate
+
+    config = TrainConfig(steps=10_000, max_epochs=2, batch_size=64, warmup_steps=2,
+                         keep_best=True, density_target=0.3, density_calibrate=0.6)
+    result = train(_tiny_config(small_sparse, variant="ganet"), small_sparse.train_set,
+                   small_sparse.eval_set, config, progress=False, val_set=small_sparse.val_set)
+    calibration = result.summary["gate_calibration"]
+    validation = evaluate(result.model, small_sparse.val_set)["density"]
+    assert validation == pytest.approx(calibration["density_after"])
+    assert 0.55 < validation <= 0.6 and calibration["gate_shift"] != 0.0
+    assert result.metrics["density"] == pytest.approx(0.6, abs=0.1)  # the held-out set
+
+
 def test_word_dropout_replaces_real_tokens_by_unk_only():
     from attndeploy.train import UNK_ID, _drop_words
 

@@ -50,6 +50,20 @@ def _density(batches: list[tuple[torch.Tensor, torch.Tensor]], shift: float) -> 
     return open_sum / max(1, examples)
 
 
+def _between_gates(batches: list[tuple[torch.Tensor, torch.Tensor]], shift: float) -> float:
+    """The shift midway between the last logit `shift` opens and the first it leaves closed.
+
+    Bisection ends next to the logit where one more gate would open; there, computing s + b in
+    the bias (as the model will) instead of adding b afterwards can round that gate open. Midway
+    it keeps the same gates with a margin of half the gap.
+    """
+    logits = torch.cat([scores[mask] for scores, mask in batches])  # [N] real tokens
+    opened, closed = logits[logits + shift > 0], logits[logits + shift <= 0]
+    if not len(opened) or not len(closed):
+        return shift
+    return float(-(opened.min() + closed.max()) / 2)
+
+
 @torch.no_grad()
 def calibrate_gate_threshold(model: Any, dataset: Any, density: float, *,
                              batch_size: int = 256) -> dict[str, float]:
@@ -67,7 +81,7 @@ def calibrate_gate_threshold(model: Any, dataset: Any, density: float, *,
                 low = middle
             else:
                 high = middle
-        shift = low
+        shift = _between_gates(batches, low)
     model.gates.network.score.bias.add_(shift)
     return {"gate_shift": shift, "density_before": before,
             "density_after": _density(_gate_logits(model, dataset, batch_size), 0.0)}
