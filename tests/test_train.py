@@ -250,7 +250,8 @@ def test_the_bag_of_words_baseline_joins_a_built_in_task(small_sparse):
     [({"max_epochs": 0}, "max_epochs"), ({"patience": 0}, "patience"),
      ({"eval_every": -1}, "eval_every"), ({"label_smoothing": 1.0}, "label smoothing"),
      ({"word_dropout": -0.1}, "word dropout"), ({"density_target": 1.0}, "density target"),
-     ({"density_warmup": -1.0}, "warm-up"),
+     ({"density_warmup": -1.0}, "warm-up"), ({"density_slack": -0.1}, "density slack"),
+     ({"density_calibrate": 1.0}, "calibrated density"),
      ({"weight_decay": -1.0}, "weight decay")],
 )
 def test_train_config_rejects_unusable_training_controls(kwargs, message):
