@@ -8,6 +8,8 @@ tokens); with a density target λ adapts so that the hard-gate density settles n
 training stops after `patience` evaluations without a better one, after `max_epochs`, `steps` or
 `max_seconds`. Evaluation runs in eval mode (hard gates for GA-Net) and reports accuracy, and for
 GA-Net the gate density and the count and rate of all-closed rescues (docs/variants.md §3.7).
+With `density_calibrate` the kept GA-Net model's gate threshold moves at the end so that the
+selection set's density is that value (`attndeploy.training.calibration`).
 
 Two sets of defaults: `TrainConfig()` is tuned to the built-in synthetic tasks (300 steps), and
 `REAL_TEXT_DEFAULTS` to real labelled text from a JSONL file, where
@@ -31,6 +33,7 @@ from attndeploy.errors import ConfigError
 from attndeploy.models import AttnModel, build_model, count_parameters
 from attndeploy.training.averaging import WeightAverage
 from attndeploy.training.baseline import compare_with_baseline
+from attndeploy.training.calibration import calibrate_gate_threshold
 from attndeploy.training.config import (  # noqa: F401  (re-exported: the public names)
     DEFAULT_DENSITY_TARGET,
     REAL_TEXT,
@@ -40,7 +43,12 @@ from attndeploy.training.config import (  # noqa: F401  (re-exported: the public
     TrainConfig,
     defaults_for,
 )
-from attndeploy.training.density import DensityController
+from attndeploy.training.data import (  # noqa: F401  (re-exported: the public names)
+    TrainingData,
+    fit_baseline,
+    load_training_data,
+)
+from attndeploy.training.density import DensityController, scheduled_target
 from attndeploy.training.selection import BestTracker
 
 IGNORE_INDEX = -100
@@ -181,13 +189,14 @@ def train(
     if model.is_gated and config.density_target is not None:
         controller = DensityController(config.density_target, density_weight,
                                        rate=config.density_rate)
-        density_weight = controller.weight
+        density_weight = 0.0 if config.density_warmup > 0 else controller.weight
     average = WeightAverage(model, config.weight_average) if config.weight_average else None
     every = config.eval_every if eval_every is None else eval_every
     select_set = eval_set if val_set is None else val_set
     selecting = config.keep_best or config.patience is not None
     tracker = BestTracker(patience=config.patience,
-                          density_target=config.density_target if model.is_gated else None)
+                          density_target=config.density_target if model.is_gated else None,
+                          density_slack=config.density_slack)
     generator = torch.Generator().manual_seed(config.seed)
     history: list[dict[str, float]] = []
     evaluations: list[dict[str, Any]] = []
@@ -207,7 +216,7 @@ def train(
                       "train_seconds": round(pause_start - started - paused, 3),
                       **evaluate(model, select_set)}
             if controller is not None:
-                record["density_weight"] = controller.weight
+                record["density_weight"] = density_weight
             evaluations.append(record)
             if selecting:
                 tracker.offer(record, model)  # copies the weights evaluated
@@ -235,6 +244,7 @@ def train(
                 config.batch_size, shuffle=True, generator=generator,
                 bucket=config.bucket_by_length,
             ):
+                clean_ids = input_ids
                 if config.word_dropout:
                     input_ids = _drop_words(input_ids, attention_mask, config.word_dropout,
                                             generator)
@@ -257,7 +267,18 @@ def train(
                     record["density"] = _batch_density(out["gates"], attention_mask)
                     if controller is not None:
                         record["density_weight"] = density_weight
-                        density_weight = controller.update(record["density"])
+                        goal = scheduled_target(config.density_target, step / steps_per_epoch,
+                                                warmup=config.density_warmup,
+                                                anneal=config.density_anneal)
+                        # Steer what evaluation measures: the gates of the words themselves,
+                        # not of the <unk> that word dropout put in their place.
+                        clean = record["density"]
+                        if clean_ids is not input_ids:
+                            clean = _batch_density(model.eval_gates(clean_ids, attention_mask),
+                                                   attention_mask)
+                            record["clean_density"] = clean
+                        density_weight = (0.0 if goal is None
+                                          else controller.update(clean, goal))
                 history.append(record)
                 bar.update(task, advance=1,
                            status=f"epoch {step / steps_per_epoch:.1f} loss {record['loss']:.3f} "
@@ -280,6 +301,9 @@ def train(
         tracker.restore(model)
     elif average is not None:
         average.copy_to_model()
+    calibration = None
+    if controller is not None and config.density_calibrate is not None:
+        calibration = calibrate_gate_threshold(model, select_set, config.density_calibrate)
     model.eval()
     metrics = evaluate(model, eval_set)
     best = tracker.best if config.keep_best else None
@@ -309,95 +333,9 @@ def train(
         summary["final_soft_density"] = history[-1]["soft_density"]
     if controller is not None:
         summary["final_density_weight"] = controller.weight
+    if calibration is not None:
+        summary["gate_calibration"] = calibration
     return TrainResult(model, metrics, summary, history, evaluations)
-
-
-# ----------------------------------------------------------------------------- data + baseline
-
-
-@dataclass
-class TrainingData:
-    train_set: Any
-    eval_set: Any
-    tokenizer: Any
-    label_names: tuple[str, ...]
-    head: str
-    source: dict[str, Any]
-    val_set: Any = None  # for model selection; None: select on eval_set
-    # Token lists for the bag-of-words baseline: "fit" (train + validation), "held_out". None for
-    # a built-in task: decoded from the ids (its vocabulary is closed, nothing is lost).
-    tokens: dict[str, list[list[str]]] | None = field(default=None, repr=False)
-
-
-def load_training_data(
-    *,
-    task: str | None,
-    data_file: Any = None,
-    seed: int = 0,
-    n_train: int = 4000,
-    n_eval: int = 1000,
-    eval_fraction: float = 0.2,
-    max_seq: int = 128,
-    val_fraction: float = 0.0,
-    n_val: int = 0,
-    truncate: bool = False,
-    min_freq: int = 1,
-) -> TrainingData:
-    """A built-in task (train, validation and held-out sets from different seeds) or a JSONL file
-    (split: `eval_fraction` held out, then `val_fraction` of the rest for validation; the
-    vocabulary comes from the training part alone)."""
-    from pathlib import Path
-
-    from attndeploy.data import get_task
-    from attndeploy.data.jsonl import load_jsonl_split
-
-    if data_file is not None:
-        split = load_jsonl_split(Path(data_file), eval_fraction=eval_fraction, seed=seed,
-                                 val_fraction=val_fraction, max_seq=max_seq, truncate=truncate,
-                                 min_freq=min_freq)
-        source = {"data_file": str(data_file), "eval_fraction": eval_fraction, "seed": seed,
-                  "val_fraction": val_fraction, "min_freq": min_freq,
-                  "train_examples": len(split.train), "held_out_examples": len(split.held_out)}
-        if split.validation is not None:
-            source["validation_examples"] = len(split.validation)
-        tokens = {"fit": split.tokens["train"] + split.tokens.get("validation", []),
-                  "held_out": split.tokens["held_out"]}
-        return TrainingData(split.train, split.held_out, split.tokenizer,
-                            split.held_out.label_names, "classification", source,
-                            val_set=split.validation, tokens=tokens)
-    spec = get_task(task or "sparse_evidence")
-    train_set, tokenizer = spec.generate(n_train, seed=seed, max_seq=max_seq)
-    eval_set, _ = spec.generate(n_eval, seed=seed + 10_000, max_seq=max_seq)
-    val_set = spec.generate(n_val, seed=seed + 20_000, max_seq=max_seq)[0] if n_val else None
-    source = {"task": spec.name, "seed": seed, "n_train": n_train, "n_eval": n_eval}
-    if n_val:
-        source["n_val"] = n_val
-    return TrainingData(train_set, eval_set, tokenizer, spec.label_names, spec.head, source,
-                        val_set=val_set)
-
-
-def _decoded(dataset: Any, tokenizer: Any) -> list[list[str]]:
-    lengths = dataset.attention_mask.sum(-1).tolist()
-    return [tokenizer.decode(row[:n]) for row, n in zip(dataset.input_ids.tolist(), lengths,
-                                                         strict=True)]
-
-
-def fit_baseline(data: TrainingData) -> dict[str, Any]:
-    """The bag-of-words naive Bayes baseline on `data`'s split (fitted on the training and
-    validation examples, scored on the held-out ones); {} for a tagging head."""
-    from attndeploy.training.baseline import baseline_metrics
-
-    if data.head != "classification":
-        return {}
-    fit_sets = [data.train_set] + ([data.val_set] if data.val_set is not None else [])
-    if data.tokens is not None:
-        fit_docs, eval_docs = data.tokens["fit"], data.tokens["held_out"]
-    else:
-        fit_docs = [doc for part in fit_sets for doc in _decoded(part, data.tokenizer)]
-        eval_docs = _decoded(data.eval_set, data.tokenizer)
-    fit_labels = torch.cat([part.labels for part in fit_sets]).tolist()
-    return baseline_metrics(fit_docs, fit_labels, eval_docs, data.eval_set.labels.tolist(),
-                            len(data.label_names))
 
 
 def train_checkpoint(

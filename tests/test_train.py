@@ -179,6 +179,33 @@ def test_a_density_target_steers_the_ganet_gates():
     assert steered.summary["final_density_weight"] == steered.evaluations[-1]["density_weight"]
 
 
+def test_the_density_penalty_waits_for_the_warm_up_epochs(small_sparse):
+    config = TrainConfig(steps=10_000, max_epochs=3, batch_size=64, warmup_steps=2,
+                         density_target=0.3, density_warmup=1.0, density_anneal=1.0,
+                         word_dropout=0.3)
+    result = train(_tiny_config(small_sparse, variant="ganet"), small_sparse.train_set,
+                   small_sparse.eval_set, config, progress=False)
+    weights = [h["density_weight"] for h in result.history]  # the weight each step trained with
+    assert len(weights) == 12 and weights[:4] == [0.0] * 4  # the first epoch: no penalty
+    assert all(w > 0 for w in weights[4:])
+    # The controller steers the gates of the words, not of the <unk> put in their place.
+    assert all("clean_density" in h for h in result.history)
+
+
+def test_calibration_leaves_the_kept_model_at_the_asked_validation_density(small_sparse):
+    from attndeploy.train import evaluate
+
+    config = TrainConfig(steps=10_000, max_epochs=2, batch_size=64, warmup_steps=2,
+                         keep_best=True, density_target=0.3, density_calibrate=0.6)
+    result = train(_tiny_config(small_sparse, variant="ganet"), small_sparse.train_set,
+                   small_sparse.eval_set, config, progress=False, val_set=small_sparse.val_set)
+    calibration = result.summary["gate_calibration"]
+    validation = evaluate(result.model, small_sparse.val_set)["density"]
+    assert validation == pytest.approx(calibration["density_after"])
+    assert 0.55 < validation <= 0.6 and calibration["gate_shift"] != 0.0
+    assert result.metrics["density"] == pytest.approx(0.6, abs=0.1)  # the held-out set
+
+
 def test_word_dropout_replaces_real_tokens_by_unk_only():
     from attndeploy.train import UNK_ID, _drop_words
 
@@ -223,6 +250,8 @@ def test_the_bag_of_words_baseline_joins_a_built_in_task(small_sparse):
     [({"max_epochs": 0}, "max_epochs"), ({"patience": 0}, "patience"),
      ({"eval_every": -1}, "eval_every"), ({"label_smoothing": 1.0}, "label smoothing"),
      ({"word_dropout": -0.1}, "word dropout"), ({"density_target": 1.0}, "density target"),
+     ({"density_warmup": -1.0}, "warm-up"), ({"density_slack": -0.1}, "density slack"),
+     ({"density_calibrate": 1.0}, "calibrated density"),
      ({"weight_decay": -1.0}, "weight decay")],
 )
 def test_train_config_rejects_unusable_training_controls(kwargs, message):

@@ -1,4 +1,5 @@
-"""The training loop's parts that stand alone: GA-Net's density controller, best-model tracking."""
+"""The training loop's parts that stand alone: GA-Net's density controller and gate calibration,
+best-model tracking."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 from torch import nn
 
 from attndeploy.errors import ConfigError
-from attndeploy.training.density import WEIGHT_BOUNDS, DensityController
+from attndeploy.training.density import WEIGHT_BOUNDS, DensityController, scheduled_target
 from attndeploy.training.selection import BestTracker
 
 
@@ -41,6 +42,26 @@ def test_the_penalty_weight_holds_still_at_the_target_and_stays_in_bounds():
 def test_the_density_controller_refuses_unusable_settings(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         DensityController(weight=1e-3, **kwargs)
+
+
+def test_the_scheduled_target_waits_out_the_warm_up_then_falls_from_all_open_to_the_target():
+    def at(epoch: float) -> float | None:
+        return scheduled_target(0.3, epoch, warmup=1.0, anneal=2.0)
+
+    assert at(0.0) is None and at(0.99) is None  # no penalty yet
+    assert at(1.0) == pytest.approx(1.0)
+    assert at(2.0) == pytest.approx(0.65)  # half way down
+    assert at(3.0) == pytest.approx(0.3) and at(10.0) == pytest.approx(0.3)
+    assert scheduled_target(0.3, 0.0, warmup=0.0, anneal=0.0) == 0.3  # no schedule: the target
+
+
+def test_a_scheduled_target_overrides_the_configured_one_for_that_step():
+    steered, fixed = DensityController(0.3, 0.2), DensityController(0.3, 0.2)
+    for _ in range(20):
+        steered.update(0.6, target=0.6)  # on the scheduled target: the weight holds
+        fixed.update(0.6)  # above the configured target: the weight rises
+    assert steered.weight == pytest.approx(0.2) and fixed.weight > 0.2
+    assert steered.target == 0.3
 
 
 def _record(step: int, accuracy: float, loss: float = 1.0, **extra) -> dict:
@@ -78,3 +99,39 @@ def test_with_a_density_target_only_sparse_enough_evaluations_compete():
     tracker.offer(_record(5, 0.7, density=0.1), model)  # sparser than asked is fine
     assert tracker.best["step"] == 5
     assert BestTracker().should_stop is False  # no patience: never stops
+
+
+@pytest.fixture(scope="module")
+def gated_model_and_data():
+    from attndeploy.config import GANetConfig, ModelConfig
+    from attndeploy.models import build_model
+    from attndeploy.train import load_training_data
+
+    data = load_training_data(task="sparse_evidence", n_train=64, n_eval=200, max_seq=32)
+    config = ModelConfig(vocab_size=len(data.tokenizer), num_labels=len(data.label_names),
+                         variant="ganet", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_seq=32,
+                         ganet=GANetConfig(aux_hidden=8))
+    torch.manual_seed(0)
+    return build_model(config), data.eval_set
+
+
+@pytest.mark.parametrize("density", [0.2, 0.5, 0.8])
+def test_calibration_moves_the_gate_threshold_to_the_density_asked_for(gated_model_and_data,
+                                                                       density):
+    from attndeploy.train import evaluate
+    from attndeploy.training.calibration import calibrate_gate_threshold
+
+    model, dataset = gated_model_and_data
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        result = calibrate_gate_threshold(model, dataset, density)
+        measured = evaluate(model, dataset)["density"]  # the exported model's own gates
+        assert measured == pytest.approx(result["density_after"])
+        assert measured <= density and measured > density - 0.05  # the largest not above it
+        bias = model.gates.network.score.bias
+        assert bias.item() == pytest.approx(original["gates.network.score.bias"].item()
+                                            + result["gate_shift"])
+        changed = [k for k in original if not torch.equal(original[k], model.state_dict()[k])]
+        assert changed == ["gates.network.score.bias"]  # nothing else moves
+    finally:
+        model.load_state_dict(original)

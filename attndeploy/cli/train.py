@@ -19,7 +19,7 @@ from attndeploy.cli.options import (
     Variant,
 )
 from attndeploy.cli.output import console, print_json
-from attndeploy.training.config import DEFAULT_DENSITY_TARGET, REAL_TEXT_DEFAULTS, TASK_DEFAULTS
+from attndeploy.training.config import REAL_TEXT_DEFAULTS, TASK_DEFAULTS
 
 _TASK, _DATA = TASK_DEFAULTS, REAL_TEXT_DEFAULTS
 
@@ -50,8 +50,12 @@ def summary_lines(out: Path, metrics: dict[str, Any], training: dict[str, Any]) 
              f"{training['epochs_done']:g}, chosen on the {training['selected_on']} set; "
              f"stopped by {training['stopped_by']}"]
     if "density_target" in metrics:
+        calibrated = training.get("gate_calibration")
+        moved = "" if calibrated is None else (
+            f", threshold moved by {calibrated['gate_shift']:+.2f} from "
+            f"{calibrated['density_before']:.3f} on the {training['selected_on']} set")
         lines.append(f"  gate density {metrics['density']:.3f} (target "
-                     f"{metrics['density_target']:g})")
+                     f"{metrics['density_target']:g}{moved})")
     verdict = baseline_verdict(metrics)
     if verdict:
         style = "bold yellow" if not metrics.get("beats_baseline") else "green"
@@ -144,9 +148,15 @@ def command(
         float, typer.Option(help="GA-Net density penalty weight (lambda); with a density "
                             "target, its starting value.")
     ] = 4e-4,
-    density_target: Annotated[float, typer.Option(
+    density_target: Annotated[float | None, typer.Option(
         help="GA-Net: the held-out gate density to reach; the penalty weight adapts during "
-             "training. 0: no target, a fixed --density-weight.")] = DEFAULT_DENSITY_TARGET,
+             "training. 0: no target, a fixed --density-weight. "
+             f"{_both(_TASK.training.density_target, _DATA.training.density_target)}")] = None,
+    density_calibrate: Annotated[float | None, typer.Option(
+        help="GA-Net: at the end, move the gate threshold so that the validation density is "
+             "this. 0: leave the threshold at 0. "
+             f"{_both(_TASK.training.density_calibrate, _DATA.training.density_calibrate)}"
+    )] = None,
     gate_mode: Annotated[GateMode, typer.Option(help="GA-Net eval gates.")] = GateMode.threshold,
     straight_through: Annotated[
         bool, typer.Option(help="GA-Net straight-through hard gates in training.")
@@ -220,7 +230,9 @@ def command(
         label_smoothing=pick(label_smoothing, preset.label_smoothing),
         embedding_init=pick(embedding_init, preset.embedding_init),
         weight_average=pick(weight_average, preset.weight_average), seed=seed,
-        max_seconds=max_seconds, density_target=density_target or None,
+        max_seconds=max_seconds,
+        density_target=pick(density_target, preset.density_target) or None,
+        density_calibrate=pick(density_calibrate, preset.density_calibrate) or None,
     )
     given = {"d_model": d_model, "n_heads": heads, "n_layers": layers, "d_ff": d_ff,
              "dropout": dropout}

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from attndeploy.config import ModelConfig
+from attndeploy.errors import ConfigError
 from attndeploy.models.inputs import check_model_inputs
 from attndeploy.variants.functional import hard_gates
 from attndeploy.variants.ganet.layer import GateController, GateState, soft_density
@@ -39,6 +40,16 @@ class AttnModel(nn.Module):
                 input_ids, attention_mask,
                 max_seq=self.config.max_seq, vocab_size=self.config.vocab_size,
             )
+
+    @torch.no_grad()
+    def eval_gates(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """The hard gates [B, T] that eval mode would apply to these inputs, in either mode: the
+        auxiliary network's logits s without noise, open where s > 0, with the rescue."""
+        if self.gates is None:
+            raise ConfigError(f"variant {self.config.variant!r} has no gates")
+        mask = attention_mask != 0  # [B, T]
+        scores = self.gates.network.scores(self.embed(input_ids), mask)  # [B, T]
+        return hard_gates(scores, mask)
 
     def gate_outputs(
         self, state: GateState | None, applied: Tensor | None, mask: Tensor, details: bool

@@ -29,6 +29,11 @@ class TrainConfig:
     bucket_by_length: bool = False  # batches of similar lengths (TextDataset.batches(bucket=))
     density_target: float | None = None  # GA-Net: steer the held-out gate density here
     density_rate: float = 0.02  # GA-Net: the density controller's integral rate
+    density_warmup: float = 0.0  # GA-Net: epochs without the density penalty at the start
+    density_anneal: float = 0.0  # GA-Net: epochs over which the target falls from 1 to its value
+    density_slack: float = 0.05  # GA-Net: selection takes evaluations up to target + this
+    density_calibrate: float | None = None  # GA-Net: at the end, move the gate threshold to
+    # this density on the selection set (training.calibration); None: leave it at 0
     weight_average: float = 0.0  # evaluate and keep an EMA of the weights with this decay; 0: off
     embedding_init: float = 0.0  # re-draw token and position embeddings from N(0, this²); 0: off
 
@@ -60,6 +65,16 @@ class TrainConfig:
             )
         if not self.density_rate > 0:
             raise ConfigError(f"density rate must be > 0, got {self.density_rate}")
+        if self.density_calibrate is not None and not 0.0 < self.density_calibrate < 1.0:
+            raise ConfigError(
+                f"the calibrated density must lie in (0, 1), got {self.density_calibrate}")
+        if self.density_slack < 0:
+            raise ConfigError(f"density slack must be >= 0, got {self.density_slack}")
+        if self.density_warmup < 0 or self.density_anneal < 0:
+            raise ConfigError(
+                f"density warm-up and anneal must be >= 0 epochs, got {self.density_warmup} "
+                f"and {self.density_anneal}"
+            )
         if self.embedding_init < 0:
             raise ConfigError(f"embedding_init must be >= 0 (0: off), got {self.embedding_init}")
         if not 0.0 <= self.weight_average < 1.0:
@@ -73,7 +88,9 @@ class TrainConfig:
 # short texts in 8 classes (benchmarks/train_real.py; the evidence is in benchmarks/README.md):
 # small embedding init (the largest single gain), heavy dropout and word dropout, label
 # smoothing, a moving average of the weights, epochs with early stopping on a validation split,
-# and GA-Net steered to density 0.3.
+# and GA-Net steered to density 0.3 in training, its gate threshold then moved so that the
+# validation density is 0.37 (held out: 0.37 to 0.38, under the 0.40 asked for; opening the gates
+# training left just closed gained 1.5 to 1.8 points).
 REAL_TEXT = TrainConfig(
     steps=1_000_000,  # no step limit: epochs, patience and max_seconds end training
     batch_size=32,
@@ -87,6 +104,7 @@ REAL_TEXT = TrainConfig(
     word_dropout=0.2,
     bucket_by_length=True,
     density_target=0.3,
+    density_calibrate=0.37,
     weight_average=0.99,
     embedding_init=0.02,
 )

@@ -50,11 +50,30 @@ class DensityController:
         self.weight = min(max(self.weight, START_WEIGHT, low), high)
         self.integral = math.log(self.weight)
 
-    def update(self, batch_density: float) -> float:
-        """Take one training batch's hard-gate density; returns λ for the next step."""
-        self.error += EMA * (batch_density - self.target - self.error)
+    def update(self, batch_density: float, target: float | None = None) -> float:
+        """Take one training batch's hard-gate density; returns λ for the next step. `target`
+        overrides the configured target for this step (a scheduled one)."""
+        goal = self.target if target is None else target
+        self.error += EMA * (batch_density - goal - self.error)
         low, high = WEIGHT_BOUNDS
         self.integral = min(max(self.integral + self.rate * self.error, math.log(low)),
                             math.log(high))
         self.weight = min(max(math.exp(self.integral + GAIN * self.error), low), high)
         return self.weight
+
+
+def scheduled_target(target: float, epoch: float, *, warmup: float, anneal: float
+                     ) -> float | None:
+    """The density the controller steers to after `epoch` epochs of training.
+
+    None during the first `warmup` epochs: no penalty, the gates and the task train together
+    first. Then a straight line from all open (1.0) down to `target` over `anneal` epochs, so that
+    gates close a few at a time, the least useful first, instead of all at once before the model
+    knows which tokens matter.
+    """
+    if epoch < warmup:
+        return None
+    if anneal <= 0:
+        return target
+    progress = min(1.0, (epoch - warmup) / anneal)
+    return 1.0 - (1.0 - target) * progress

@@ -264,3 +264,29 @@ def test_train_prints_the_best_epoch_the_density_against_its_target_and_the_verd
     assert "best at epoch 4 (step 400) of 8, chosen on the validation set" in text
     assert "gate density 0.310 (target 0.3)" in text
     assert "WARNING: the model does not beat the bag-of-words baseline" in text
+
+
+def test_train_says_how_far_calibration_moved_the_gate_threshold(tmp_path):
+    from attndeploy.cli.train import summary_lines
+
+    metrics = {"accuracy": 0.61, "loss": 1.2, "density": 0.38, "density_target": 0.3}
+    training = {"seconds": 12.5, "best_epoch": 4.0, "best_step": 400, "epochs_done": 8.0,
+                "selected_on": "validation", "stopped_by": "patience",
+                "gate_calibration": {"gate_shift": 0.62, "density_before": 0.291,
+                                     "density_after": 0.37}}
+    text = " ".join(summary_lines(tmp_path / "m", metrics, training).split())
+    assert ("gate density 0.380 (target 0.3, threshold moved by +0.62 from 0.291 on the "
+            "validation set)") in text
+
+
+def test_ganet_on_jsonl_calibrates_its_gates_unless_told_not_to(tmp_path):
+    rows = [{"text": f"{word} item number {i} today", "label": label}
+            for i in range(30) for word, label in (("sunny", "good"), ("rainy", "bad"))]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    runs = {}
+    for name, extra in (("default", []), ("off", ["--density-calibrate", "0"])):
+        runs[name] = parse_json(run_cli("train", "--data", "d.jsonl", "--variant", "ganet", *TINY,
+                                        "--out", name, "--json", *extra, cwd=tmp_path))
+    calibration = runs["default"]["training"]["gate_calibration"]
+    assert calibration["density_after"] <= 0.37 and calibration["gate_shift"] != 0.0
+    assert "gate_calibration" not in runs["off"]["training"]
