@@ -139,7 +139,8 @@ def test_a_failed_forced_rebuild_keeps_the_old_model(
 @pytest.mark.parametrize("key", ["attndeploy.variant", "attndeploy.config", "attndeploy.labels"])
 def test_a_model_without_attndeploy_metadata_is_refused(key: str, tmp_path: Path) -> None:
     source = save_model(build_model(drop_metadata=[key]), tmp_path / "foreign.onnx")
-    with pytest.raises(RepositoryError, match=f"was not exported by attndeploy: its metadata lacks.*{key}"):
+    with pytest.raises(RepositoryError,
+                       match=f"was not exported by attndeploy: its metadata lacks.*{key}"):
         package_model(source, tmp_path / "repo")
     assert not (tmp_path / "repo").exists() or list((tmp_path / "repo").iterdir()) == []
 
