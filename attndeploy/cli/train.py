@@ -217,7 +217,10 @@ def command(
             max_seq=max_seq, steps=pick(steps, preset.steps), batch_size=batch_size,
             lr=pick(lr, preset.learning_rate), seed=seed, n_train=n_train, n_eval=n_eval,
             eval_fraction=eval_fraction, max_seconds=max_seconds, force=force,
-            json_output=json_output,
+            json_output=json_output, max_epochs=max_epochs, patience=patience,
+            eval_every=eval_every, weight_decay=weight_decay, label_smoothing=label_smoothing,
+            word_dropout=word_dropout, weight_average=weight_average,
+            density_target=density_target, n_val=n_val, val_fraction=val_fraction,
         )
         return
 

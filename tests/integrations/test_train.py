@@ -148,7 +148,9 @@ def test_attndeploy_train_hf_model_reaches_the_hf_path_with_the_variant_options(
     monkeypatch.setattr("sys.argv", [
         "attndeploy", "train", "--hf-model", str(tiny_bert(tmp_path / "bert")), "--variant",
         "evolving", "--alpha", "0.3", "--beta", "0.5", "--data", str(data), "--max-seq", "16",
-        "--steps", "3", "--batch-size", "8", "--out", str(tmp_path / "ckpt"), "--json"])
+        "--steps", "3", "--batch-size", "8", "--out", str(tmp_path / "ckpt"), "--json",
+        "--max-epochs", "7", "--patience", "2", "--weight-decay", "0.03",
+        "--label-smoothing", "0.05", "--word-dropout", "0.02", "--val-fraction", "0.25"])
     with pytest.raises(SystemExit) as info:
         cli_app.main()
     assert info.value.code == 0, capsys.readouterr().err
@@ -156,6 +158,9 @@ def test_attndeploy_train_hf_model_reaches_the_hf_path_with_the_variant_options(
     ckpt = read_checkpoint(tmp_path / "ckpt")
     assert ckpt.metadata["hf"]  # an HF checkpoint, not the built-in transformer
     assert ckpt.model_config.options == {"alpha": 0.3, "beta": 0.5, "negative_slope": 0.0}
+    used = ckpt.metadata["training"]["config"]  # every training option reached the fine-tune
+    assert (used["max_epochs"], used["patience"], used["weight_decay"], used["label_smoothing"],
+            used["word_dropout"]) == (7, 2, 0.03, 0.05, 0.02)
 
 
 # --------------------------------------------------------------------------- the training loop
