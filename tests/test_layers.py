@@ -42,7 +42,7 @@ LAYERS: tuple[Layer, ...] = (
                      "attndeploy.integrations.transformers")),
     Layer("checkpoint", ("attndeploy.checkpoint", "attndeploy.integrations.hf_checkpoint")),
     Layer("train", ("attndeploy.train", "attndeploy.training",
-                    "attndeploy.integrations.hf_train")),
+                    "attndeploy.integrations.hf_train", "attndeploy.integrations.hf_data")),
     Layer("export", ("attndeploy.export", "attndeploy.integrations.hf_export")),
     Layer("validate", ("attndeploy.validate",)),
     Layer("optimize", ("attndeploy.optimize",)),

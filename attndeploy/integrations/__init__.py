@@ -6,5 +6,5 @@
 - `attndeploy.integrations.hf_checkpoint`: converted models as attndeploy checkpoints, which
   `export`, `validate`, `package` and `serve` take like the built-in ones.
 - `attndeploy.integrations.hf_tokenizer`: the WordPiece tokenizer those checkpoints carry.
-- `attndeploy.integrations.hf_train`: fine-tuning (`attndeploy train --hf-model ...`).
+- `attndeploy.integrations.hf_data` and `hf_train`: fine-tuning (`attndeploy train --hf-model ...`).
 """

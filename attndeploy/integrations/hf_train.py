@@ -32,7 +32,6 @@ whichever is fewer). The bag-of-words baseline (on the texts' words) joins the h
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from contextlib import nullcontext
@@ -43,194 +42,29 @@ from typing import Any
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from attndeploy.data import TextDataset, get_task, read_jsonl
-from attndeploy.data.dataset import split_indices
-from attndeploy.errors import CheckpointError, ConfigError, DataError
+from attndeploy.data import TextDataset
+from attndeploy.errors import CheckpointError, ConfigError
 from attndeploy.integrations.hf_checkpoint import (
     HFClassifier,
     model_config_of,
     position_limit,
-    safe_config_dict,
     save_hf_checkpoint,
 )
-from attndeploy.integrations.hf_tokenizer import DEFAULT_VOCAB_SIZE, WordPieceTokenizer
+from attndeploy.integrations.hf_data import (
+    HFSource,
+    HFTrainingData,
+    fit_hf_baseline,
+    load_hf_training_data,
+    load_source,
+)
+from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
 from attndeploy.integrations.transformers import convert, variant_config
 from attndeploy.models import count_parameters
-from attndeploy.runtime.tokenizer import WordTokenizer
 from attndeploy.train import TrainConfig, evaluate, task_loss
 from attndeploy.training.averaging import WeightAverage
-from attndeploy.training.baseline import baseline_metrics, compare_with_baseline
+from attndeploy.training.baseline import compare_with_baseline
 from attndeploy.training.density import DensityController
 from attndeploy.training.selection import BestTracker
-
-# model_type -> the sequence classifier trained on top of that encoder
-CLASSIFIERS = {
-    "bert": "BertForSequenceClassification",
-    "roberta": "RobertaForSequenceClassification",
-    "distilbert": "DistilBertForSequenceClassification",
-}
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
-PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
-
-
-# ----------------------------------------------------------------------------- the source
-
-
-@dataclass
-class HFSource:
-    """A local model: its transformers config, where its weights are (None: build from the
-    config) and its own tokenizer (None: train one)."""
-
-    path: Path
-    config: Any  # a transformers PretrainedConfig
-    weights: Path | None
-    tokenizer: WordPieceTokenizer | None
-
-    @property
-    def classifier(self) -> str:
-        return CLASSIFIERS[self.config.model_type]
-
-
-def load_source(path: Path) -> HFSource:
-    """Read a `save_pretrained` directory or a config JSON file (nothing is downloaded)."""
-    import transformers
-
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"--hf-model {path}: no such directory or config file (attndeploy "
-                        "never downloads from the Hugging Face Hub; save the model locally)")
-    config_file = path / "config.json" if path.is_dir() else path
-    if not config_file.is_file():
-        raise DataError(f"{path} holds no config.json")
-    try:
-        raw = json.loads(config_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{config_file} is not valid JSON: {exc}") from exc
-    model_type = raw.get("model_type") if isinstance(raw, dict) else None
-    if model_type not in CLASSIFIERS:
-        raise ConfigError(f"{config_file}: model_type {model_type!r} is not one attndeploy "
-                          f"fine-tunes; supported: {', '.join(CLASSIFIERS)}")
-    config_class = getattr(transformers, CLASSIFIERS[model_type]).config_class
-    try:
-        config = config_class.from_dict(safe_config_dict(raw))  # no Hub kernels
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{config_file}: {exc}") from exc
-    weights, tokenizer = None, None
-    if path.is_dir():
-        if any((path / name).is_file() for name in WEIGHT_FILES):
-            weights = path
-        elif any((path / name).is_file() for name in PICKLE_FILES):
-            raise CheckpointError(f"{path} keeps its weights in a pickle file; attndeploy never "
-                                  "unpickles: save the model with safe_serialization (the "
-                                  "transformers default) to get model.safetensors")
-        tokenizer = WordPieceTokenizer.from_directory(path)
-    return HFSource(path, config, weights, tokenizer)
-
-
-# ----------------------------------------------------------------------------- data
-
-
-@dataclass
-class HFTrainingData:
-    train_set: TextDataset
-    eval_set: TextDataset
-    tokenizer: WordPieceTokenizer
-    label_names: tuple[str, ...]
-    source: dict[str, Any]
-    val_set: TextDataset | None = None  # for model selection; None: select on eval_set
-    # The texts' words (lowercased, as `WordTokenizer` splits them) for the bag-of-words
-    # baseline: "fit" (training + validation), "held_out"; and the labels of "fit".
-    words: dict[str, list[list[str]]] = field(default_factory=dict, repr=False)
-    fit_labels: list[int] = field(default_factory=list, repr=False)
-
-
-Split = tuple[list[str], list[int]]  # texts and label indices
-
-
-def _texts(
-    *, task: str | None, data_file: Path | None, seed: int, n_train: int, n_eval: int,
-    n_val: int, eval_fraction: float, val_fraction: float, max_words: int,
-) -> tuple[dict[str, Split], tuple[str, ...], dict[str, Any]]:
-    """({"train", "held_out"[, "validation"]}: texts and labels, label names, their origin)."""
-    if data_file is not None:
-        texts, labels = read_jsonl(Path(data_file))
-        names = tuple(sorted(set(labels)))
-        index = {name: i for i, name in enumerate(names)}
-        kept, held = (part.tolist() for part in split_indices(len(texts), eval_fraction,
-                                                               seed=seed))
-        rows = {"train": kept, "held_out": held}
-        if val_fraction:  # as attndeploy train --data: a share of the training part, seed + 1
-            train, val = split_indices(len(kept), val_fraction, seed=seed + 1)
-            rows["train"], rows["validation"] = ([kept[i] for i in train.tolist()],
-                                                 [kept[i] for i in val.tolist()])
-        source = {"data_file": str(data_file), "eval_fraction": eval_fraction, "seed": seed,
-                  "val_fraction": val_fraction}
-        return ({part: ([texts[i] for i in chosen], [index[labels[i]] for i in chosen])
-                 for part, chosen in rows.items()}, names, source)
-    spec = get_task(task or "sparse_evidence")
-    if spec.head != "classification":
-        raise DataError(f"task {spec.name!r} tags tokens; --hf-model fine-tunes sequence "
-                        "classifiers (a --data file or a classification task)")
-    counts = {"train": (n_train, seed), "held_out": (n_eval, seed + 10_000)}
-    if n_val:
-        counts["validation"] = (n_val, seed + 20_000)
-    parts = {}
-    for part, (count, part_seed) in counts.items():
-        examples = spec.sample(count, seed=part_seed, max_seq=max_words)
-        parts[part] = ([" ".join(words) for words, _ in examples], [int(y) for _, y in examples])
-    source = {"task": spec.name, "seed": seed, "n_train": n_train, "n_eval": n_eval,
-              "rendered_as": "text", **({"n_val": n_val} if n_val else {})}
-    return parts, spec.label_names, source
-
-
-def _dataset(tokenizer: WordPieceTokenizer, split: Split, names: tuple[str, ...], max_seq: int,
-             what: str) -> TextDataset:
-    texts, labels = split
-    try:
-        ids, mask = tokenizer.encode_batch(texts, max_seq=max_seq)  # int64 [N, T] each
-    except DataError as exc:
-        raise DataError(f"{what}: {exc}") from None
-    return TextDataset(torch.from_numpy(ids), torch.from_numpy(mask),
-                       torch.tensor(labels, dtype=torch.long), names, "classification")
-
-
-def load_hf_training_data(
-    source: HFSource, *, task: str | None = None, data_file: Path | None = None, seed: int = 0,
-    n_train: int = 4000, n_eval: int = 1000, n_val: int = 0, eval_fraction: float = 0.2,
-    val_fraction: float = 0.0, max_seq: int = 128,
-) -> HFTrainingData:
-    """Texts and labels encoded with the source's tokenizer, or with one trained on the
-    training texts (never on validation or held-out ones)."""
-    parts, names, origin = _texts(
-        task=task, data_file=data_file, seed=seed, n_train=n_train, n_eval=n_eval, n_val=n_val,
-        eval_fraction=eval_fraction, val_fraction=val_fraction,
-        max_words=max_seq - 2,  # [CLS] and [SEP]
-    )
-    tokenizer = source.tokenizer
-    if tokenizer is None:
-        limit = source.config.vocab_size if source.weights is not None else DEFAULT_VOCAB_SIZE
-        tokenizer = WordPieceTokenizer.train(parts["train"][0], vocab_size=limit)
-        origin["tokenizer"] = "wordpiece trained on the training texts"
-    else:
-        origin["tokenizer"] = f"wordpiece from {source.path}"
-    sets = {part: _dataset(tokenizer, split, names, max_seq, what)
-            for part, what in (("train", "training data"), ("held_out", "held-out data"),
-                               ("validation", "validation data")) if (split := parts.get(part))}
-    origin.update({f"{part}_examples": len(dataset) for part, dataset in sets.items()})
-    fit = [parts["train"]] + ([parts["validation"]] if "validation" in parts else [])
-    words = {"fit": [WordTokenizer.tokenize(t) for texts, _ in fit for t in texts],
-             "held_out": [WordTokenizer.tokenize(t) for t in parts["held_out"][0]]}
-    return HFTrainingData(sets["train"], sets["held_out"], tokenizer, names, origin,
-                          val_set=sets.get("validation"), words=words,
-                          fit_labels=[y for _, labels in fit for y in labels])
-
-
-def fit_hf_baseline(data: HFTrainingData) -> dict[str, Any]:
-    """The bag-of-words naive Bayes baseline on the texts' words, fitted on the training and
-    validation examples and scored on the held-out ones (as `attndeploy train` does)."""
-    return baseline_metrics(data.words["fit"], data.fit_labels, data.words["held_out"],
-                            data.eval_set.labels.tolist(), len(data.label_names))
-
 
 # ----------------------------------------------------------------------------- the model
 
