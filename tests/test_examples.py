@@ -1,4 +1,6 @@
-"""The README's "Bring your own model" example is examples/own_model.py, and it runs."""
+"""The README's "Bring your own model" examples are examples/own_model.py and
+examples/my_models.py, verbatim, and they run: the first as a script, the second through the
+README's commands (export --model, validate --model, package, check-repo)."""
 
 from __future__ import annotations
 
@@ -11,17 +13,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "own_model.py"
+FACTORY = ROOT / "examples" / "my_models.py"
 
 
-def readme_example() -> str:
+def readme_examples() -> list[str]:
+    """The python blocks of the README's "Bring your own model" section, in order."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Bring your own model", 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    return block
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
-def test_the_readme_shows_the_example_file_verbatim():
-    assert readme_example() == EXAMPLE.read_text()
+def test_the_readme_shows_the_example_files_verbatim():
+    assert readme_examples() == [EXAMPLE.read_text(), FACTORY.read_text()]
 
 
 def test_the_own_model_example_trains_exports_and_validates(tmp_path):
@@ -36,3 +39,38 @@ def test_the_own_model_example_trains_exports_and_validates(tmp_path):
     report = json.loads(Path(f"{out}.parity.json").read_text())
     assert report["passed"] and report["gates"]["flips"] == 0
     assert out.is_file()
+
+
+def test_the_readme_commands_take_the_factory_example_through_export_to_a_checked_repository(
+    tmp_path,
+):
+    import shutil
+
+    import torch
+    from safetensors.torch import save_file
+
+    shutil.copy(FACTORY, tmp_path / "my_models.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import my_models
+
+        torch.manual_seed(3)
+        save_file(my_models.build()[0].state_dict(), str(tmp_path / "w.safetensors"))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("my_models", None)
+
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "attndeploy", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (args, done.stderr[-3000:])
+        return done.stdout
+
+    run("export", "--model", "my_models:build", "--weights", "w.safetensors", "--out", "reg.onnx")
+    run("validate", "--model", "my_models:build", "--weights", "w.safetensors", "reg.onnx",
+        "--json-out", "parity.json")
+    assert json.loads((tmp_path / "parity.json").read_text())["passed"]
+    run("package", "reg.onnx", "--repo", "repo")
+    report = json.loads(run("check-repo", "repo", "--json"))
+    assert report["models"] == ["reg"] and report["passed"], report

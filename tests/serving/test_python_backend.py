@@ -255,14 +255,15 @@ def test_an_exported_checkpoint_of_every_variant_serves_like_onnxruntime(
     import tritonclient.grpc as grpcclient
 
     from attndeploy.checkpoint import save_checkpoint
+    from attndeploy.export.exporter import export_checkpoint
     from attndeploy.models import build_model as build_torch_model
     from attndeploy.serving.packaging.check_repo import check_repository
     from tests.cases import CASES_BY_ID
 
     config = CASES_BY_ID[case_id].config(max_seq=24)
-    checkpoint = save_checkpoint(build_torch_model(config), tmp_path / "ckpt",
+    checkpoint = save_checkpoint(build_torch_model(config), tmp_path / config.variant,
                                  label_names=["neg", "neu", "pos"])
-    (model,) = package_model(checkpoint, tmp_path / "repo")
+    (model,) = package_model(checkpoint, tmp_path / "repo", exporter=export_checkpoint)
     assert model.name == config.variant and model.gated == (config.variant == "ganet")
     assert check_repository(tmp_path / "repo")
     session = ort.InferenceSession(str(model.path / "1" / "model.onnx"),
