@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from attndeploy.cli.defaults import field_default
 from attndeploy.cli.options import (
     AuxNetwork,
     Family,
@@ -19,9 +20,28 @@ from attndeploy.cli.options import (
     Variant,
 )
 from attndeploy.cli.output import console, print_json
-from attndeploy.training.config import REAL_TEXT_DEFAULTS, TASK_DEFAULTS
+from attndeploy.config import ModelConfig
+from attndeploy.training.config import (
+    EVAL_FRACTION,
+    N_EVAL,
+    N_TRAIN,
+    REAL_TEXT_DEFAULTS,
+    TASK_DEFAULTS,
+    TrainConfig,
+)
+from attndeploy.variants.evolving.config import EvolvingConfig
+from attndeploy.variants.ganet.config import GANetConfig
+from attndeploy.variants.qvi.config import QVIConfig
 
 _TASK, _DATA = TASK_DEFAULTS, REAL_TEXT_DEFAULTS
+
+
+def _ganet(field: str) -> Any:
+    return field_default(GANetConfig, field)
+
+
+def _evolving(field: str) -> Any:
+    return field_default(EvolvingConfig, field)
 
 
 def _model_default(key: str) -> str:
@@ -83,7 +103,9 @@ def command(
         help=f"Encoder layers. {_model_default('n_layers')}")] = None,
     d_ff: Annotated[int | None, typer.Option(
         help=f"Feed-forward width. {_model_default('d_ff')}")] = None,
-    max_seq: Annotated[int, typer.Option(help="Longest sequence the model takes.")] = 128,
+    max_seq: Annotated[
+        int, typer.Option(help="Longest sequence the model takes.")
+    ] = field_default(ModelConfig, "max_seq"),
     steps: Annotated[int | None, typer.Option(
         help=f"The most optimizer steps. {_both(_TASK.training.steps, _DATA.training.steps)}"
     )] = None,
@@ -95,8 +117,11 @@ def command(
              f"stops early. {_both(_TASK.training.patience or 0, _DATA.training.patience)}"
     )] = None,
     eval_every: Annotated[int, typer.Option(
-        help="Evaluate for model selection every N steps; 0: after every epoch.")] = 0,
-    batch_size: Annotated[int, typer.Option(help="Examples per step.")] = 32,
+        help="Evaluate for model selection every N steps; 0: after every epoch.")
+    ] = field_default(TrainConfig, "eval_every"),
+    batch_size: Annotated[
+        int, typer.Option(help="Examples per step.")
+    ] = field_default(TrainConfig, "batch_size"),
     lr: Annotated[float | None, typer.Option(
         "--lr", help="Peak learning rate (AdamW). "
                      f"{_both(_TASK.training.learning_rate, _DATA.training.learning_rate)}"
@@ -122,13 +147,15 @@ def command(
         help="Evaluate and keep a moving average of the weights with this decay (0: off). "
              f"{_both(_TASK.training.weight_average, _DATA.training.weight_average)}"
     )] = None,
-    seed: SeedOption = 0,
-    n_train: Annotated[int, typer.Option(help="Training examples of a built-in task.")] = 4000,
-    n_eval: Annotated[int, typer.Option(help="Held-out examples of a built-in task.")] = 1000,
+    seed: SeedOption = field_default(TrainConfig, "seed"),
+    n_train: Annotated[int, typer.Option(help="Training examples of a built-in task.")] = N_TRAIN,
+    n_eval: Annotated[int, typer.Option(help="Held-out examples of a built-in task.")] = N_EVAL,
     n_val: Annotated[int | None, typer.Option(
         help="Validation examples of a built-in task, for model selection; 0: select on the "
              f"held-out set. [default: {_TASK.n_val}]")] = None,
-    eval_fraction: Annotated[float, typer.Option(help="Held-out share of a JSONL file.")] = 0.2,
+    eval_fraction: Annotated[
+        float, typer.Option(help="Held-out share of a JSONL file.")
+    ] = EVAL_FRACTION,
     val_fraction: Annotated[float | None, typer.Option(
         help="Share of a JSONL file's training part kept apart for model selection; 0: select "
              f"on the held-out part. [default: {_DATA.val_fraction:g}]")] = None,
@@ -141,13 +168,19 @@ def command(
     max_seconds: Annotated[
         float | None, typer.Option(help="Stop training after this many seconds.")
     ] = None,
-    qvi_form: Annotated[QVIForm, typer.Option(help="QVI form.")] = QVIForm.pooled,
-    aux: Annotated[AuxNetwork, typer.Option(help="GA-Net auxiliary network.")] = AuxNetwork.mlp,
-    temperature: Annotated[float, typer.Option(help="GA-Net Gumbel-sigmoid temperature.")] = 1.0,
+    qvi_form: Annotated[
+        QVIForm, typer.Option(help="QVI form.")
+    ] = QVIForm(field_default(QVIConfig, "form")),
+    aux: Annotated[
+        AuxNetwork, typer.Option(help="GA-Net auxiliary network.")
+    ] = AuxNetwork(_ganet("aux")),
+    temperature: Annotated[
+        float, typer.Option(help="GA-Net Gumbel-sigmoid temperature.")
+    ] = _ganet("temperature"),
     density_weight: Annotated[
         float, typer.Option(help="GA-Net density penalty weight (lambda); with a density "
                             "target, its starting value.")
-    ] = 4e-4,
+    ] = _ganet("density_weight"),
     density_target: Annotated[float | None, typer.Option(
         help="GA-Net: the held-out gate density to reach; the penalty weight adapts during "
              "training. 0: no target, a fixed --density-weight. "
@@ -157,13 +190,21 @@ def command(
              "this. 0: leave the threshold at 0. "
              f"{_both(_TASK.training.density_calibrate, _DATA.training.density_calibrate)}"
     )] = None,
-    gate_mode: Annotated[GateMode, typer.Option(help="GA-Net eval gates.")] = GateMode.threshold,
+    gate_mode: Annotated[
+        GateMode, typer.Option(help="GA-Net eval gates.")
+    ] = GateMode(_ganet("gate_mode")),
     straight_through: Annotated[
         bool, typer.Option(help="GA-Net straight-through hard gates in training.")
-    ] = False,
-    alpha: Annotated[float, typer.Option(help="Evolving: weight of the previous logits.")] = 0.5,
-    beta: Annotated[float, typer.Option(help="Evolving: weight of the conv branch.")] = 1.0,
-    negative_slope: Annotated[float, typer.Option(help="Evolving: LeakyReLU slope.")] = 0.0,
+    ] = _ganet("straight_through"),
+    alpha: Annotated[
+        float, typer.Option(help="Evolving: weight of the previous logits.")
+    ] = _evolving("alpha"),
+    beta: Annotated[
+        float, typer.Option(help="Evolving: weight of the conv branch.")
+    ] = _evolving("beta"),
+    negative_slope: Annotated[
+        float, typer.Option(help="Evolving: LeakyReLU slope.")
+    ] = _evolving("negative_slope"),
     option: Annotated[
         list[str] | None,
         typer.Option("--option", help="A field of the variant's own config as NAME=VALUE "

@@ -111,6 +111,13 @@ REAL_TEXT = TrainConfig(
 DEFAULT_DENSITY_TARGET = 0.3
 
 
+# How much data `load_training_data` makes or keeps unless told: a built-in task's training and
+# held-out examples, and a JSONL file's held-out share.
+N_TRAIN = 4000
+N_EVAL = 1000
+EVAL_FRACTION = 0.2
+
+
 @dataclass(frozen=True)
 class Defaults:
     """What `attndeploy train` uses for one kind of data unless told otherwise."""

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from attndeploy.training.config import EVAL_FRACTION, N_EVAL, N_TRAIN
+
 
 @dataclass
 class TrainingData:
@@ -28,9 +30,9 @@ def load_training_data(
     task: str | None,
     data_file: Any = None,
     seed: int = 0,
-    n_train: int = 4000,
-    n_eval: int = 1000,
-    eval_fraction: float = 0.2,
+    n_train: int = N_TRAIN,
+    n_eval: int = N_EVAL,
+    eval_fraction: float = EVAL_FRACTION,
     max_seq: int = 128,
     val_fraction: float = 0.0,
     n_val: int = 0,

@@ -10,6 +10,7 @@ import typer
 
 from attndeploy.cli.app import app
 from attndeploy.cli.defaults import field_default, number_list, parameter_default
+from attndeploy.config import ModelConfig
 from attndeploy.deploy.options import KubernetesOptions
 from attndeploy.quickstart.options import QuickstartOptions
 from attndeploy.runtime.model import InferenceModel
@@ -17,6 +18,11 @@ from attndeploy.serving.client.infer import infer_request
 from attndeploy.serving.loadtest import LoadTestConfig
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY, PackageOptions
 from attndeploy.serving.server import TritonServer, start_background
+from attndeploy.training.config import TrainConfig
+from attndeploy.training.data import load_training_data
+from attndeploy.variants.evolving.config import EvolvingConfig
+from attndeploy.variants.ganet.config import GANetConfig
+from attndeploy.variants.qvi.config import QVIConfig
 
 
 def _config(name: str) -> Any:
@@ -51,6 +57,18 @@ LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
         for name in ("workdir", "repo", "steps", "serve")
     },
     "predict": {"batch_size": parameter_default(InferenceModel.predict, "batch_size")},
+    "train": {
+        "max_seq": field_default(ModelConfig, "max_seq"),
+        **{name: field_default(TrainConfig, name) for name in ("batch_size", "eval_every", "seed")},
+        "n_train": parameter_default(load_training_data, "n_train"),
+        "n_eval": parameter_default(load_training_data, "n_eval"),
+        "eval_fraction": parameter_default(load_training_data, "eval_fraction"),
+        "qvi_form": field_default(QVIConfig, "form"),
+        **{name: field_default(GANetConfig, name)
+           for name in ("aux", "temperature", "density_weight", "gate_mode", "straight_through")},
+        **{name: field_default(EvolvingConfig, name)
+           for name in ("alpha", "beta", "negative_slope")},
+    },
     "package": {
         name: field_default(PackageOptions, name)
         for name in ("flavor", "version", "max_batch_size", "instances", "kind",
