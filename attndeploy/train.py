@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -72,7 +73,8 @@ def task_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float
     return F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
 
 
-def _learning_rate_factor(step: int, config: TrainConfig, horizon: int | None = None) -> float:
+def learning_rate_factor(step: int, config: TrainConfig, horizon: int | None = None
+                         ) -> float:
     """Linear warm-up, then cosine decay to 0 at `horizon` steps (default `config.steps`)."""
     horizon = config.steps if horizon is None else horizon
     if step < config.warmup_steps:
@@ -160,32 +162,65 @@ def train(
     eval_every: int | None = None,
     val_set: Any = None,
 ) -> TrainResult:
-    """Train a fresh model; returns it in eval mode with metrics on `eval_set`.
-
-    Model selection (`keep_best`, `patience`, the density target's choice) reads `val_set` when
-    one is given, else `eval_set`. `eval_every` overrides `config.eval_every`. Each entry of
-    `evaluations` records the step, the epoch, the training time so far (evaluation time
-    excluded) and the selection set's metrics.
-    """
-    if not len(train_set):
-        raise ConfigError("the training set is empty")
+    """Train a fresh model; returns it in eval mode with metrics on `eval_set` (see `fit`)."""
     torch.manual_seed(config.seed)
     model = build_model(model_config)
     if config.embedding_init:
         _init_embeddings(model, config.embedding_init)
+
+    def drop_words(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   generator: torch.Generator) -> torch.Tensor:
+        return _drop_words(input_ids, attention_mask, config.word_dropout, generator)
+
+    return fit(
+        model, train_set, eval_set, config,
+        density_weight=model_config.ganet.density_weight if model.is_gated else 0.0,
+        label=f"train {model_config.variant}", progress=progress, eval_every=eval_every,
+        val_set=val_set, corrupt=drop_words if config.word_dropout else None,
+        clean_gates=model.eval_gates,
+    )
+
+
+def fit(
+    model: Any,
+    train_set: Any,
+    eval_set: Any,
+    config: TrainConfig,
+    *,
+    density_weight: float = 0.0,
+    label: str = "train",
+    progress: bool = True,
+    eval_every: int | None = None,
+    val_set: Any = None,
+    corrupt: Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor] | None = None,
+    clean_gates: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> TrainResult:
+    """Train `model` in place (a built-in model or a converted Hugging Face one: both take
+    `(input_ids, attention_mask, details=True)`); returns it in eval mode with metrics on
+    `eval_set`.
+
+    Model selection (`keep_best`, `patience`, the density target's choice) reads `val_set` when
+    one is given, else `eval_set`. `eval_every` overrides `config.eval_every`. Each entry of
+    `evaluations` records the step, the epoch, the training time so far (evaluation time
+    excluded) and the selection set's metrics. `density_weight` is GA-Net's starting λ.
+    `corrupt(input_ids, attention_mask, generator)` replaces tokens of a training batch (word
+    dropout); `clean_gates(input_ids, attention_mask)` gives the eval-mode gates of the
+    uncorrupted batch, which the density controller then steers.
+    """
+    if not len(train_set):
+        raise ConfigError("the training set is empty")
     model.train()
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
     steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
-    horizon = config.steps
+    horizon = config.steps  # the most steps the run can take: the schedule ends there
     if config.max_epochs is not None:
         horizon = min(horizon, config.max_epochs * steps_per_epoch)
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: _learning_rate_factor(step, config, horizon)
+        optimizer, lambda step: learning_rate_factor(step, config, horizon)
     )
     controller = None
-    density_weight = model_config.ganet.density_weight if model.is_gated else 0.0
     if model.is_gated and config.density_target is not None:
         controller = DensityController(config.density_target, density_weight,
                                        rate=config.density_rate)
@@ -232,7 +267,7 @@ def train(
         return "steps" if step >= horizon else None
 
     bar = Progress(
-        TextColumn(f"[bold]train {model_config.variant}"), BarColumn(),
+        TextColumn(f"[bold]{label}"), BarColumn(),
         TextColumn("{task.completed}/{task.total} steps"), TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(), disable=not progress, transient=False,
     )
@@ -245,9 +280,8 @@ def train(
                 bucket=config.bucket_by_length,
             ):
                 clean_ids = input_ids
-                if config.word_dropout:
-                    input_ids = _drop_words(input_ids, attention_mask, config.word_dropout,
-                                            generator)
+                if corrupt is not None:
+                    input_ids = corrupt(input_ids, attention_mask, generator)
                 out = model(input_ids, attention_mask, details=True)
                 loss = task_loss(out["logits"], labels, config.label_smoothing)
                 total = loss
@@ -256,12 +290,13 @@ def train(
                 optimizer.zero_grad(set_to_none=True)
                 total.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                learning_rate = optimizer.param_groups[0]["lr"]  # this step's
                 optimizer.step()
                 schedule.step()
                 if average is not None:
                     average.update()
                 step += 1
-                record = {"step": step, "loss": loss.item()}
+                record = {"step": step, "loss": loss.item(), "learning_rate": learning_rate}
                 if "density_penalty" in out:
                     record["soft_density"] = out["density_penalty"].item()
                     record["density"] = _batch_density(out["gates"], attention_mask)
@@ -273,8 +308,8 @@ def train(
                         # Steer what evaluation measures: the gates of the words themselves,
                         # not of the <unk> that word dropout put in their place.
                         clean = record["density"]
-                        if clean_ids is not input_ids:
-                            clean = _batch_density(model.eval_gates(clean_ids, attention_mask),
+                        if clean_gates is not None and clean_ids is not input_ids:
+                            clean = _batch_density(clean_gates(clean_ids, attention_mask),
                                                    attention_mask)
                             record["clean_density"] = clean
                         density_weight = (0.0 if goal is None
@@ -314,6 +349,7 @@ def train(
     summary = {
         "config": asdict(config),
         "steps_done": step,
+        "horizon_steps": horizon,
         "epochs_done": round(step / steps_per_epoch, 3),
         "steps_per_epoch": steps_per_epoch,
         "stopped_by": reason,

@@ -32,15 +32,11 @@ whichever is fewer). The bag-of-words baseline (on the texts' words) joins the h
 
 from __future__ import annotations
 
-import math
-import time
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from attndeploy.data import TextDataset
 from attndeploy.errors import CheckpointError, ConfigError
@@ -59,12 +55,8 @@ from attndeploy.integrations.hf_data import (
 )
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
 from attndeploy.integrations.transformers import convert, variant_config
-from attndeploy.models import count_parameters
-from attndeploy.train import TrainConfig, evaluate, task_loss
-from attndeploy.training.averaging import WeightAverage
+from attndeploy.train import TrainConfig, TrainResult, fit
 from attndeploy.training.baseline import compare_with_baseline
-from attndeploy.training.density import DensityController
-from attndeploy.training.selection import BestTracker
 
 # ----------------------------------------------------------------------------- the model
 
@@ -107,21 +99,7 @@ def build_classifier(
 # ----------------------------------------------------------------------------- training
 
 
-@dataclass
-class HFTrainResult:
-    model: HFClassifier
-    metrics: dict[str, Any]
-    summary: dict[str, Any]
-    history: list[dict[str, float]]
-    evaluations: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _learning_rate_factor(step: int, config: TrainConfig, horizon: int) -> float:
-    """Linear warm-up over `warmup_steps`, then cosine decay to 0 at `horizon` steps."""
-    if step < config.warmup_steps:
-        return (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, horizon - config.warmup_steps)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+HFTrainResult = TrainResult  # the fine-tuned HFClassifier, its metrics, summary and history
 
 
 def _drop_pieces(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: float, unk: int,
@@ -138,143 +116,30 @@ def fine_tune(
     density_weight: float = 0.0, val_set: TextDataset | None = None,
     tokenizer: WordPieceTokenizer | None = None, progress: bool = True,
 ) -> HFTrainResult:
-    """Train `model` in place with `attndeploy train`'s loop (module docstring); returns it in
-    eval mode with metrics on `eval_set`. Selection reads `val_set` when given, else
-    `eval_set`; word dropout needs the `tokenizer` (its [UNK], [CLS] and [SEP])."""
+    """Train `model` in place with `attndeploy train`'s loop (`attndeploy.train.fit`); returns it
+    in eval mode with metrics on `eval_set`. Selection reads `val_set` when given, else
+    `eval_set`; word dropout needs the `tokenizer` (its [UNK], [CLS] and [SEP]). The gate
+    threshold is not calibrated (`density_calibrate` is set to None)."""
     if not len(train_set):
         raise ConfigError("the training set is empty")
     if config.word_dropout and tokenizer is None:
         raise ConfigError("word dropout needs the tokenizer (its [UNK], [CLS] and [SEP] ids)")
-    torch.manual_seed(config.seed)
-    model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate,
-                                  weight_decay=config.weight_decay)
-    steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
-    horizon = config.steps  # the most steps the run can take: the schedule ends there
-    if config.max_epochs is not None:
-        horizon = min(horizon, config.max_epochs * steps_per_epoch)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: _learning_rate_factor(step, config, horizon))
-    controller = None
-    if model.is_gated and config.density_target is not None:
-        controller = DensityController(config.density_target, density_weight,
-                                       rate=config.density_rate)
-        density_weight = controller.weight
-    average = WeightAverage(model, config.weight_average) if config.weight_average else None
-    select_set = eval_set if val_set is None else val_set
-    selecting = config.keep_best or config.patience is not None
-    tracker = BestTracker(patience=config.patience,
-                          density_target=config.density_target if model.is_gated else None)
-    keep = torch.tensor([tokenizer.cls_id, tokenizer.sep_id]) if tokenizer is not None else None
-    generator = torch.Generator().manual_seed(config.seed)
-    history: list[dict[str, float]] = []
-    evaluations: list[dict[str, Any]] = []
-    started, paused, step, status = time.perf_counter(), 0.0, 0, ""
+    torch.manual_seed(config.seed)  # the model is built: seed what training draws
+    corrupt = None
+    if config.word_dropout:
+        keep = torch.tensor([tokenizer.cls_id, tokenizer.sep_id])
 
-    def run_evaluation() -> None:  # evaluation time is not training time
-        nonlocal paused, status
-        pause_start = time.perf_counter()
-        with average.swapped_in() if average is not None else nullcontext():
-            record = {"step": step, "epoch": round(step / steps_per_epoch, 3),
-                      "train_seconds": round(pause_start - started - paused, 3),
-                      **evaluate(model, select_set)}
-            if controller is not None:
-                record["density_weight"] = controller.weight
-            evaluations.append(record)
-            if selecting:
-                tracker.offer(record, model)  # copies the weights evaluated
-                status = (f"best {tracker.best['accuracy']:.3f} @ epoch "
-                          f"{tracker.best['epoch']:g}")
-        paused += time.perf_counter() - pause_start
+        def corrupt(input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    generator: torch.Generator) -> torch.Tensor:
+            return _drop_pieces(input_ids, attention_mask, config.word_dropout,
+                                tokenizer.unk_id, keep, generator)
 
-    def stop_reason() -> str | None:
-        if config.max_seconds and time.perf_counter() - started - paused >= config.max_seconds:
-            return "time"
-        if tracker.should_stop:
-            return "patience"
-        return "steps" if step >= horizon else None
-
-    bar = Progress(
-        TextColumn(f"[bold]fine-tune {model.config.architecture} / {model.config.variant}"),
-        BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
-        TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not progress,
+    return fit(
+        model, train_set, eval_set, replace(config, density_calibrate=None),
+        density_weight=density_weight,
+        label=f"fine-tune {model.config.architecture} / {model.config.variant}",
+        progress=progress, val_set=val_set, corrupt=corrupt,
     )
-    with bar:
-        task, reason = bar.add_task("train", total=horizon, status=""), None
-        while reason is None:
-            for input_ids, attention_mask, labels in train_set.batches(
-                config.batch_size, shuffle=True, generator=generator,
-                bucket=config.bucket_by_length,
-            ):
-                if config.word_dropout:
-                    input_ids = _drop_pieces(input_ids, attention_mask, config.word_dropout,
-                                             tokenizer.unk_id, keep, generator)
-                out = model(input_ids, attention_mask, details=True)
-                loss = task_loss(out["logits"], labels, config.label_smoothing)
-                total = loss
-                if "density_penalty" in out:
-                    total = loss + density_weight * out["density_penalty"]
-                optimizer.zero_grad(set_to_none=True)
-                total.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                record = {"step": step + 1, "loss": loss.item(),
-                          "learning_rate": optimizer.param_groups[0]["lr"]}
-                optimizer.step()
-                schedule.step()
-                if average is not None:
-                    average.update()
-                step += 1
-                if "density_penalty" in out:
-                    record["soft_density"] = out["density_penalty"].item()
-                    mask = attention_mask != 0
-                    density = float(((out["gates"] & mask).sum(-1) / mask.sum(-1)).mean())
-                    record["density"] = density
-                    if controller is not None:
-                        record["density_weight"] = density_weight
-                        density_weight = controller.update(density)
-                history.append(record)
-                bar.update(task, advance=1, status=f"epoch {step / steps_per_epoch:.1f} "
-                                                   f"loss {record['loss']:.3f} {status}")
-                if config.eval_every and step % config.eval_every == 0:
-                    run_evaluation()
-                if (reason := stop_reason()) is not None:
-                    break
-            else:  # a whole epoch
-                if not config.eval_every and selecting:
-                    run_evaluation()
-                    reason = stop_reason()
-    if reason == "steps" and horizon < config.steps:
-        reason = "epochs"
-    seconds = time.perf_counter() - started - paused
-    if selecting and (not evaluations or evaluations[-1]["step"] != step):
-        run_evaluation()  # the last step is a candidate too
-    if config.keep_best and tracker.best is not None:
-        tracker.restore(model)
-    elif average is not None:
-        average.copy_to_model()
-    model.eval()
-    metrics = evaluate(model, eval_set)
-    best = tracker.best if config.keep_best else None
-    metrics["best_step"] = best["step"] if best else step
-    metrics["best_epoch"] = best["epoch"] if best else round(step / steps_per_epoch, 3)
-    if controller is not None:
-        metrics["density_target"] = config.density_target
-    selected_on = (None if not selecting else "validation" if val_set is not None
-                   else "held_out")
-    summary = {
-        "config": asdict(config), "steps_done": step, "horizon_steps": horizon,
-        "epochs_done": round(step / steps_per_epoch, 3), "steps_per_epoch": steps_per_epoch,
-        "stopped_by": reason, "selected_on": selected_on, "evaluations": len(evaluations),
-        "best_step": metrics["best_step"], "best_epoch": metrics["best_epoch"],
-        "seconds": round(seconds, 3), "wall_seconds": round(time.perf_counter() - started, 3),
-        "parameters": count_parameters(model),
-        "final_loss": history[-1]["loss"] if history else None,
-    }
-    if best is not None and val_set is not None:
-        summary["validation_accuracy"] = best["accuracy"]
-    if controller is not None:
-        summary["final_density_weight"] = controller.weight
-    return HFTrainResult(model, metrics, summary, history, evaluations)
 
 
 def train_hf_checkpoint(
