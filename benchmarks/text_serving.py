@@ -62,6 +62,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python benchmarks/text_serving.py` from a checkout
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from predict import prepare_model  # noqa: E402  (the same trained and exported model)
 
 from attndeploy.fsutil import atomic_write_text  # noqa: E402
 from attndeploy.serving.packaging.options import PackageOptions  # noqa: E402
@@ -70,24 +73,6 @@ TARGET = 0.8  # text-model throughput / id-model throughput at concurrency TARGE
 TARGET_LEVEL = 16
 TASK = "sparse_evidence"
 VARIANTS = ("standard", "qvi", "ganet", "evolving")
-
-
-def prepare_model(variant: str, workdir: Path, steps: int, max_seconds: float) -> dict[str, Any]:
-    """Train (or reuse) and export the quickstart's model of `variant` (as predict.py does)."""
-    from attndeploy.quickstart.pipeline import (
-        QuickstartOptions,
-        export_or_reuse,
-        train_or_reuse,
-    )
-
-    options = QuickstartOptions(workdir=workdir, variants=(variant,), steps=steps,
-                                max_train_seconds=max_seconds)
-    ckpt = workdir / "checkpoints" / f"{variant}-steps{steps}"
-    onnx_path = workdir / "onnx" / f"{variant}-steps{steps}.onnx"
-    _, reused_ckpt, _ = train_or_reuse(variant, ckpt, options, print, False)
-    reused_onnx, _ = export_or_reuse(variant, ckpt, onnx_path, print)
-    return {"variant": variant, "onnx": str(onnx_path), "train_steps": steps,
-            "reused_checkpoint": reused_ckpt, "reused_export": reused_onnx}
 
 
 def write_texts(path: Path | None, n: int, seed: int, out: Path) -> tuple[Path, str]:
