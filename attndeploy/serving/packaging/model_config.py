@@ -160,19 +160,25 @@ def python_parameters(info: ModelInfo, options: PackageOptions) -> dict[str, str
     return parameters
 
 
-def build_config(
-    info: ModelInfo, options: PackageOptions, *, name: str, flavor: Flavor
-) -> mc.ModelConfig:
-    """The `ModelConfig` of model `name` in `flavor` (python or onnxruntime, not both)."""
+def _new_config(name: str, flavor: Flavor) -> mc.ModelConfig:
+    """An empty config of model `name` on `flavor`'s backend (one concrete flavour)."""
     if flavor is Flavor.BOTH:
-        raise ValueError("build_config takes one concrete flavor; expand `both` first")
-    interface = info.interface
+        raise ValueError("a model config takes one concrete flavor; expand `both` first")
     cfg = mc.ModelConfig()
     cfg.name = name
     if flavor is Flavor.PYTHON:
         cfg.backend = PYTHON_BACKEND
     else:
         cfg.platform = ONNXRUNTIME_PLATFORM
+    return cfg
+
+
+def build_config(
+    info: ModelInfo, options: PackageOptions, *, name: str, flavor: Flavor
+) -> mc.ModelConfig:
+    """The `ModelConfig` of model `name` in `flavor` (python or onnxruntime, not both)."""
+    interface = info.interface
+    cfg = _new_config(name, flavor)
     _set_version_policy(cfg, options.version)
     _set_batching(cfg, options)
     _set_io(
@@ -196,14 +202,7 @@ def build_generic_config(
 ) -> mc.ModelConfig:
     """The `ModelConfig` of a generic model (`generic.py`): I/O from the graph, batching only
     over a shared batch dim, no warm-up, and for the python flavour only `ORT_THREADS`."""
-    if flavor is Flavor.BOTH:
-        raise ValueError("build_generic_config takes one concrete flavor; expand `both` first")
-    cfg = mc.ModelConfig()
-    cfg.name = name
-    if flavor is Flavor.PYTHON:
-        cfg.backend = PYTHON_BACKEND
-    else:
-        cfg.platform = ONNXRUNTIME_PLATFORM
+    cfg = _new_config(name, flavor)
     _set_version_policy(cfg, options.version)
     if info.batched:
         _set_batching(cfg, options)
