@@ -309,6 +309,18 @@ def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
         raise
 
 
+def write_files(folder: Path, files: dict[str, str | bytes]) -> None:
+    """Write `{relative path: content}` into `folder` (a staging folder of `atomic_directory`),
+    making sub-folders; str content as UTF-8 text."""
+    for relative, content in files.items():
+        target = Path(folder) / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content, encoding="utf-8")
+
+
 def _remove_empty(folders: list[Path]) -> None:
     """Remove the folders a failed write created (deepest first), if they are still empty."""
     for folder in folders:

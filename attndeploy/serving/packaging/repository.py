@@ -40,6 +40,7 @@ from attndeploy.fsutil import (
     check_output_dir,
     file_sha256,
     remove_stale_temporaries_in,
+    write_files,
 )
 from attndeploy.serving.packaging.generic import GenericInfo, read_generic_info
 from attndeploy.serving.packaging.model_config import (
@@ -178,14 +179,7 @@ def _write_model(
     cfg = (build_generic_config(info, options, name=name, flavor=flavor) if generic
            else build_config(info, options, name=name, flavor=flavor))
     (staging / CONFIG_FILE).write_text(serialize_config(cfg), encoding="utf-8")
-    files = {} if generic else model_files(info, options)
-    for relative, content in files.items():
-        target = staging / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            target.write_bytes(content)
-        else:
-            target.write_text(content, encoding="utf-8")
+    write_files(staging, {} if generic else model_files(info, options))
     version_dir = staging / str(options.version)
     version_dir.mkdir()
     shutil.copyfile(onnx_path, version_dir / MODEL_FILE)

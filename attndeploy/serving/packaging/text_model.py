@@ -50,6 +50,7 @@ import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
+from attndeploy.fsutil import write_files
 from attndeploy.interface import CLASSIFICATION, TAGGING
 from attndeploy.runtime.shipping import TOKENIZER_TYPES, runtime_sources
 from attndeploy.serving.packaging import model_config as cfgmod
@@ -236,13 +237,7 @@ def write_text_model(staging: Path, info: ModelInfo, record: dict[str, Any], opt
     """Write every file of text model `name` into the empty folder `staging`."""
     cfg = build_text_config(info, options, name=name, id_model=id_model)
     (staging / cfgmod.CONFIG_FILE).write_text(cfgmod.serialize_config(cfg), encoding="utf-8")
-    for relative, content in text_model_files(info, record, options.version).items():
-        target = staging / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            target.write_bytes(content)
-        else:
-            target.write_text(content, encoding="utf-8")
+    write_files(staging, text_model_files(info, record, options.version))
 
 
 # --------------------------------------------------------------------------- reading a repository
