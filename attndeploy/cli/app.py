@@ -62,7 +62,7 @@ def main() -> None:
     any other exception is a bug: one line that says so and where its traceback was saved.
     """
     # old `--json PATH` forms still work
-    args, warnings = rewrite_json_path(sys.argv[1:], takes_json_out)
+    args, warnings = rewrite_json_path(sys.argv[1:])
     for warning in warnings:
         print_warning(warning)
     try:
@@ -93,14 +93,6 @@ def main() -> None:
     if code == INTERRUPTED:
         interrupted()
     raise SystemExit(code if isinstance(code, int) else 0)
-
-
-def takes_json_out(command: str) -> bool:
-    """Whether `command` declares `--json-out` (where the old `--json PATH` is rewritten)."""
-    click_command = typer.main.get_command(app).commands.get(command)  # type: ignore[attr-defined]
-    return click_command is not None and any(
-        "--json-out" in param.opts for param in click_command.params
-    )
 
 
 def interrupted() -> None:

@@ -8,7 +8,7 @@ report written to a file is `--json-out PATH`. `validate` and `loadtest` used to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 JSON_PATH_COMMANDS = frozenset({"validate", "loadtest"})
 JSON_PATH_WARNING = "--json PATH is deprecated; use --json-out PATH"
@@ -27,14 +27,10 @@ def _is_positional(command: str, value: str) -> bool:
     return value.endswith(".onnx") or Path(value).is_dir()
 
 
-def rewrite_json_path(
-    args: Sequence[str], takes_json_out: Callable[[str], bool] = lambda command: True
-) -> tuple[list[str], list[str]]:
-    """(the arguments with old `--json PATH` forms rewritten, the warnings to print).
-
-    Only for a command that `takes_json_out` (one still declaring `--json PATH` keeps it)."""
+def rewrite_json_path(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the arguments with old `--json PATH` forms rewritten, the warnings to print)."""
     out = list(args)
-    if not out or out[0] not in JSON_PATH_COMMANDS or not takes_json_out(out[0]):
+    if not out or out[0] not in JSON_PATH_COMMANDS:
         return out, []
     command = out[0]
     rewritten = [command]
