@@ -36,6 +36,8 @@ from attndeploy.variants.ganet.config import GANetConfig  # noqa: E402
 # label -> (GANetConfig fields, TrainConfig fields) changed from the --data defaults
 VARIATIONS = {
     "default": ({}, {}),
+    "concrete": ({"relaxation": "concrete"}, {}),
+    "concrete_tau0.5": ({"relaxation": "concrete", "temperature": 0.5}, {}),
     "tau0.5": ({"temperature": 0.5}, {}),
     "straight_through": ({"straight_through": True}, {}),
     "conv_gates": ({"aux": "conv"}, {}),
@@ -66,7 +68,7 @@ def main() -> None:
                 config = ModelConfig(vocab_size=len(data.tokenizer),
                                      num_labels=len(data.label_names), variant="ganet",
                                      head=data.head, max_seq=128, **REAL_TEXT_DEFAULTS.model,
-                                     ganet=GANetConfig(**gates))
+                                     ganet=GANetConfig(**{**REAL_TEXT_DEFAULTS.ganet, **gates}))
                 cpu = time.process_time()
                 result = train(config, data.train_set, data.eval_set, training, progress=False,
                                val_set=data.val_set)

@@ -77,8 +77,9 @@ def run_one(data, variant: str, args: argparse.Namespace, *, dense: bool = False
     sub = {}
     if variant != "ganet" or dense:
         training = dataclasses.replace(training, density_target=None)
-    if variant == "ganet" and dense:
-        sub["ganet"] = GANetConfig(density_weight=0.0)
+    if variant == "ganet":
+        sub["ganet"] = GANetConfig(**REAL_TEXT_DEFAULTS.ganet,
+                                   **({"density_weight": 0.0} if dense else {}))
     config = ModelConfig(vocab_size=len(data.tokenizer), num_labels=len(data.label_names),
                          variant=variant, head=data.head, max_seq=128,
                          **REAL_TEXT_DEFAULTS.model, **sub)
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> dict:
         "checks": targets,
         "all_met": all(c["met"] for c in targets),
         "settings": {"defaults": dataclasses.asdict(REAL_TEXT_DEFAULTS.training),
-                     "model": REAL_TEXT_DEFAULTS.model,
+                     "model": REAL_TEXT_DEFAULTS.model, "ganet": REAL_TEXT_DEFAULTS.ganet,
                      "val_fraction": REAL_TEXT_DEFAULTS.val_fraction,
                      "min_freq": REAL_TEXT_DEFAULTS.min_freq, "split": split,
                      "threads": args.threads, "seed": args.seed, "quick": args.quick},

@@ -35,6 +35,11 @@ class GateMode(str, Enum):
     sample = "sample"
 
 
+class GateRelaxation(str, Enum):
+    concrete = "concrete"
+    hard_concrete = "hard_concrete"
+
+
 CheckpointArg = Annotated[
     Path, typer.Argument(help="Checkpoint directory (config.json + model.safetensors).")
 ]

@@ -14,6 +14,7 @@ from attndeploy.cli.options import (
     Family,
     ForceFlag,
     GateMode,
+    GateRelaxation,
     JsonFlag,
     QVIForm,
     SeedOption,
@@ -38,6 +39,11 @@ _TASK, _DATA = TASK_DEFAULTS, REAL_TEXT_DEFAULTS
 
 def _ganet(field: str) -> Any:
     return field_default(GANetConfig, field)
+
+
+def _ganet_default(defaults: Any, field: str) -> Any:
+    """GA-Net's default for one kind of data: the preset's override, else the config's."""
+    return defaults.ganet.get(field, _ganet(field))
 
 
 def _evolving(field: str) -> Any:
@@ -196,6 +202,11 @@ def command(
     straight_through: Annotated[
         bool, typer.Option(help="GA-Net straight-through hard gates in training.")
     ] = _ganet("straight_through"),
+    relaxation: Annotated[GateRelaxation | None, typer.Option(
+        help="GA-Net training gates: the paper's binary concrete, or hard concrete (closed "
+             "gates exactly 0, as at inference). "
+             f"{_both(_ganet_default(_TASK, 'relaxation'), _ganet_default(_DATA, 'relaxation'))}"
+    )] = None,
     alpha: Annotated[
         float, typer.Option(help="Evolving: weight of the previous logits.")
     ] = _evolving("alpha"),
@@ -230,9 +241,12 @@ def command(
     check_output_dir(out)  # a file in the way, a read-only place: refused before training
     if family is Family.bilstm:
         aux = AuxNetwork.bilstm  # the paper's model always gates with a BiLSTM
+    defaults = _DATA if data is not None else _TASK  # what an option left out means
     ganet = GANetConfig(
         aux=aux.value, temperature=temperature, density_weight=density_weight,
         gate_mode=gate_mode.value, straight_through=straight_through,
+        relaxation=(_ganet_default(defaults, "relaxation") if relaxation is None
+                    else relaxation.value),
     )
     evolving = EvolvingConfig(alpha=alpha, beta=beta, negative_slope=negative_slope)
     qvi = QVIConfig(form=qvi_form.value)
@@ -243,7 +257,6 @@ def command(
             raise ConfigError(f"variant {spec.name!r} has no options")
         base = sub_configs.get(spec.name) or spec.config()
         sub_configs[spec.name] = with_options(base, option, spec.name)
-    defaults = _DATA if data is not None else _TASK  # what an option left out means
     preset = defaults.training
 
     def pick(value: Any, default: Any) -> Any:

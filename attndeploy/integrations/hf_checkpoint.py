@@ -49,7 +49,7 @@ from attndeploy.integrations.transformers import (
 )
 from attndeploy.models.inputs import check_model_inputs
 from attndeploy.variants.functional import hard_gates
-from attndeploy.variants.ganet.layer import soft_density
+from attndeploy.variants.ganet.layer import relaxed_gates, soft_density
 from attndeploy.variants.registry import variant_spec
 
 FAMILY = "hf"
@@ -153,6 +153,7 @@ class HFClassifier(nn.Module):
         self.model = model
         self.config = config
         self.temperature = float(config.options.get("temperature", 1.0))
+        self.relaxation = str(config.options.get("relaxation", "concrete"))
         self._gated = variant_spec(config.variant).gated  # once: the registry reads files
 
     @property
@@ -185,7 +186,8 @@ class HFClassifier(nn.Module):
         if details:
             out["gate_logits"] = state.gate_logits
             if self.training:
-                soft = torch.sigmoid(state.gate_logits / self.temperature)  # g_soft [B, T]
+                soft = relaxed_gates(state.gate_logits, self.temperature,
+                                     self.relaxation)  # g_soft [B, T]
                 out["density_penalty"] = soft_density(soft, mask)
         return out
 

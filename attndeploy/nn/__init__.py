@@ -10,7 +10,8 @@ Tensors: `x` float [B, T, D]; `key_padding_mask` bool [B, T], True = real token 
         forward(x, key_padding_mask) -> y [B, T, D]
     GateNetwork(embed_dim, *, kind="mlp"|"conv"|"bilstm", hidden=128)
         forward(x, key_padding_mask) -> gate_logits [B, T]       (+ logistic noise in training)
-    GatedAttention(embed_dim, num_heads, *, temperature=1.0, straight_through=False)
+    GatedAttention(embed_dim, num_heads, *, temperature=1.0, straight_through=False,
+                   relaxation="concrete"|"hard_concrete")
         forward(x, key_padding_mask, gate_logits) -> (y [B, T, D], gates bool [B, T])
     EvolvingAttention(embed_dim, num_heads, *, alpha=0.5, beta=1.0, negative_slope=0.0)
         forward(x, key_padding_mask, prev_logits=None) -> (y [B, T, D], logits [B, H, T, T])

@@ -18,7 +18,7 @@ from attndeploy.serving.client.infer import infer_request
 from attndeploy.serving.loadtest import LoadTestConfig
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY, PackageOptions
 from attndeploy.serving.server import TritonServer, start_background
-from attndeploy.training.config import TrainConfig
+from attndeploy.training.config import REAL_TEXT_DEFAULTS, TASK_DEFAULTS, TrainConfig
 from attndeploy.training.data import load_training_data
 from attndeploy.variants.evolving.config import EvolvingConfig
 from attndeploy.variants.ganet.config import GANetConfig
@@ -96,6 +96,17 @@ def test_serve_background_waits_as_long_as_the_foreground_server() -> None:
     for name in ("grpc_port", "http_port", "metrics_port", "host"):
         assert parameter_default(start_background, name) == _server(name)
     assert parameter_default(start_background, "timeout_s") == _server("ready_timeout_s")
+
+
+def test_the_train_help_shows_each_kind_of_data_its_gate_relaxation() -> None:
+    """`--relaxation` has no single default: a task and --data take their presets' values."""
+    from typer.testing import CliRunner
+
+    assert _cli_defaults("train")["relaxation"] is None
+    task = TASK_DEFAULTS.ganet.get("relaxation", field_default(GANetConfig, "relaxation"))
+    data = REAL_TEXT_DEFAULTS.ganet.get("relaxation", field_default(GANetConfig, "relaxation"))
+    help_text = " ".join(CliRunner().invoke(app, ["train", "--help"]).output.split())
+    assert f"[default: {task} for a task; {data} for --data]" in help_text
 
 
 def test_the_loadtest_help_shows_the_library_defaults() -> None:

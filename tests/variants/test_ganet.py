@@ -17,10 +17,14 @@ from attndeploy.models import build_model
 from attndeploy.train import evaluate
 from attndeploy.variants import functional as Fn
 from attndeploy.variants._common import LayerContext
+from attndeploy.errors import ConfigError
 from attndeploy.variants.ganet.layer import (
+    HARD_CONCRETE_FLOOR,
     GateController,
     _relaxed_probs,
     logistic_noise,
+    relax_gates,
+    relaxed_gates,
     soft_density,
 )
 from tests.cases import CASES_BY_ID, select
@@ -297,9 +301,11 @@ def test_straight_through_forward_is_hard_and_the_gate_gradient_is_the_soft_one(
 # ----------------------------------------------------------------------------- G7
 
 
-def _controller(temperature: float = 1.0, gate_mode: str = "threshold") -> GateController:
+def _controller(temperature: float = 1.0, gate_mode: str = "threshold",
+                relaxation: str = "concrete") -> GateController:
     config = CASES_BY_ID["ganet_mlp"].config(
-        ganet=GANetConfig(aux_hidden=8, temperature=temperature, gate_mode=gate_mode)
+        ganet=GANetConfig(aux_hidden=8, temperature=temperature, gate_mode=gate_mode,
+                          relaxation=relaxation)
     )
     return GateController(config.d_model, config)
 
@@ -311,6 +317,69 @@ def test_relaxed_gates_lie_strictly_between_zero_and_one():
     assert state.soft_gates is not None and state.log_gates is not None
     assert (state.soft_gates > 0).all() and (state.soft_gates < 1).all()
     assert_close(state.log_gates, torch.log(state.soft_gates), (1e-6, 1e-5))
+
+
+def test_hard_concrete_gates_are_exactly_zero_or_one_when_clear_and_keep_a_gradient_between():
+    logits = torch.tensor([[-9.0, -2.5, -0.3, 0.0, 0.4, 2.5, 9.0]], requires_grad=True)
+    gates = relaxed_gates(logits, 1.0, "hard_concrete")  # σ stretched to (-0.1, 1.1), clipped
+    assert gates[0, :2].eq(0.0).all() and gates[0, -2:].eq(1.0).all()
+    assert ((gates[0, 2:5] > 0) & (gates[0, 2:5] < 1)).all()
+    assert gates[0, 3].item() == pytest.approx(0.5)  # the threshold stays at logit 0
+    (grad,) = torch.autograd.grad(gates.sum(), logits)
+    assert grad[0, :2].eq(0).all() and grad[0, -2:].eq(0).all() and (grad[0, 2:5] > 0).all()
+    concrete = relaxed_gates(logits, 1.0, "concrete")
+    assert ((concrete > 0) & (concrete < 1)).all()
+
+
+def test_a_hard_concrete_closed_key_weighs_nothing_in_training_and_gradients_stay_finite(batch):
+    q, k, v, mask = batch
+    logits = torch.full(mask.shape, 3.0)
+    logits[:, 1] = -2.5  # key 1 closed: the concrete gate still lets σ(-2.5) = 0.08 through
+    logits[:, 0] = 0.2  # key 0 near the threshold: it keeps a gradient
+    logits.requires_grad_()
+    scores = q @ k.transpose(-2, -1)  # [B, H, T, T]
+    probs = {}
+    for relaxation in ("concrete", "hard_concrete"):
+        context = relax_gates(logits, mask, 1.0, False, relaxation)
+        probs[relaxation] = _relaxed_probs(scores, context,
+                                           (slice(None), None, None, slice(None)))
+    assert context.log_gates[0, 1].item() == pytest.approx(math.log(HARD_CONCRETE_FLOOR))
+    real = mask[:, 1]  # the examples where key 1 is a real token
+    ratio = probs["hard_concrete"][real][..., 1] / probs["concrete"][real][..., 1]
+    assert ratio.max().item() < 1e-3  # about 1e-6 / 0.08, up to renormalisation
+    (grad,) = torch.autograd.grad((probs["hard_concrete"] @ v).sum(), logits)
+    assert torch.isfinite(grad).all() and float(grad[:, 0].abs().sum()) > 0
+    assert float(grad[:, 1].abs().sum()) == 0.0  # a clipped gate has no gradient
+
+
+@pytest.mark.parametrize("case_id", GATED_CASES)
+def test_the_relaxation_changes_training_only_eval_outputs_are_the_same(case_id):
+    config = CASES_BY_ID[case_id].config()
+    torch.manual_seed(5)
+    concrete = build_model(config).eval()
+    hard = build_model(dataclasses.replace(
+        config, ganet=dataclasses.replace(config.ganet, relaxation="hard_concrete"))).eval()
+    hard.load_state_dict(concrete.state_dict())
+    ids, am = token_batch([9, 6, 3], 9)
+    first, second = concrete(ids, am), hard(ids, am)
+    assert torch.equal(first["logits"], second["logits"])
+    assert torch.equal(first["gates"], second["gates"])
+
+
+def test_hard_concrete_training_penalises_the_clipped_gates_and_can_close_a_gate_fully():
+    controller = _controller(relaxation="hard_concrete").train()
+    with torch.no_grad():
+        controller.network.score.weight.zero_()
+        controller.network.score.bias.fill_(-40.0)  # every gate clearly closed, noise or not
+    mask = lengths_mask([6, 2], 6)
+    state = controller(randn(2, 6, 16, seed=75), mask)
+    assert state.soft_gates.eq(0.0).all()
+    assert soft_density(state.soft_gates, mask).item() == 0.0
+
+
+def test_an_unknown_relaxation_is_refused():
+    with pytest.raises(ConfigError, match="unknown gate relaxation 'gumbel'"):
+        GANetConfig(relaxation="gumbel")
 
 
 @pytest.mark.parametrize("s", [-2.0, -0.5, 0.0, 1.0, 3.0])

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from attndeploy.configbase import check_types, choice, positive
 from attndeploy.errors import ConfigError
 
+RELAXATIONS = ("concrete", "hard_concrete")
+
 
 @dataclass(frozen=True)
 class GANetConfig:
@@ -16,6 +18,7 @@ class GANetConfig:
     aux_hidden: int = 128
     aux_bias_init: float = 0.0
     temperature: float = 1.0
+    relaxation: str = "concrete"  # training gates: "concrete" (the paper's) or "hard_concrete"
     density_weight: float = 4e-4
     gate_mode: str = "threshold"
     straight_through: bool = False
@@ -25,6 +28,7 @@ class GANetConfig:
         check_types(self)
         choice("ganet aux network", self.aux, ("mlp", "conv", "bilstm"))
         choice("gate_mode", self.gate_mode, ("threshold", "sample"))
+        choice("gate relaxation", self.relaxation, RELAXATIONS)
         positive("aux_hidden", self.aux_hidden)
         positive("temperature", self.temperature)
         if self.density_weight < 0:

@@ -29,6 +29,8 @@ from attndeploy.variants.functional import hard_gates, masked_softmax
 from attndeploy.variants.ganet.config import GANetConfig
 
 NOISE_EPS = 1e-6
+HARD_CONCRETE_STRETCH = (-0.1, 1.1)  # the interval the hard-concrete gate is stretched to
+HARD_CONCRETE_FLOOR = 1e-6  # log of a clipped (closed) training gate: a weight of 1e-6, not 0
 
 
 def logistic_noise(shape: torch.Size, *, like: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -127,8 +129,8 @@ class GateController(nn.Module):
         if not self.training:  # `sample` mode: g = (s + L > 0) ∧ m with the same rescue
             return GateState(noisy, s, None, None, None)
         relaxed = relax_gates(noisy, key_padding_mask, self.config.temperature,
-                              self.config.straight_through)
-        soft = torch.sigmoid(noisy / self.config.temperature)
+                              self.config.straight_through, self.config.relaxation)
+        soft = relaxed_gates(noisy, self.config.temperature, self.config.relaxation)  # [B, T]
         return GateState(noisy, s, relaxed.log_gates, soft, relaxed.hard_gates)
 
     def layer_context(self, state: GateState, key_padding_mask: Tensor) -> LayerContext:
@@ -146,12 +148,37 @@ def soft_density(soft_gates: Tensor, key_padding_mask: Tensor) -> Tensor:
     return ((soft_gates * m).sum(-1) / m.sum(-1).clamp(min=1)).mean()
 
 
+def relaxed_gates(gate_logits: Tensor, temperature: float, relaxation: str = "concrete"
+                  ) -> Tensor:
+    """Training-time gates g [B, T] from decision logits (s + L) (docs/variants.md §3.5).
+
+    `concrete`: g = σ(logits / τ), the paper's binary concrete, always strictly inside (0, 1).
+    `hard_concrete`: that value stretched to (−0.1, 1.1) and clipped to [0, 1] (Louizos et al.,
+    "Learning Sparse Neural Networks through L0 Regularization"): a clearly closed gate is
+    exactly 0 and a clearly open one exactly 1, as eval's hard gates are, while gates near the
+    threshold keep a gradient.
+    """
+    gates = torch.sigmoid(gate_logits / temperature)  # [B, T]
+    if relaxation == "concrete":
+        return gates
+    low, high = HARD_CONCRETE_STRETCH
+    return (gates * (high - low) + low).clamp(0.0, 1.0)  # [B, T]
+
+
 def relax_gates(
-    gate_logits: Tensor, key_padding_mask: Tensor, temperature: float, straight_through: bool
+    gate_logits: Tensor, key_padding_mask: Tensor, temperature: float, straight_through: bool,
+    relaxation: str = "concrete",
 ) -> LayerContext:
-    """Training-time gates from decision logits (s + L): log g_soft = logsigmoid(logits / τ),
-    and for straight-through the hard sampled gates (docs/variants.md §3.5)."""
-    log_gates = F.logsigmoid(gate_logits / temperature)  # [B, T]
+    """Training-time gates from decision logits (s + L): log g_soft (logsigmoid(logits / τ) for
+    the concrete relaxation, which stays finite; log of the clipped gate, floored at
+    `HARD_CONCRETE_FLOOR`, for hard concrete), and for straight-through the hard sampled gates
+    (docs/variants.md §3.5)."""
+    if relaxation == "concrete":
+        log_gates = F.logsigmoid(gate_logits / temperature)  # [B, T]
+    else:
+        gates = relaxed_gates(gate_logits, temperature, relaxation)  # [B, T], exact 0 possible
+        # A clipped gate has no gradient, so the floor only keeps log 0 out of the softmax.
+        log_gates = torch.log(gates.clamp(min=HARD_CONCRETE_FLOOR))  # [B, T]
     hard = hard_gates(gate_logits, key_padding_mask) if straight_through else None
     return LayerContext(key_padding_mask, gate_logits=gate_logits, log_gates=log_gates,
                         hard_gates=hard)
@@ -179,12 +206,14 @@ class GatedAttention(AttentionBase):
     """Multi-head self-attention whose keys are gated (GA-Net, batch first).
 
     `GatedAttention(embed_dim, num_heads, *, bias=True, temperature=1.0, straight_through=False,
-    gather_open_keys=False, scale=None)`.
+    gather_open_keys=False, scale=None, relaxation="concrete")`.
     `forward(x [B,T,D], key_padding_mask bool [B,T], gate_logits [B,T]) -> (y [B,T,D],
     gates bool [B,T])`, `gate_logits` from a `GateNetwork` (share one call between layers).
     Eval: hard gates `(logit > 0) ∧ real` with the all-closed rescue; closed keys weigh exactly
     0; exports as one `attndeploy::GatedAttention` node. Training: relaxed gates
-    g = σ(logits / τ) (soft), or hard forward / soft backward with `straight_through`; `gates`
+    g = σ(logits / τ) (soft; `relaxation="hard_concrete"` stretches and clips it:
+    `relaxed_gates`),
+    or hard forward / soft backward with `straight_through`; `gates`
     are then the hard gates of the logits, for statistics.
     """
 
@@ -198,10 +227,12 @@ class GatedAttention(AttentionBase):
         straight_through: bool = False,
         gather_open_keys: bool = False,
         scale: float | None = None,
+        relaxation: str = "concrete",
     ) -> None:
         super().__init__(embed_dim, num_heads, bias=bias, scale=scale)
-        GANetConfig(temperature=float(temperature))  # validates
+        GANetConfig(temperature=float(temperature), relaxation=relaxation)  # validates
         self.temperature = float(temperature)
+        self.relaxation = relaxation
         self.straight_through = straight_through
         self.gather_open_keys = gather_open_keys
 
@@ -217,7 +248,8 @@ class GatedAttention(AttentionBase):
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gate_logits: Tensor
     ) -> tuple[Tensor, Tensor]:
         if self.training:
-            context = relax_gates(gate_logits, mask, self.temperature, self.straight_through)
+            context = relax_gates(gate_logits, mask, self.temperature, self.straight_through,
+                                  self.relaxation)
             scores = self.scale * (q @ k.transpose(-2, -1))  # [B, H, Tq, Tk]
             probs = _relaxed_probs(scores, context, (slice(None), None, None, slice(None)))
             gates = context.hard_gates
@@ -236,6 +268,7 @@ class GatedAttention(AttentionBase):
             config.d_model, config.n_heads, temperature=config.ganet.temperature,
             straight_through=config.ganet.straight_through,
             gather_open_keys=config.ganet.gather_open_keys,
+            relaxation=config.ganet.relaxation,
         )
 
     def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
