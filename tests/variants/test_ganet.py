@@ -13,11 +13,11 @@ from torch import Tensor
 
 from attndeploy.config import GANetConfig
 from attndeploy.data import TextDataset
+from attndeploy.errors import ConfigError
 from attndeploy.models import build_model
 from attndeploy.train import evaluate
 from attndeploy.variants import functional as Fn
 from attndeploy.variants._common import LayerContext
-from attndeploy.errors import ConfigError
 from attndeploy.variants.ganet.layer import (
     HARD_CONCRETE_FLOOR,
     GateController,
