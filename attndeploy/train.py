@@ -50,6 +50,7 @@ from attndeploy.training.data import (  # noqa: F401  (re-exported: the public n
     load_training_data,
 )
 from attndeploy.training.density import DensityController, scheduled_target
+from attndeploy.training.refit import refit_on_all_examples
 from attndeploy.training.selection import BestTracker
 
 IGNORE_INDEX = -100
@@ -162,7 +163,35 @@ def train(
     eval_every: int | None = None,
     val_set: Any = None,
 ) -> TrainResult:
-    """Train a fresh model; returns it in eval mode with metrics on `eval_set` (see `fit`)."""
+    """Train a fresh model; returns it in eval mode with metrics on `eval_set` (see `fit`).
+
+    With `config.refit` and a validation split, the selected run only chooses the epoch count: a
+    fresh model then trains on the training and validation examples together for the best epoch
+    + `refit_extra_epochs` epochs and is the one returned. `metrics` and `summary` keep where the
+    best evaluation was; `summary["refit"]` describes the second run.
+    """
+    selected = _train_fresh(model_config, train_set, eval_set, config, progress=progress,
+                            eval_every=eval_every, val_set=val_set)
+    if not config.refit or val_set is None:
+        return selected
+
+    def train_again(examples: Any, refit_config: TrainConfig) -> TrainResult:
+        return _train_fresh(model_config, examples, eval_set, refit_config, progress=progress,
+                            eval_every=0, val_set=val_set)
+
+    return refit_on_all_examples(train_again, train_set, val_set, config, selected)
+
+
+def _train_fresh(
+    model_config: ModelConfig,
+    train_set: Any,
+    eval_set: Any,
+    config: TrainConfig,
+    *,
+    progress: bool,
+    eval_every: int | None,
+    val_set: Any,
+) -> TrainResult:
     torch.manual_seed(config.seed)
     model = build_model(model_config)
     if config.embedding_init:

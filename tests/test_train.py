@@ -7,6 +7,7 @@ words that occur twice), so any variant that trains correctly passes with a marg
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -206,6 +207,48 @@ def test_calibration_leaves_the_kept_model_at_the_asked_validation_density(small
     assert result.metrics["density"] == pytest.approx(0.6, abs=0.1)  # the held-out set
 
 
+def test_refit_trains_a_fresh_model_on_training_and_validation_for_the_best_epoch_plus_extra(
+        small_sparse):
+    from attndeploy.train import evaluate
+
+    base = TrainConfig(steps=10_000, max_epochs=4, batch_size=64, warmup_steps=2,
+                       keep_best=True, patience=2, refit_extra_epochs=1)
+    model_config = _tiny_config(small_sparse)
+    data = (small_sparse.train_set, small_sparse.eval_set)
+    selected = train(model_config, *data, base, progress=False, val_set=small_sparse.val_set)
+    refit = train(model_config, *data, replace(base, refit=True), progress=False,
+                  val_set=small_sparse.val_set)
+    epochs = math.ceil(selected.metrics["best_epoch"]) + 1
+    n = len(small_sparse.train_set) + len(small_sparse.val_set)  # 256 + 96 = 352
+    assert refit.summary["refit"]["epochs"] == epochs and refit.summary["refit"]["examples"] == n
+    assert refit.summary["refit"]["steps_done"] == epochs * math.ceil(n / 64)
+    # Where the best was is the selection run's; the model is the second run's.
+    for key in ("best_epoch", "best_step"):
+        assert refit.metrics[key] == selected.metrics[key]
+    assert refit.summary["stopped_by"] == selected.summary["stopped_by"]
+    def timeless(evaluations):  # the same selection run, up to its clock
+        return [{k: v for k, v in e.items() if k != "train_seconds"} for e in evaluations]
+
+    assert timeless(refit.evaluations) == timeless(selected.evaluations)
+    assert refit.summary["config"]["refit"] is True
+    assert refit.metrics == {**evaluate(refit.model, small_sparse.eval_set),
+                             "best_epoch": selected.metrics["best_epoch"],
+                             "best_step": selected.metrics["best_step"]}
+    assert not torch.equal(refit.model.embed.weight, selected.model.embed.weight)
+
+
+def test_refit_needs_a_validation_split_and_time_left(small_sparse):
+    config = TrainConfig(steps=10_000, max_epochs=2, batch_size=64, keep_best=True, refit=True)
+    model_config = _tiny_config(small_sparse)
+    alone = train(model_config, small_sparse.train_set, small_sparse.eval_set, config,
+                  progress=False)  # selected on the held-out set: nothing to add back
+    assert "refit" not in alone.summary
+    spent = train(model_config, small_sparse.train_set, small_sparse.eval_set,
+                  replace(config, max_seconds=1e-6), progress=False, val_set=small_sparse.val_set)
+    assert spent.summary["refit"] == {"skipped": "the time budget was spent on selection"}
+    assert spent.summary["stopped_by"] == "time"
+
+
 def test_word_dropout_replaces_real_tokens_by_unk_only():
     from attndeploy.train import UNK_ID, _drop_words
 
@@ -252,7 +295,8 @@ def test_the_bag_of_words_baseline_joins_a_built_in_task(small_sparse):
      ({"word_dropout": -0.1}, "word dropout"), ({"density_target": 1.0}, "density target"),
      ({"density_warmup": -1.0}, "warm-up"), ({"density_slack": -0.1}, "density slack"),
      ({"density_calibrate": 1.0}, "calibrated density"),
-     ({"weight_decay": -1.0}, "weight decay")],
+     ({"weight_decay": -1.0}, "weight decay"),
+     ({"refit_extra_epochs": -1}, "refit_extra_epochs")],
 )
 def test_train_config_rejects_unusable_training_controls(kwargs, message):
     with pytest.raises(ConfigError, match=message):

@@ -75,6 +75,11 @@ def summary_lines(out: Path, metrics: dict[str, Any], training: dict[str, Any]) 
              f"  best at epoch {training['best_epoch']:g} (step {training['best_step']}) of "
              f"{training['epochs_done']:g}, chosen on the {training['selected_on']} set; "
              f"stopped by {training['stopped_by']}"]
+    refit = training.get("refit")
+    if refit is not None:
+        lines.append(f"  {refit['skipped']}: no refit" if "skipped" in refit else
+                     f"  then refit on training + validation ({refit['examples']} examples) "
+                     f"for {refit['epochs']} epochs; this is the model saved")
     if "density_target" in metrics:
         calibrated = training.get("gate_calibration")
         moved = "" if calibrated is None else (
@@ -152,6 +157,13 @@ def command(
     weight_average: Annotated[float | None, typer.Option(
         help="Evaluate and keep a moving average of the weights with this decay (0: off). "
              f"{_both(_TASK.training.weight_average, _DATA.training.weight_average)}"
+    )] = None,
+    refit: Annotated[bool | None, typer.Option(
+        "--refit/--no-refit",
+        help="After choosing the best epoch on the validation split, train a fresh model on "
+             f"the training and validation examples for that many epochs + "
+             f"{_DATA.training.refit_extra_epochs}, and save that one. "
+             f"{_both(_TASK.training.refit, _DATA.training.refit)}"
     )] = None,
     seed: SeedOption = field_default(TrainConfig, "seed"),
     n_train: Annotated[int, typer.Option(help="Training examples of a built-in task.")] = N_TRAIN,
@@ -265,6 +277,9 @@ def command(
     if hf_model is not None:
         from attndeploy.cli.train_hf import train_hf_command
 
+        if refit:
+            raise ConfigError("--refit applies to the built-in models; fine-tuning a Hugging "
+                              "Face model keeps the selected weights")
         train_hf_command(
             hf_model=hf_model, variant=variant.value,
             variant_config=sub_configs.get(variant.value), out=out, task=task, data=data,
@@ -287,6 +302,7 @@ def command(
         label_smoothing=pick(label_smoothing, preset.label_smoothing),
         embedding_init=pick(embedding_init, preset.embedding_init),
         weight_average=pick(weight_average, preset.weight_average), seed=seed,
+        refit=pick(refit, preset.refit),
         max_seconds=max_seconds,
         density_target=pick(density_target, preset.density_target) or None,
         density_calibrate=pick(density_calibrate, preset.density_calibrate) or None,

@@ -112,6 +112,24 @@ class TextDataset:
             self.head,
         )
 
+    def concat(self, other: TextDataset) -> TextDataset:
+        """This set's examples, then `other`'s, padded to the longer of the two widths."""
+        if (other.label_names, other.head) != (self.label_names, self.head):
+            raise DataError("only data sets with the same labels and head can be joined")
+        width = max(self.input_ids.shape[1], other.input_ids.shape[1])
+
+        def padded(tensor: Tensor, value: int) -> Tensor:  # [N, t] -> [N, width]
+            return torch.nn.functional.pad(tensor, (0, width - tensor.shape[1]), value=value)
+
+        labels = (torch.cat([self.labels, other.labels]) if self.head == "classification"
+                  else torch.cat([padded(self.labels, IGNORE_INDEX),
+                                  padded(other.labels, IGNORE_INDEX)]))
+        return TextDataset(
+            torch.cat([padded(self.input_ids, 0), padded(other.input_ids, 0)]),  # [N1 + N2, W]
+            torch.cat([padded(self.attention_mask, 0), padded(other.attention_mask, 0)]),
+            labels, self.label_names, self.head,
+        )
+
     def batches(
         self, batch_size: int, *, shuffle: bool, generator: torch.Generator | None = None,
         bucket: bool = False,

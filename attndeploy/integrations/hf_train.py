@@ -119,7 +119,8 @@ def fine_tune(
     """Train `model` in place with `attndeploy train`'s loop (`attndeploy.train.fit`); returns it
     in eval mode with metrics on `eval_set`. Selection reads `val_set` when given, else
     `eval_set`; word dropout needs the `tokenizer` (its [UNK], [CLS] and [SEP]). The gate
-    threshold is not calibrated (`density_calibrate` is set to None)."""
+    threshold is not calibrated (`density_calibrate` is set to None), and the selected model is
+    kept: no refit on the validation examples (`refit` is set to False)."""
     if not len(train_set):
         raise ConfigError("the training set is empty")
     if config.word_dropout and tokenizer is None:
@@ -135,7 +136,7 @@ def fine_tune(
                                 tokenizer.unk_id, keep, generator)
 
     return fit(
-        model, train_set, eval_set, replace(config, density_calibrate=None),
+        model, train_set, eval_set, replace(config, density_calibrate=None, refit=False),
         density_weight=density_weight,
         label=f"fine-tune {model.config.architecture} / {model.config.variant}",
         progress=progress, val_set=val_set, corrupt=corrupt,

@@ -98,8 +98,9 @@ def test_serve_background_waits_as_long_as_the_foreground_server() -> None:
     assert parameter_default(start_background, "timeout_s") == _server("ready_timeout_s")
 
 
-def test_the_train_help_shows_each_kind_of_data_its_gate_relaxation() -> None:
-    """`--relaxation` has no single default: a task and --data take their presets' values."""
+def test_the_train_help_shows_each_kind_of_data_its_relaxation_and_refit() -> None:
+    """`--relaxation` and `--refit` have no single default: a task and --data take their
+    presets' values."""
     from typer.testing import CliRunner
 
     assert _cli_defaults("train")["relaxation"] is None
@@ -107,6 +108,9 @@ def test_the_train_help_shows_each_kind_of_data_its_gate_relaxation() -> None:
     data = REAL_TEXT_DEFAULTS.ganet.get("relaxation", field_default(GANetConfig, "relaxation"))
     help_text = " ".join(CliRunner().invoke(app, ["train", "--help"]).output.split())
     assert f"[default: {task} for a task; {data} for --data]" in help_text
+    assert _cli_defaults("train")["refit"] is None
+    assert (f"[default: {TASK_DEFAULTS.training.refit} for a task; "
+            f"{REAL_TEXT_DEFAULTS.training.refit} for --data]") in help_text
 
 
 def test_the_loadtest_help_shows_the_library_defaults() -> None:

@@ -267,6 +267,30 @@ def test_train_prints_the_best_epoch_the_density_against_its_target_and_the_verd
     assert "WARNING: the model does not beat the bag-of-words baseline" in text
 
 
+def test_train_says_when_the_saved_model_was_refit_on_training_and_validation(tmp_path):
+    from attndeploy.cli.train import summary_lines
+
+    metrics = {"accuracy": 0.7, "loss": 1.0}
+    training = {"seconds": 30.0, "best_epoch": 4.0, "best_step": 400, "epochs_done": 8.0,
+                "selected_on": "validation", "stopped_by": "patience",
+                "refit": {"epochs": 6, "examples": 3620, "steps_done": 684,
+                          "stopped_by": "epochs", "seconds": 14.0}}
+    text = " ".join(summary_lines(tmp_path / "m", metrics, training).split())
+    assert ("best at epoch 4 (step 400) of 8, chosen on the validation set; stopped by patience "
+            "then refit on training + validation (3620 examples) for 6 epochs; this is the "
+            "model saved") in text
+    training["refit"] = {"skipped": "the time budget was spent on selection"}
+    text = " ".join(summary_lines(tmp_path / "m", metrics, training).split())
+    assert "the time budget was spent on selection: no refit" in text
+
+
+def test_refit_is_refused_for_a_hugging_face_model(tmp_path):
+    result = run_cli("train", "--hf-model", "bert", "--data", "d.jsonl", "--refit",
+                     "--out", "m", cwd=tmp_path)
+    assert_one_line_error(result, "config", "--refit applies to the built-in models")
+    assert not (tmp_path / "m").exists()
+
+
 def test_train_says_how_far_calibration_moved_the_gate_threshold(tmp_path):
     from attndeploy.cli.train import summary_lines
 

@@ -169,6 +169,32 @@ def test_subset_takes_rows_in_order(sparse):
     assert torch.equal(part.labels, sparse.labels[[3, 0]])
 
 
+def _rows(ids: list[list[int]], labels, head: str = "classification") -> TextDataset:
+    ids = torch.tensor(ids)
+    return TextDataset(ids, (ids > 0).long(), torch.tensor(labels), ("a", "b"), head)
+
+
+def test_concat_puts_the_second_set_after_the_first_padded_to_the_wider():
+    first, second = _rows([[5, 6], [7, 0]], [0, 1]), _rows([[8, 9, 4]], [1])
+    joined = first.concat(second)
+    assert joined.input_ids.tolist() == [[5, 6, 0], [7, 0, 0], [8, 9, 4]]
+    assert joined.attention_mask.tolist() == [[1, 1, 0], [1, 0, 0], [1, 1, 1]]
+    assert joined.labels.tolist() == [0, 1, 1]
+
+
+def test_concat_pads_tagging_labels_with_the_ignore_index():
+    first = _rows([[5, 6]], [[0, 1]], "tagging")
+    second = _rows([[8, 9, 4]], [[1, 1, 0]], "tagging")
+    assert first.concat(second).labels.tolist() == [[0, 1, -100], [1, 1, 0]]
+
+
+def test_concat_refuses_sets_with_other_labels():
+    other = TextDataset(torch.tensor([[5]]), torch.tensor([[1]]), torch.tensor([0]), ("x", "y"),
+                        "classification")
+    with pytest.raises(DataError, match="same labels and head"):
+        _rows([[5]], [0]).concat(other)
+
+
 def test_dataset_rejects_an_example_without_tokens():
     ids = torch.tensor([[5, 6], [0, 0]])
     with pytest.raises(DataError, match="example 1 has no real token"):
