@@ -10,6 +10,8 @@ training stops after `patience` evaluations without a better one, after `max_epo
 GA-Net the gate density and the count and rate of all-closed rescues (docs/variants.md §3.7).
 With `density_calibrate` the kept GA-Net model's gate threshold moves at the end so that the
 selection set's density is that value (`attndeploy.training.calibration`).
+With `refit` (real text) the selected run only chooses the epoch count, and a fresh model then
+trains on the training and validation examples together (`attndeploy.training.refit`).
 
 Two sets of defaults: `TrainConfig()` is tuned to the built-in synthetic tasks (300 steps), and
 `REAL_TEXT_DEFAULTS` to real labelled text from a JSONL file, where

@@ -8,7 +8,7 @@ trains GA-Net with the `--data` defaults and with variations (`--variants`) for 
 
     .venv/bin/python benchmarks/real_text.py            # once: the data sets
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/ganet_real_seeds.py --sets fortunes \
-        --variants default,tau0.5,straight_through --seeds 0,1,2
+        --variants default,concrete,no_refit,concrete_no_refit --seeds 0,1,2
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from attndeploy.variants.ganet.config import GANetConfig  # noqa: E402
 VARIATIONS = {
     "default": ({}, {}),
     "concrete": ({"relaxation": "concrete"}, {}),
+    "no_refit": ({}, {"refit": False}),
+    "concrete_no_refit": ({"relaxation": "concrete"}, {"refit": False}),
     "concrete_tau0.5": ({"relaxation": "concrete", "temperature": 0.5}, {}),
     "tau0.5": ({"temperature": 0.5}, {}),
     "straight_through": ({"straight_through": True}, {}),
