@@ -96,3 +96,17 @@ def assert_close_valid(
     """Compare [B, H, T, d] tensors at real query positions only (pads carry no meaning)."""
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     assert_close(valid_rows(actual, mask), valid_rows(expected, mask), tolerance)
+
+
+def threshold_below_median(logits: Tensor) -> Tensor:
+    """A gate threshold that closes about half of `logits` (any shape) and lies clear of every
+    one: the midpoint of the widest gap between neighbouring sorted logits in the middle third.
+    Shifting a gate bias by the median itself puts that token's logit at 0 up to rounding, where
+    PyTorch and onnxruntime can decide differently (docs/variants.md §3.6)."""
+    values = logits.flatten().sort().values  # [n]
+    n = values.numel()
+    first, last = max(1, n // 3), max(1, min(n - 1, (2 * n) // 3))  # split before index i
+    gaps = values[first:last + 1] - values[first - 1:last]  # [last - first + 1]
+    split = first + int(gaps.argmax())
+    assert gaps.max() > 1e-5, f"gate logits too close to place a clear threshold: {gaps.max()}"
+    return (values[split - 1] + values[split]) / 2

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from tests.helpers import threshold_below_median
+
 MODEL_TYPES = ("bert", "roberta", "distilbert")
 VARIANTS = ("standard", "qvi", "ganet", "evolving")
 VOCAB = 120
@@ -131,14 +133,7 @@ def spread_the_answers(classifier: Any, tokenizer: Any, texts: list[str], max_se
         (network,) = [m for name, m in classifier.named_modules()
                       if name.endswith("gate_network")]
         logits = classifier(ids, mask, details=True)["gate_logits"][mask.bool()]
-        # The new threshold lies halfway between the median and the next lower logit, not on
-        # the median itself: a token whose logit is 0 up to float rounding opens in one runtime
-        # and stays closed in another (docs/variants.md §3.6), which made parity flaky.
-        median = logits.median()
-        below = logits[logits < median]
-        threshold = (median + below.max()) / 2 if below.numel() else median - 1.0
-        assert median - threshold > 1e-4, "gate logits too close to place a clear threshold"
-        network.score.bias -= threshold
+        network.score.bias -= threshold_below_median(logits)
     head = [m for m in classifier.modules()
             if isinstance(m, torch.nn.Linear) and m.out_features == len(LABELS)][-1]
     head.bias -= classifier(ids, mask)["logits"].mean(0)  # [C]

@@ -22,6 +22,7 @@ from attndeploy.data import example_texts, get_task
 from attndeploy.export.exporter import ExportOptions, export_checkpoint
 from attndeploy.models import build_model
 from tests.cases import CASES, CASES_BY_ID, VariantCase
+from tests.helpers import threshold_below_median
 
 LABELS = ("neg", "neu", "pos")
 MAX_SEQ = 24
@@ -56,7 +57,8 @@ class TextExport:
 
 @torch.no_grad()
 def close_half_of_the_gates(model: torch.nn.Module, tokenizer) -> None:
-    """Shift the gate network's final bias by the median gate logit of TEXTS' real tokens."""
+    """Shift the gate network's final bias to just under the median gate logit of TEXTS' real
+    tokens (`threshold_below_median`)."""
     seen: list[torch.Tensor] = []
     # the final Linear's output: the gate logits, whichever method of the network ran
     hook = model.gates.network.score.register_forward_hook(lambda _m, _i, out: seen.append(out))
@@ -64,7 +66,7 @@ def close_half_of_the_gates(model: torch.nn.Module, tokenizer) -> None:
     model(ids, mask)
     hook.remove()
     logits = seen[0].reshape(mask.shape)[mask.bool()]
-    model.gates.network.score.bias -= logits.median()
+    model.gates.network.score.bias -= threshold_below_median(logits)
 
 
 class TextExports:

@@ -50,6 +50,8 @@ def close_half_of_the_gates(model: Any, tokenizer: Any) -> None:
     `GateController` reaches through `GateNetwork.scores`, not through its `forward`."""
     import torch
 
+    from tests.helpers import threshold_below_median
+
     seen: list[Any] = []
     hook = model.gates.network.score.register_forward_hook(lambda _m, _i, out: seen.append(out))
     ids, mask = tokenizer.encode_batch(TEXTS, max_seq=MAX_SEQ)
@@ -57,7 +59,7 @@ def close_half_of_the_gates(model: Any, tokenizer: Any) -> None:
         model(ids, mask)
         hook.remove()
         logits = seen[0].reshape(mask.shape)[mask.bool()]
-        model.gates.network.score.bias -= logits.median()
+        model.gates.network.score.bias -= threshold_below_median(logits)
 
 
 @pytest.fixture(scope="module")
