@@ -189,9 +189,11 @@ def command(
     qvi_form: Annotated[
         QVIForm, typer.Option(help="QVI form.")
     ] = QVIForm(field_default(QVIConfig, "form")),
-    aux: Annotated[
-        AuxNetwork, typer.Option(help="GA-Net auxiliary network.")
-    ] = AuxNetwork(_ganet("aux")),
+    aux: Annotated[AuxNetwork | None, typer.Option(
+        help="GA-Net auxiliary network (fine-tuning a Hugging Face model: "
+             f"{_ganet('aux')} unless given). "
+             f"{_both(_ganet_default(_TASK, 'aux'), _ganet_default(_DATA, 'aux'))}"
+    )] = None,
     temperature: Annotated[
         float, typer.Option(help="GA-Net Gumbel-sigmoid temperature.")
     ] = _ganet("temperature"),
@@ -251,9 +253,12 @@ def command(
     if task is not None and data is not None:
         raise ConfigError("give either --task or --data, not both")
     check_output_dir(out)  # a file in the way, a read-only place: refused before training
+    defaults = _DATA if data is not None else _TASK  # what an option left out means
     if family is Family.bilstm:
         aux = AuxNetwork.bilstm  # the paper's model always gates with a BiLSTM
-    defaults = _DATA if data is not None else _TASK  # what an option left out means
+    elif aux is None:  # the preset's network is measured on the built-in Transformer only
+        aux = AuxNetwork(_ganet("aux") if hf_model is not None
+                         else _ganet_default(defaults, "aux"))
     ganet = GANetConfig(
         aux=aux.value, temperature=temperature, density_weight=density_weight,
         gate_mode=gate_mode.value, straight_through=straight_through,

@@ -79,6 +79,7 @@ def test_info_json_describes_the_trained_checkpoint(trained):
     assert info["model"]["ganet"]["aux_hidden"] == 8  # --option: any field of the sub-config
     assert info["model"]["ganet"]["straight_through"] is True
     assert info["model"]["ganet"]["relaxation"] == "concrete"  # a task keeps the paper's
+    assert info["model"]["ganet"]["aux"] == "mlp"  # and the per-word gate network
     assert info["labels"] == ["alpha", "bravo", "charlie", "delta"]
     assert info["metrics"] == report["metrics"]
     assert info["parameters"] == report["training"]["parameters"]
@@ -304,19 +305,22 @@ def test_train_says_how_far_calibration_moved_the_gate_threshold(tmp_path):
             "validation set)") in text
 
 
-def test_ganet_on_jsonl_calibrates_its_gates_and_trains_hard_concrete_unless_told_not_to(
+def test_ganet_on_jsonl_calibrates_its_gates_and_trains_hard_concrete_bilstm_gates_unless_told(
         tmp_path):
     rows = [{"text": f"{word} item number {i} today", "label": label}
             for i in range(30) for word, label in (("sunny", "good"), ("rainy", "bad"))]
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     runs = {}
     for name, extra in (("default", []),
-                        ("off", ["--density-calibrate", "0", "--relaxation", "concrete"])):
+                        ("off", ["--density-calibrate", "0", "--relaxation", "concrete",
+                                 "--aux", "mlp"])):
         runs[name] = parse_json(run_cli("train", "--data", "d.jsonl", "--variant", "ganet", *TINY,
                                         "--out", name, "--json", *extra, cwd=tmp_path))
     calibration = runs["default"]["training"]["gate_calibration"]
     assert calibration["density_after"] <= 0.37 and calibration["gate_shift"] != 0.0
     assert "gate_calibration" not in runs["off"]["training"]
-    relaxation = {name: json.loads((tmp_path / name / "config.json").read_text())
-                  ["model"]["ganet"]["relaxation"] for name in runs}
-    assert relaxation == {"default": "hard_concrete", "off": "concrete"}
+    ganet = {name: json.loads((tmp_path / name / "config.json").read_text())["model"]["ganet"]
+             for name in runs}
+    assert {name: ganet[name]["relaxation"] for name in runs} == {"default": "hard_concrete",
+                                                                   "off": "concrete"}
+    assert {name: ganet[name]["aux"] for name in runs} == {"default": "bilstm", "off": "mlp"}

@@ -36,9 +36,10 @@ TEXTS = [
     *(" ".join(f"w{j}" for j in range(i, 2 * i)) for i in range(2, 14)),
 ]
 
-# Cases run by default: every registered variant, the tagging head and the BiLSTM family.
-CORE_CASES = ("standard", "qvi_pooled", "qvi_pairwise", "ganet_mlp", "ganet_tagging",
-              "evolving", "bilstm_standard")
+# Cases run by default: every registered variant, the tagging head, the BiLSTM family and
+# GA-Net with the BiLSTM gate network (what `train --data` trains).
+CORE_CASES = ("standard", "qvi_pooled", "qvi_pairwise", "ganet_mlp", "ganet_bilstm_aux",
+              "ganet_tagging", "evolving", "bilstm_standard")
 
 
 def case_ids() -> list:
