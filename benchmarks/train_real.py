@@ -72,7 +72,7 @@ def _load(data_dir: Path, name: str, split: dict) -> object:
 
 
 def run_one(data, variant: str, args: argparse.Namespace, *, dense: bool = False) -> dict:
-    training = dataclasses.replace(REAL_TEXT_DEFAULTS.training, seed=args.seed)
+    training = dataclasses.replace(REAL_TEXT_DEFAULTS.training_for(variant), seed=args.seed)
     if args.quick:
         training = dataclasses.replace(training, max_epochs=2)
     sub = {}
@@ -157,6 +157,7 @@ def run(args: argparse.Namespace) -> dict:
         "all_met": all(c["met"] for c in targets),
         "settings": {"defaults": dataclasses.asdict(REAL_TEXT_DEFAULTS.training),
                      "model": REAL_TEXT_DEFAULTS.model, "ganet": REAL_TEXT_DEFAULTS.ganet,
+                     "ganet_training": REAL_TEXT_DEFAULTS.ganet_training,
                      "val_fraction": REAL_TEXT_DEFAULTS.val_fraction,
                      "min_freq": REAL_TEXT_DEFAULTS.min_freq, "split": split,
                      "threads": args.threads, "seed": args.seed, "quick": args.quick},

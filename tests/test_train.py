@@ -17,6 +17,7 @@ import torch
 from attndeploy.config import GANetConfig, ModelConfig, QVIConfig
 from attndeploy.errors import ConfigError
 from attndeploy.train import TrainConfig, load_training_data, train
+from attndeploy.training.config import REAL_TEXT_DEFAULTS, TASK_DEFAULTS
 
 pytestmark = pytest.mark.usefixtures("torch_defaults")
 
@@ -286,6 +287,16 @@ def test_the_bag_of_words_baseline_joins_a_built_in_task(small_sparse):
     metrics = fit_baseline(small_sparse)
     assert metrics["baseline"] == "naive_bayes_bow"
     assert 0.25 < metrics["baseline_accuracy"] <= 1.0  # markers are words: NB finds them
+
+
+def test_the_real_text_preset_trains_ganet_without_word_dropout_and_the_rest_with_it():
+    """GA-Net's noisy gates already drop words in training; only its word dropout differs."""
+    preset, ganet = REAL_TEXT_DEFAULTS.training, REAL_TEXT_DEFAULTS.training_for("ganet")
+    changed = {name for name in vars(preset) if getattr(preset, name) != getattr(ganet, name)}
+    assert changed == {"word_dropout"} and ganet.word_dropout == 0.0 < preset.word_dropout
+    for variant in ("standard", "qvi", "evolving"):
+        assert REAL_TEXT_DEFAULTS.training_for(variant) == preset
+    assert TASK_DEFAULTS.training_for("ganet") == TASK_DEFAULTS.training
 
 
 @pytest.mark.parametrize(

@@ -145,7 +145,10 @@ def command(
              f"{_both(_TASK.model['dropout'], _DATA.model['dropout'])}")] = None,
     word_dropout: Annotated[float | None, typer.Option(
         help="Chance that a training token becomes <unk>. "
-             f"{_both(_TASK.training.word_dropout, _DATA.training.word_dropout)}")] = None,
+             f"[default: {_TASK.training.word_dropout:g} for a task; "
+             f"{_DATA.training.word_dropout:g} for --data, "
+             f"{_DATA.training_for('ganet').word_dropout:g} for GA-Net on --data (its gates "
+             "already drop words)]")] = None,
     label_smoothing: Annotated[float | None, typer.Option(
         help="Label smoothing of the training loss. "
              f"{_both(_TASK.training.label_smoothing, _DATA.training.label_smoothing)}"
@@ -274,7 +277,7 @@ def command(
             raise ConfigError(f"variant {spec.name!r} has no options")
         base = sub_configs.get(spec.name) or spec.config()
         sub_configs[spec.name] = with_options(base, option, spec.name)
-    preset = defaults.training
+    preset = defaults.training_for(variant.value)
 
     def pick(value: Any, default: Any) -> Any:
         return default if value is None else value

@@ -65,7 +65,7 @@ LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
         "eval_fraction": parameter_default(load_training_data, "eval_fraction"),
         "qvi_form": field_default(QVIConfig, "form"),
         **{name: field_default(GANetConfig, name)
-           for name in ("aux", "temperature", "density_weight", "gate_mode", "straight_through")},
+           for name in ("temperature", "density_weight", "gate_mode", "straight_through")},
         **{name: field_default(EvolvingConfig, name)
            for name in ("alpha", "beta", "negative_slope")},
     },
@@ -98,16 +98,22 @@ def test_serve_background_waits_as_long_as_the_foreground_server() -> None:
     assert parameter_default(start_background, "timeout_s") == _server("ready_timeout_s")
 
 
-def test_the_train_help_shows_each_kind_of_data_its_relaxation_and_refit() -> None:
-    """`--relaxation` and `--refit` have no single default: a task and --data take their
-    presets' values."""
+def test_the_train_help_shows_each_kind_of_data_its_gates_word_dropout_and_refit() -> None:
+    """`--aux`, `--relaxation`, `--word-dropout` and `--refit` have no single default: a task
+    and --data take their presets' values, and GA-Net on --data its own word dropout."""
     from typer.testing import CliRunner
 
-    assert _cli_defaults("train")["relaxation"] is None
-    task = TASK_DEFAULTS.ganet.get("relaxation", field_default(GANetConfig, "relaxation"))
-    data = REAL_TEXT_DEFAULTS.ganet.get("relaxation", field_default(GANetConfig, "relaxation"))
     help_text = " ".join(CliRunner().invoke(app, ["train", "--help"]).output.split())
-    assert f"[default: {task} for a task; {data} for --data]" in help_text
+    for name in ("aux", "relaxation"):
+        assert _cli_defaults("train")[name] is None
+        task = TASK_DEFAULTS.ganet.get(name, field_default(GANetConfig, name))
+        data = REAL_TEXT_DEFAULTS.ganet.get(name, field_default(GANetConfig, name))
+        assert f"[default: {task} for a task; {data} for --data]" in help_text
+    assert _cli_defaults("train")["word_dropout"] is None
+    assert (f"[default: {TASK_DEFAULTS.training.word_dropout:g} for a task; "
+            f"{REAL_TEXT_DEFAULTS.training.word_dropout:g} for --data, "
+            f"{REAL_TEXT_DEFAULTS.training_for('ganet').word_dropout:g} for GA-Net on --data"
+            ) in help_text
     assert _cli_defaults("train")["refit"] is None
     assert (f"[default: {TASK_DEFAULTS.training.refit} for a task; "
             f"{REAL_TEXT_DEFAULTS.training.refit} for --data]") in help_text

@@ -324,3 +324,4 @@ def test_ganet_on_jsonl_calibrates_its_gates_and_trains_hard_concrete_bilstm_gat
     assert {name: ganet[name]["relaxation"] for name in runs} == {"default": "hard_concrete",
                                                                    "off": "concrete"}
     assert {name: ganet[name]["aux"] for name in runs} == {"default": "bilstm", "off": "mlp"}
+    assert runs["default"]["training"]["config"]["word_dropout"] == 0.0  # GA-Net's own preset
