@@ -3,12 +3,13 @@
 One run of `train_real.py` is one seed, and on these sets the held-out accuracy moves by about
 ±1.5 points between seeds, which is as much as GA-Net's margin over the baseline. This script
 trains GA-Net with the `--data` defaults and with variations (`--variants`) for several seeds
-(`--seeds`) on the same split as `train_real.py`, and writes one JSON record per run to
+(`--seeds`) on the same split as `train_real.py` (variations join with '+', e.g.
+`tau0.5+word_dropout0.2`), and writes one JSON record per run to
 `benchmarks/results/ganet_real_seeds.json` (accuracy, held-out density, CPU seconds).
 
     .venv/bin/python benchmarks/real_text.py            # once: the data sets
     OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/ganet_real_seeds.py --sets fortunes \
-        --variants default,concrete,no_refit,concrete_no_refit --seeds 0,1,2
+        --variants default,dense,previous --seeds 0,1,2,3,4
 """
 
 from __future__ import annotations
@@ -33,25 +34,46 @@ from attndeploy.train import train  # noqa: E402
 from attndeploy.training.config import REAL_TEXT_DEFAULTS  # noqa: E402
 from attndeploy.variants.ganet.config import GANetConfig  # noqa: E402
 
-# label -> (GANetConfig fields, TrainConfig fields) changed from the --data defaults
+# label -> (GANetConfig fields, TrainConfig fields) changed from the --data defaults (BiLSTM gate
+# network, hard-concrete gates, no word dropout, refit)
 VARIATIONS = {
     "default": ({}, {}),
-    "concrete": ({"relaxation": "concrete"}, {}),
-    "no_refit": ({}, {"refit": False}),
-    "concrete_no_refit": ({"relaxation": "concrete"}, {"refit": False}),
-    "concrete_tau0.5": ({"relaxation": "concrete", "temperature": 0.5}, {}),
+    "dense": ({"density_weight": 0.0}, {"density_target": None}),  # the reference: gates open
+    "dense_word_dropout0.2": ({"density_weight": 0.0}, {"density_target": None,
+                                                         "word_dropout": 0.2}),
+    "mlp_gates": ({"aux": "mlp"}, {}),
+    "conv_gates": ({"aux": "conv"}, {}),
+    "word_dropout0.2": ({}, {"word_dropout": 0.2}),
     "tau0.5": ({"temperature": 0.5}, {}),
     "straight_through": ({"straight_through": True}, {}),
-    "conv_gates": ({"aux": "conv"}, {}),
+    "target0.35": ({}, {"density_target": 0.35}),
     "calibrate0.39": ({}, {"density_calibrate": 0.39}),
+    "concrete": ({"relaxation": "concrete"}, {}),
+    "no_refit": ({}, {"refit": False}),
+    # the defaults before the BiLSTM gate network and no word dropout, and before hard concrete
+    # and the refit too
+    "previous": ({"aux": "mlp"}, {"word_dropout": 0.2}),
+    "before_hard_concrete": ({"aux": "mlp", "relaxation": "concrete"},
+                             {"word_dropout": 0.2, "refit": False}),
 }
 OUT = ROOT / "benchmarks" / "results" / "ganet_real_seeds.json"
+
+
+def combined(label: str) -> tuple[dict, dict]:
+    """The changes of one variation, or of several joined by '+' (`tau0.5+word_dropout0.2`)."""
+    gates: dict = {}
+    training: dict = {}
+    for part in label.split("+"):
+        if part not in VARIATIONS:
+            raise SystemExit(f"unknown variation {part!r}; known: {', '.join(VARIATIONS)}")
+        gates, training = {**gates, **VARIATIONS[part][0]}, {**training, **VARIATIONS[part][1]}
+    return gates, training
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default="fortunes,debian")
-    parser.add_argument("--variants", default="default,tau0.5,straight_through")
+    parser.add_argument("--variants", default="default,dense")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--data-dir", type=Path,
@@ -63,9 +85,9 @@ def main() -> None:
     for name in args.sets.split(","):
         data = train_real._load(args.data_dir, name, split)
         for label in args.variants.split(","):
-            gates, training_changes = VARIATIONS[label]
+            gates, training_changes = combined(label)
             for seed in (int(s) for s in args.seeds.split(",")):
-                training = dataclasses.replace(REAL_TEXT_DEFAULTS.training, seed=seed,
+                training = dataclasses.replace(REAL_TEXT_DEFAULTS.training_for("ganet"), seed=seed,
                                                **training_changes)
                 config = ModelConfig(vocab_size=len(data.tokenizer),
                                      num_labels=len(data.label_names), variant="ganet",
