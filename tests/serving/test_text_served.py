@@ -29,7 +29,6 @@ from attndeploy.serving.client.infer import infer_request
 from attndeploy.serving.loadtest import LoadTestConfig, run_load_test
 from attndeploy.serving.packaging.repository import PackageOptions, package_model
 from attndeploy.serving.server import TritonServer, free_ports
-from tests.runtime import conftest as runtime_exports
 from tests.runtime.conftest import MAX_SEQ, TEXTS, TextExports
 
 pytestmark = pytest.mark.integration
@@ -45,33 +44,13 @@ class Served:
         self.models = {case: InferenceModel(exports.get(case).path, threads=1) for case in CASES}
 
 
-def close_half_of_the_gates(model: Any, tokenizer: Any) -> None:
-    """As tests/runtime/conftest.py's, hooked on the gate network's last layer (`score`), which
-    `GateController` reaches through `GateNetwork.scores`, not through its `forward`."""
-    import torch
-
-    from tests.helpers import threshold_below_median
-
-    seen: list[Any] = []
-    hook = model.gates.network.score.register_forward_hook(lambda _m, _i, out: seen.append(out))
-    ids, mask = tokenizer.encode_batch(TEXTS, max_seq=MAX_SEQ)
-    with torch.no_grad():
-        model(ids, mask)
-        hook.remove()
-        logits = seen[0].reshape(mask.shape)[mask.bool()]
-        model.gates.network.score.bias -= threshold_below_median(logits)
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("text_served")
     exports = TextExports(root / "exports")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runtime_exports, "close_half_of_the_gates", close_half_of_the_gates)
-        for case in CASES:
-            written = package_model(exports.get(case).path, root / "repo",
-                                    PackageOptions(name=case))
-            assert [m.name for m in written] == [case, f"{case}_text"]
+    for case in CASES:
+        written = package_model(exports.get(case).path, root / "repo", PackageOptions(name=case))
+        assert [m.name for m in written] == [case, f"{case}_text"]
     grpc, http, metrics = free_ports()
     with TritonServer(root / "repo", grpc_port=grpc, http_port=http, metrics_port=metrics,
                       log_file=root / "server.log") as server:
