@@ -39,8 +39,6 @@ from attndeploy.variants.ganet.config import GANetConfig  # noqa: E402
 VARIATIONS = {
     "default": ({}, {}),
     "dense": ({"density_weight": 0.0}, {"density_target": None}),  # the reference: gates open
-    "dense_word_dropout0.2": ({"density_weight": 0.0}, {"density_target": None,
-                                                         "word_dropout": 0.2}),
     "mlp_gates": ({"aux": "mlp"}, {}),
     "conv_gates": ({"aux": "conv"}, {}),
     "word_dropout0.2": ({}, {"word_dropout": 0.2}),
@@ -50,23 +48,30 @@ VARIATIONS = {
     "calibrate0.39": ({}, {"density_calibrate": 0.39}),
     "concrete": ({"relaxation": "concrete"}, {}),
     "no_refit": ({}, {"refit": False}),
-    # the defaults before the BiLSTM gate network and no word dropout, and before hard concrete
-    # and the refit too
-    "previous": ({"aux": "mlp"}, {"word_dropout": 0.2}),
-    "before_hard_concrete": ({"aux": "mlp", "relaxation": "concrete"},
-                             {"word_dropout": 0.2, "refit": False}),
+}
+# Earlier defaults, named: before the BiLSTM gate network and no word dropout, and before hard
+# concrete and the refit too.
+ALIASES = {
+    "previous": "mlp_gates+word_dropout0.2",
+    "before_hard_concrete": "previous+concrete+no_refit",
 }
 OUT = ROOT / "benchmarks" / "results" / "ganet_real_seeds.json"
 
 
 def combined(label: str) -> tuple[dict, dict]:
-    """The changes of one variation, or of several joined by '+' (`tau0.5+word_dropout0.2`)."""
+    """The changes of one variation or alias, or of several joined by '+'
+    (`tau0.5+word_dropout0.2`); later parts win."""
     gates: dict = {}
     training: dict = {}
     for part in label.split("+"):
-        if part not in VARIATIONS:
-            raise SystemExit(f"unknown variation {part!r}; known: {', '.join(VARIATIONS)}")
-        gates, training = {**gates, **VARIATIONS[part][0]}, {**training, **VARIATIONS[part][1]}
+        if part in ALIASES:
+            part_gates, part_training = combined(ALIASES[part])
+        elif part in VARIATIONS:
+            part_gates, part_training = VARIATIONS[part]
+        else:
+            known = ", ".join([*VARIATIONS, *ALIASES])
+            raise SystemExit(f"unknown variation {part!r}; known: {known}")
+        gates, training = {**gates, **part_gates}, {**training, **part_training}
     return gates, training
 
 
