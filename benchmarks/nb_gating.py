@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import train_real  # noqa: E402  (the same split and loader)
 
 from attndeploy.fsutil import atomic_write_text  # noqa: E402
-from attndeploy.training.baseline import NaiveBayes, choose_alpha  # noqa: E402
+from attndeploy.training.baseline import NaiveBayes, fit_baseline_model  # noqa: E402
 
 
 def word_information(model: NaiveBayes) -> dict[str, float]:
@@ -84,8 +84,7 @@ def main() -> None:
         fit_labels = np.concatenate([data.train_set.labels.numpy(), data.val_set.labels.numpy()])
         held_labels = data.eval_set.labels.numpy()
         fit_docs, held_docs = data.tokens["fit"], data.tokens["held_out"]
-        alpha, _ = choose_alpha(fit_docs, fit_labels, len(data.label_names))
-        model = NaiveBayes.fit(fit_docs, fit_labels, len(data.label_names), alpha=alpha)
+        model = fit_baseline_model(fit_docs, fit_labels, len(data.label_names))
         info = word_information(model)
         rows.append({"set": name, "selection": "every_word", "density": 1.0,
                      "accuracy": round(model.accuracy(held_docs, held_labels), 4)})

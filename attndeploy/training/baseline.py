@@ -102,17 +102,23 @@ def choose_alpha(docs: Docs, labels: Sequence[int], num_labels: int, *,
     return best, scores
 
 
+def fit_baseline_model(train_docs: Docs, train_labels: Sequence[int], num_labels: int, *,
+                       seed: int = 0) -> NaiveBayes:
+    """The baseline fitted on the training examples, its α chosen by cross-validation there."""
+    alpha, _ = choose_alpha(train_docs, train_labels, num_labels, seed=seed)
+    return NaiveBayes.fit(train_docs, train_labels, num_labels, alpha=alpha)
+
+
 def baseline_metrics(train_docs: Docs, train_labels: Sequence[int], eval_docs: Docs,
                      eval_labels: Sequence[int], num_labels: int, *, seed: int = 0
                      ) -> dict[str, Any]:
     """Fit the baseline on the training examples (α by cross-validation there) and score it on
     the held-out ones: {"baseline": ..., "baseline_accuracy": ..., "baseline_alpha": ...}."""
-    alpha, _ = choose_alpha(train_docs, train_labels, num_labels, seed=seed)
-    model = NaiveBayes.fit(train_docs, train_labels, num_labels, alpha=alpha)
+    model = fit_baseline_model(train_docs, train_labels, num_labels, seed=seed)
     return {
         "baseline": "naive_bayes_bow",
         "baseline_accuracy": model.accuracy(eval_docs, eval_labels),
-        "baseline_alpha": alpha,
+        "baseline_alpha": model.alpha,
     }
 
 
