@@ -6,7 +6,8 @@ error for its request alone; `infer` and `loadtest` drive the text model over bo
 
 Models: tiny checkpoints with the built-in task's vocabulary, exported (tests/runtime/conftest.py
 `TextExports`, about 3 s a case), packaged with `package_model` defaults (python flavour and
-`<case>_text`), one server for the module.
+`<case>_text`), one server for the module. `ganet_bilstm_aux` is the GA-Net that `train --data`
+trains: gates from a BiLSTM, ONNX `LSTM` nodes in the served graph.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from tests.runtime.conftest import MAX_SEQ, TEXTS, TextExports
 
 pytestmark = pytest.mark.integration
 
-CASES = ("standard", "qvi_pooled", "ganet_mlp", "evolving", "ganet_tagging")
+CASES = ("standard", "qvi_pooled", "ganet_mlp", "ganet_bilstm_aux", "evolving", "ganet_tagging")
 ATOL = 1e-5
 BATCH = 8  # the packaged max_batch_size: texts per request at most
 
