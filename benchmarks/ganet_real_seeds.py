@@ -31,12 +31,12 @@ import train_real  # noqa: E402  (the same split and loader)
 from attndeploy.config import ModelConfig  # noqa: E402
 from attndeploy.fsutil import atomic_write_text  # noqa: E402
 from attndeploy.train import train  # noqa: E402
-from attndeploy.training.config import REAL_TEXT_DEFAULTS  # noqa: E402
+from attndeploy.training.config import REAL_TEXT_DEFAULTS, TrainConfig  # noqa: E402
 from attndeploy.variants.ganet.config import GANetConfig  # noqa: E402
 
-# label -> (GANetConfig fields, TrainConfig fields) changed from the --data defaults (BiLSTM gate
-# network, hard-concrete gates, no word dropout, refit)
-VARIATIONS = {
+# label -> (GANetConfig fields, TrainConfig fields[, ModelConfig fields]) changed from the --data
+# defaults (BiLSTM gate network, hard-concrete gates, no word dropout, refit)
+VARIATIONS: dict[str, tuple[dict, ...]] = {
     "default": ({}, {}),
     "dense": ({"density_weight": 0.0}, {"density_target": None}),  # the reference: gates open
     "mlp_gates": ({"aux": "mlp"}, {}),
@@ -48,6 +48,13 @@ VARIATIONS = {
     "calibrate0.39": ({}, {"density_calibrate": 0.39}),
     "concrete": ({"relaxation": "concrete"}, {}),
     "no_refit": ({}, {"refit": False}),
+    "dropout0.3": ({}, {}, {"dropout": 0.3}),
+    "dropout0.2": ({}, {}, {"dropout": 0.2}),
+    "patience6": ({}, {"patience": 6, "max_epochs": 30}),
+    "lstm_hidden200": ({}, {}, {"lstm_hidden": 200}),
+    "bilstm_family": ({}, {}, {"family": "bilstm"}),  # the paper's model: BiLSTM backbone
+    "rate0.1": ({}, {"density_rate": 0.1}),
+    "target0.37": ({}, {"density_target": 0.37}),
 }
 # Earlier defaults, named: before the BiLSTM gate network and no word dropout, and before hard
 # concrete and the refit too.
@@ -58,21 +65,36 @@ ALIASES = {
 OUT = ROOT / "benchmarks" / "results" / "ganet_real_seeds.json"
 
 
-def combined(label: str) -> tuple[dict, dict]:
-    """The changes of one variation or alias, or of several joined by '+'
-    (`tau0.5+word_dropout0.2`); later parts win."""
+def combined(label: str) -> tuple[dict, dict, dict]:
+    """The (gate, training, model) changes of one variation or alias, or of several joined by
+    '+' (`tau0.5+word_dropout0.2`); later parts win."""
     gates: dict = {}
     training: dict = {}
+    model: dict = {}
     for part in label.split("+"):
         if part in ALIASES:
-            part_gates, part_training = combined(ALIASES[part])
+            part_gates, part_training, part_model = combined(ALIASES[part])
         elif part in VARIATIONS:
-            part_gates, part_training = VARIATIONS[part]
+            part_gates, part_training, part_model = (*VARIATIONS[part], {})[:3]
         else:
             known = ", ".join([*VARIATIONS, *ALIASES])
             raise SystemExit(f"unknown variation {part!r}; known: {known}")
         gates, training = {**gates, **part_gates}, {**training, **part_training}
-    return gates, training
+        model = {**model, **part_model}
+    return gates, training, model
+
+
+def configs(data, label: str, seed: int) -> tuple[ModelConfig, TrainConfig]:
+    """GA-Net's model and training configs for one variation of the `--data` defaults, as
+    `train_real.py` builds them for `data` (a `TrainingData`)."""
+    gates, training_changes, model_changes = combined(label)
+    training = dataclasses.replace(REAL_TEXT_DEFAULTS.training_for("ganet"), seed=seed,
+                                   **training_changes)
+    config = ModelConfig(vocab_size=len(data.tokenizer), num_labels=len(data.label_names),
+                         variant="ganet", head=data.head, max_seq=128,
+                         **{**REAL_TEXT_DEFAULTS.model, **model_changes},
+                         ganet=GANetConfig(**{**REAL_TEXT_DEFAULTS.ganet, **gates}))
+    return config, training
 
 
 def main() -> None:
@@ -81,6 +103,7 @@ def main() -> None:
     parser.add_argument("--variants", default="default,dense")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--data-dir", type=Path,
                         default=ROOT / "benchmarks" / "results" / "real_text")
     args = parser.parse_args()
@@ -90,25 +113,20 @@ def main() -> None:
     for name in args.sets.split(","):
         data = train_real._load(args.data_dir, name, split)
         for label in args.variants.split(","):
-            gates, training_changes = combined(label)
             for seed in (int(s) for s in args.seeds.split(",")):
-                training = dataclasses.replace(REAL_TEXT_DEFAULTS.training_for("ganet"), seed=seed,
-                                               **training_changes)
-                config = ModelConfig(vocab_size=len(data.tokenizer),
-                                     num_labels=len(data.label_names), variant="ganet",
-                                     head=data.head, max_seq=128, **REAL_TEXT_DEFAULTS.model,
-                                     ganet=GANetConfig(**{**REAL_TEXT_DEFAULTS.ganet, **gates}))
+                config, training = configs(data, label, seed)
                 cpu = time.process_time()
                 result = train(config, data.train_set, data.eval_set, training, progress=False,
                                val_set=data.val_set)
                 runs.append({"set": name, "variation": label, "seed": seed,
                              "accuracy": round(result.metrics["accuracy"], 4),
                              "density": round(result.metrics["density"], 3),
+                             "best_epoch": result.metrics["best_epoch"],
                              "cpu_seconds": round(time.process_time() - cpu, 1)})
                 print(json.dumps(runs[-1]), flush=True)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(OUT, json.dumps({"runs": runs}, indent=2) + "\n")
-    print(f"wrote {OUT}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(args.out, json.dumps({"runs": runs}, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
