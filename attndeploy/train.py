@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
 from attndeploy.models import AttnModel, build_model, count_parameters
+from attndeploy.training import distill as distillation
 from attndeploy.training.averaging import WeightAverage
 from attndeploy.training.baseline import compare_with_baseline
 from attndeploy.training.calibration import calibrate_gate_threshold
@@ -52,10 +52,16 @@ from attndeploy.training.data import (  # noqa: F401  (re-exported: the public n
     load_training_data,
 )
 from attndeploy.training.density import DensityController, scheduled_target
+from attndeploy.training.evaluation import (  # noqa: F401  (re-exported: the public names)
+    IGNORE_INDEX,
+    batch_density,
+    evaluate,
+    task_loss,
+)
 from attndeploy.training.refit import refit_on_all_examples
 from attndeploy.training.selection import BestTracker
+from attndeploy.variants.registry import variant_spec
 
-IGNORE_INDEX = -100
 UNK_ID = 1  # WordTokenizer.UNK_ID: what word dropout replaces a token with
 
 
@@ -68,14 +74,6 @@ class TrainResult:
     evaluations: list[dict[str, Any]] = field(default_factory=list)
 
 
-def task_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0
-              ) -> torch.Tensor:
-    if logits.dim() == 3:  # tagging: [B, T, C] against [B, T] with IGNORE_INDEX at pads
-        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
-                               label_smoothing=label_smoothing)
-    return F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
-
-
 def learning_rate_factor(step: int, config: TrainConfig, horizon: int | None = None
                          ) -> float:
     """Linear warm-up, then cosine decay to 0 at `horizon` steps (default `config.steps`)."""
@@ -84,45 +82,6 @@ def learning_rate_factor(step: int, config: TrainConfig, horizon: int | None = N
         return (step + 1) / config.warmup_steps
     progress = (step - config.warmup_steps) / max(1, horizon - config.warmup_steps)
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-@torch.no_grad()
-def evaluate(model: AttnModel, dataset: Any, *, batch_size: int = 256) -> dict[str, Any]:
-    """Held-out metrics in eval mode; restores the model's previous mode."""
-    was_training = model.training
-    model.eval()
-    correct = total = 0
-    loss_sum = 0.0
-    open_fraction_sum = 0.0
-    rescues = examples = 0
-    for input_ids, attention_mask, labels in dataset.batches(batch_size, shuffle=False):
-        out = model(input_ids, attention_mask, details=True)
-        logits = out["logits"]
-        loss_sum += float(task_loss(logits, labels)) * labels.shape[0]
-        predictions = logits.argmax(-1)
-        valid = labels != IGNORE_INDEX
-        correct += int((predictions == labels)[valid].sum())
-        total += int(valid.sum())
-        examples += labels.shape[0]
-        if "gates" in out:
-            mask = attention_mask != 0
-            gates = out["gates"] & mask
-            open_fraction_sum += float((gates.sum(-1) / mask.sum(-1)).sum())
-            naturally_open = (out["gate_logits"] > 0) & mask
-            rescues += int((~naturally_open.any(-1)).sum())
-    model.train(was_training)
-    metrics: dict[str, Any] = {
-        "accuracy": correct / max(1, total),
-        "loss": loss_sum / max(1, examples),
-        "examples": examples,
-    }
-    if model.is_gated:
-        metrics.update(
-            density=open_fraction_sum / max(1, examples),
-            rescues=rescues,
-            rescue_rate=rescues / max(1, examples),
-        )
-    return metrics
 
 
 @torch.no_grad()
@@ -149,12 +108,6 @@ def _drop_words(input_ids: torch.Tensor, attention_mask: torch.Tensor, rate: flo
     return torch.where(drop, torch.full_like(input_ids, UNK_ID), input_ids)  # [B, T]
 
 
-def _batch_density(gates: torch.Tensor, attention_mask: torch.Tensor) -> float:
-    """Hard-gate density of one batch, as `evaluate` computes it."""
-    mask = attention_mask != 0
-    return float(((gates & mask).sum(-1) / mask.sum(-1)).mean())
-
-
 def train(
     model_config: ModelConfig,
     train_set: Any,
@@ -171,17 +124,47 @@ def train(
     fresh model then trains on the training and validation examples together for the best epoch
     + `refit_extra_epochs` epochs and is the one returned. `metrics` and `summary` keep where the
     best evaluation was; `summary["refit"]` describes the second run.
+    With `config.distill` (GA-Net only) its dense-gate run trains first on the training split,
+    as the teacher (`attndeploy.training.distill`), and both runs learn from it;
+    `summary["teacher"]` describes it.
     """
+    teacher = None
+    if config.distill:
+        teacher = _dense_gate_teacher(model_config, train_set, eval_set, config,
+                                      progress=progress, eval_every=eval_every, val_set=val_set)
+        if config.max_seconds is not None:
+            config = replace(config, max_seconds=max(
+                config.max_seconds - teacher.summary["seconds"], 1e-3))
     selected = _train_fresh(model_config, train_set, eval_set, config, progress=progress,
-                            eval_every=eval_every, val_set=val_set)
-    if not config.refit or val_set is None:
-        return selected
+                            eval_every=eval_every, val_set=val_set, teacher=teacher)
+    result = selected
+    if config.refit and val_set is not None:
+        def train_again(examples: Any, refit_config: TrainConfig) -> TrainResult:
+            return _train_fresh(model_config, examples, eval_set, refit_config,
+                                progress=progress, eval_every=0, val_set=val_set,
+                                teacher=teacher, label="refit")
 
-    def train_again(examples: Any, refit_config: TrainConfig) -> TrainResult:
-        return _train_fresh(model_config, examples, eval_set, refit_config, progress=progress,
-                            eval_every=0, val_set=val_set)
+        result = refit_on_all_examples(train_again, train_set, val_set, config, selected)
+    if teacher is not None:
+        result.summary["teacher"] = {
+            "accuracy": teacher.metrics["accuracy"], "best_epoch": teacher.metrics["best_epoch"],
+            "seconds": teacher.summary["seconds"], "weight": config.distill,
+            "temperature": config.distill_temperature}
+        result.summary["seconds"] = round(result.summary["seconds"]
+                                          + teacher.summary["seconds"], 3)
+    return result
 
-    return refit_on_all_examples(train_again, train_set, val_set, config, selected)
+
+def _dense_gate_teacher(model_config: ModelConfig, train_set: Any, eval_set: Any,
+                        config: TrainConfig, **kwargs: Any) -> TrainResult:
+    """GA-Net's dense-gate run, trained to teach: the density penalty off, chosen on the
+    validation split and not refit (`attndeploy.training.distill.teacher_training`)."""
+    if not variant_spec(model_config.variant).gated:
+        raise ConfigError(f"distillation from a dense-gate teacher applies to gated variants "
+                          f"(GA-Net), not {model_config.variant!r}; leave --distill at 0")
+    return _train_fresh(distillation.dense_gate_config(model_config), train_set, eval_set,
+                        distillation.teacher_training(config), label="dense-gate teacher",
+                        **kwargs)
 
 
 def _train_fresh(
@@ -193,6 +176,8 @@ def _train_fresh(
     progress: bool,
     eval_every: int | None,
     val_set: Any,
+    teacher: TrainResult | None = None,
+    label: str = "",
 ) -> TrainResult:
     torch.manual_seed(config.seed)
     model = build_model(model_config)
@@ -206,9 +191,10 @@ def _train_fresh(
     return fit(
         model, train_set, eval_set, config,
         density_weight=model_config.ganet.density_weight if model.is_gated else 0.0,
-        label=f"train {model_config.variant}", progress=progress, eval_every=eval_every,
-        val_set=val_set, corrupt=drop_words if config.word_dropout else None,
-        clean_gates=model.eval_gates,
+        label=f"train {model_config.variant} {label}".rstrip(), progress=progress,
+        eval_every=eval_every, val_set=val_set,
+        corrupt=drop_words if config.word_dropout else None, clean_gates=model.eval_gates,
+        teacher=None if teacher is None else teacher.model,
     )
 
 
@@ -225,6 +211,7 @@ def fit(
     val_set: Any = None,
     corrupt: Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor] | None = None,
     clean_gates: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    teacher: Any = None,
 ) -> TrainResult:
     """Train `model` in place (a built-in model or a converted Hugging Face one: both take
     `(input_ids, attention_mask, details=True)`); returns it in eval mode with metrics on
@@ -236,7 +223,9 @@ def fit(
     excluded) and the selection set's metrics. `density_weight` is GA-Net's starting λ.
     `corrupt(input_ids, attention_mask, generator)` replaces tokens of a training batch (word
     dropout); `clean_gates(input_ids, attention_mask)` gives the eval-mode gates of the
-    uncorrupted batch, which the density controller then steers.
+    uncorrupted batch, which the density controller then steers. `teacher` (a model in eval
+    mode) mixes its soft targets on the uncorrupted batch into the loss with weight
+    `config.distill` (`attndeploy.training.distill`).
     """
     if not len(train_set):
         raise ConfigError("the training set is empty")
@@ -316,8 +305,13 @@ def fit(
                 out = model(input_ids, attention_mask, details=True)
                 loss = task_loss(out["logits"], labels, config.label_smoothing)
                 total = loss
+                if teacher is not None:
+                    soft_targets = distillation.teacher_logits(teacher, clean_ids, attention_mask)
+                    total = (1 - config.distill) * loss + config.distill * (
+                        distillation.distillation_loss(out["logits"], soft_targets, labels,
+                                                       config.distill_temperature))
                 if "density_penalty" in out:
-                    total = loss + density_weight * out["density_penalty"]
+                    total = total + density_weight * out["density_penalty"]
                 optimizer.zero_grad(set_to_none=True)
                 total.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -330,7 +324,7 @@ def fit(
                 record = {"step": step, "loss": loss.item(), "learning_rate": learning_rate}
                 if "density_penalty" in out:
                     record["soft_density"] = out["density_penalty"].item()
-                    record["density"] = _batch_density(out["gates"], attention_mask)
+                    record["density"] = batch_density(out["gates"], attention_mask)
                     if controller is not None:
                         record["density_weight"] = density_weight
                         goal = scheduled_target(config.density_target, step / steps_per_epoch,
@@ -340,7 +334,7 @@ def fit(
                         # not of the <unk> that word dropout put in their place.
                         clean = record["density"]
                         if clean_gates is not None and clean_ids is not input_ids:
-                            clean = _batch_density(clean_gates(clean_ids, attention_mask),
+                            clean = batch_density(clean_gates(clean_ids, attention_mask),
                                                    attention_mask)
                             record["clean_density"] = clean
                         density_weight = (0.0 if goal is None
@@ -420,7 +414,6 @@ def train_checkpoint(
 
     from attndeploy.checkpoint import save_checkpoint
     from attndeploy.errors import CheckpointError
-    from attndeploy.variants.registry import variant_spec
 
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:  # refuse before spending the training time

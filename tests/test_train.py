@@ -238,6 +238,64 @@ def test_refit_trains_a_fresh_model_on_training_and_validation_for_the_best_epoc
     assert not torch.equal(refit.model.embed.weight, selected.model.embed.weight)
 
 
+class ConstantTeacher(torch.nn.Module):
+    """A teacher sure of one class for every text, whatever the labels say."""
+
+    def __init__(self, num_labels: int, label: int) -> None:
+        super().__init__()
+        self.logits = torch.full((num_labels,), -4.0)
+        self.logits[label] = 4.0
+
+    def forward(self, input_ids, attention_mask):
+        return {"logits": self.logits.expand(input_ids.shape[0], -1)}
+
+
+def test_a_distilled_model_learns_its_teacher_s_answers_over_the_labels(small_sparse):
+    from attndeploy.models import build_model
+    from attndeploy.train import fit
+
+    config = TrainConfig(steps=10_000, max_epochs=6, batch_size=64, warmup_steps=2,
+                         learning_rate=1e-2, distill=1.0)
+    model_config = _tiny_config(small_sparse)
+    torch.manual_seed(0)
+    result = fit(build_model(model_config), small_sparse.train_set, small_sparse.eval_set,
+                 config, progress=False, teacher=ConstantTeacher(model_config.num_labels, 1))
+    batches = list(small_sparse.eval_set.batches(64, shuffle=False))
+    with torch.no_grad():
+        predicted = torch.cat([result.model(ids, mask)["logits"].argmax(-1)
+                               for ids, mask, _ in batches])  # [N]
+    labels = torch.cat([labels for *_, labels in batches])  # [N]
+    assert bool(predicted.eq(1).all()) and not bool(labels.eq(1).all())
+
+
+def test_ganet_distils_from_its_dense_gate_run_which_trains_first(small_sparse):
+    config = TrainConfig(steps=10_000, max_epochs=2, batch_size=64, warmup_steps=2,
+                         keep_best=True, density_target=0.3, distill=0.5, refit=True)
+    model_config = _tiny_config(small_sparse, variant="ganet")
+    data = (small_sparse.train_set, small_sparse.eval_set)
+    result = train(model_config, *data, config, progress=False, val_set=small_sparse.val_set)
+    alone = train(model_config, *data, replace(config, distill=0.0), progress=False,
+                  val_set=small_sparse.val_set)
+    teacher = result.summary["teacher"]
+    assert (teacher["weight"], teacher["temperature"]) == (0.5, config.distill_temperature)
+    assert result.summary["seconds"] > teacher["seconds"] > 0 and "refit" in result.summary
+    assert "teacher" not in alone.summary
+    # The teacher is the dense-gate run: trained as `alone` with the penalty off, no target and
+    # no refit.
+    dense = train(replace(model_config, ganet=GANetConfig(density_weight=0.0)), *data,
+                  replace(config, distill=0.0, density_target=None, refit=False),
+                  progress=False, val_set=small_sparse.val_set)
+    assert teacher["accuracy"] == dense.metrics["accuracy"]
+    # The same seed and batches: only the teacher's term moved the weights.
+    assert not torch.equal(result.model.embed.weight, alone.model.embed.weight)
+
+
+def test_distillation_is_refused_for_a_model_without_gates(small_sparse):
+    with pytest.raises(ConfigError, match="dense-gate teacher applies to gated variants"):
+        train(_tiny_config(small_sparse), small_sparse.train_set, small_sparse.eval_set,
+              TrainConfig(steps=2, distill=0.5), progress=False)
+
+
 def test_refit_needs_a_validation_split_and_time_left(small_sparse):
     config = TrainConfig(steps=10_000, max_epochs=2, batch_size=64, keep_best=True, refit=True)
     model_config = _tiny_config(small_sparse)
@@ -289,11 +347,14 @@ def test_the_bag_of_words_baseline_joins_a_built_in_task(small_sparse):
     assert 0.25 < metrics["baseline_accuracy"] <= 1.0  # markers are words: NB finds them
 
 
-def test_the_real_text_preset_trains_ganet_without_word_dropout_and_the_rest_with_it():
-    """GA-Net's noisy gates already drop words in training; only its word dropout differs."""
+def test_the_real_text_preset_trains_ganet_without_word_dropout_and_distils_it():
+    """GA-Net's noisy gates already drop words in training, and it learns from its dense-gate
+    run: only its word dropout and distillation differ."""
     preset, ganet = REAL_TEXT_DEFAULTS.training, REAL_TEXT_DEFAULTS.training_for("ganet")
     changed = {name for name in vars(preset) if getattr(preset, name) != getattr(ganet, name)}
-    assert changed == {"word_dropout"} and ganet.word_dropout == 0.0 < preset.word_dropout
+    assert changed == {"word_dropout", "distill"}
+    assert ganet.word_dropout == 0.0 < preset.word_dropout
+    assert preset.distill == 0.0 < ganet.distill
     for variant in ("standard", "qvi", "evolving"):
         assert REAL_TEXT_DEFAULTS.training_for(variant) == preset
     assert TASK_DEFAULTS.training_for("ganet") == TASK_DEFAULTS.training
@@ -307,7 +368,9 @@ def test_the_real_text_preset_trains_ganet_without_word_dropout_and_the_rest_wit
      ({"density_warmup": -1.0}, "warm-up"), ({"density_slack": -0.1}, "density slack"),
      ({"density_calibrate": 1.0}, "calibrated density"),
      ({"weight_decay": -1.0}, "weight decay"),
-     ({"refit_extra_epochs": -1}, "refit_extra_epochs")],
+     ({"refit_extra_epochs": -1}, "refit_extra_epochs"),
+     ({"distill": 1.5}, "distillation weight"), ({"distill": -0.1}, "distillation weight"),
+     ({"distill_temperature": 0.0}, "distillation temperature")],
 )
 def test_train_config_rejects_unusable_training_controls(kwargs, message):
     with pytest.raises(ConfigError, match=message):

@@ -135,3 +135,31 @@ def test_calibration_moves_the_gate_threshold_to_the_density_asked_for(gated_mod
         assert changed == ["gates.network.score.bias"]  # nothing else moves
     finally:
         model.load_state_dict(original)
+
+
+def test_the_distillation_loss_is_zero_at_the_teacher_and_t_squared_times_the_kl_elsewhere():
+    from attndeploy.training.distill import distillation_loss
+
+    teacher = torch.tensor([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]])  # [B=2, C=3]
+    labels = torch.tensor([0, 2])
+    assert float(distillation_loss(teacher.clone(), teacher, labels, 2.0)) == pytest.approx(0.0)
+    student = torch.tensor([[0.0, 1.0, 0.0], [1.0, -1.0, 0.0]])
+    p, q = torch.softmax(teacher / 2.0, -1), torch.softmax(student / 2.0, -1)
+    by_hand = 4.0 * float((p * (p.log() - q.log())).sum(-1).mean())  # T² · mean_b KL(p ‖ q)
+    assert float(distillation_loss(student, teacher, labels, 2.0)) == pytest.approx(by_hand)
+
+
+def test_the_distillation_loss_of_a_tagger_reads_labelled_tokens_only():
+    from attndeploy.training.distill import distillation_loss
+    from attndeploy.training.evaluation import IGNORE_INDEX
+
+    torch.manual_seed(0)
+    student, teacher = torch.randn(2, 4, 3), torch.randn(2, 4, 3)  # [B, T, C]
+    labels = torch.tensor([[0, 1, IGNORE_INDEX, IGNORE_INDEX], [2, 0, 1, IGNORE_INDEX]])
+    loss = distillation_loss(student, teacher, labels, 1.0)
+    moved = student.clone()
+    moved[labels == IGNORE_INDEX] += 5.0  # pads: whatever the model says there
+    assert float(distillation_loss(moved, teacher, labels, 1.0)) == pytest.approx(float(loss))
+    keep = labels != IGNORE_INDEX
+    assert float(loss) == pytest.approx(float(distillation_loss(
+        student[keep], teacher[keep], labels[keep], 1.0)))  # the mean over the 5 tokens

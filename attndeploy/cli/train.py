@@ -80,6 +80,11 @@ def summary_lines(out: Path, metrics: dict[str, Any], training: dict[str, Any]) 
         lines.append(f"  {refit['skipped']}: no refit" if "skipped" in refit else
                      f"  then refit on training + validation ({refit['examples']} examples) "
                      f"for {refit['epochs']} epochs; this is the model saved")
+    teacher = training.get("teacher")
+    if teacher is not None:
+        lines.append(f"  learnt from its dense-gate run too (held-out accuracy "
+                     f"{teacher['accuracy']:.4f}, {teacher['seconds']:.1f} s, weight "
+                     f"{teacher['weight']:g})")
     if "density_target" in metrics:
         calibrated = training.get("gate_calibration")
         moved = "" if calibrated is None else (
@@ -213,6 +218,11 @@ def command(
              "this. 0: leave the threshold at 0. "
              f"{_both(_TASK.training.density_calibrate, _DATA.training.density_calibrate)}"
     )] = None,
+    distill: Annotated[float | None, typer.Option(
+        help="GA-Net: first train its dense-gate run (no density penalty), then learn from "
+             "its soft predictions with this weight beside the labels' (1 - this). 0: off. "
+             f"{_both(_TASK.training_for('ganet').distill, _DATA.training_for('ganet').distill)}"
+    )] = None,
     gate_mode: Annotated[
         GateMode, typer.Option(help="GA-Net eval gates.")
     ] = GateMode(_ganet("gate_mode")),
@@ -288,6 +298,9 @@ def command(
         if refit:
             raise ConfigError("--refit applies to the built-in models; fine-tuning a Hugging "
                               "Face model keeps the selected weights")
+        if distill:
+            raise ConfigError("--distill applies to the built-in models; fine-tuning a Hugging "
+                              "Face model learns from the labels only")
         train_hf_command(
             hf_model=hf_model, variant=variant.value,
             variant_config=sub_configs.get(variant.value), out=out, task=task, data=data,
@@ -314,6 +327,7 @@ def command(
         max_seconds=max_seconds,
         density_target=pick(density_target, preset.density_target) or None,
         density_calibrate=pick(density_calibrate, preset.density_calibrate) or None,
+        distill=pick(distill, preset.distill),
     )
     given = {"d_model": d_model, "n_heads": heads, "n_layers": layers, "d_ff": d_ff,
              "dropout": dropout}

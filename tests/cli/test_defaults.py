@@ -98,9 +98,11 @@ def test_serve_background_waits_as_long_as_the_foreground_server() -> None:
     assert parameter_default(start_background, "timeout_s") == _server("ready_timeout_s")
 
 
-def test_the_train_help_shows_each_kind_of_data_its_gates_word_dropout_and_refit() -> None:
-    """`--aux`, `--relaxation`, `--word-dropout` and `--refit` have no single default: a task
-    and --data take their presets' values, and GA-Net on --data its own word dropout."""
+def test_the_train_help_shows_each_kind_of_data_its_gates_word_dropout_refit_and_distill(
+) -> None:
+    """`--aux`, `--relaxation`, `--word-dropout`, `--refit` and `--distill` have no single
+    default: a task and --data take their presets' values, and GA-Net on --data its own word
+    dropout and distillation."""
     from typer.testing import CliRunner
 
     help_text = " ".join(CliRunner().invoke(app, ["train", "--help"]).output.split())
@@ -117,6 +119,9 @@ def test_the_train_help_shows_each_kind_of_data_its_gates_word_dropout_and_refit
     assert _cli_defaults("train")["refit"] is None
     assert (f"[default: {TASK_DEFAULTS.training.refit} for a task; "
             f"{REAL_TEXT_DEFAULTS.training.refit} for --data]") in help_text
+    assert _cli_defaults("train")["distill"] is None  # GA-Net's own: a task's 0, --data's 0.5
+    assert (f"[default: {TASK_DEFAULTS.training_for('ganet').distill:g} for a task; "
+            f"{REAL_TEXT_DEFAULTS.training_for('ganet').distill:g} for --data]") in help_text
 
 
 def test_the_loadtest_help_shows_the_library_defaults() -> None:

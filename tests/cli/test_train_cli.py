@@ -292,6 +292,19 @@ def test_refit_is_refused_for_a_hugging_face_model(tmp_path):
     assert not (tmp_path / "m").exists()
 
 
+def test_distillation_is_refused_for_a_hugging_face_model_and_a_variant_without_gates(tmp_path):
+    rows = [{"text": f"{word} item {i}", "label": label}
+            for i in range(10) for word, label in (("sunny", "good"), ("rainy", "bad"))]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = run_cli("train", "--hf-model", "bert", "--data", "d.jsonl", "--distill", "0.5",
+                     "--out", "m", cwd=tmp_path)
+    assert_one_line_error(result, "config", "--distill applies to the built-in models")
+    result = run_cli("train", "--data", "d.jsonl", "--variant", "standard", "--distill", "0.5",
+                     *TINY, "--out", "m", cwd=tmp_path)
+    assert_one_line_error(result, "config", "applies to gated variants (GA-Net), not 'standard'")
+    assert not (tmp_path / "m").exists()
+
+
 def test_train_says_how_far_calibration_moved_the_gate_threshold(tmp_path):
     from attndeploy.cli.train import summary_lines
 
@@ -303,6 +316,11 @@ def test_train_says_how_far_calibration_moved_the_gate_threshold(tmp_path):
     text = " ".join(summary_lines(tmp_path / "m", metrics, training).split())
     assert ("gate density 0.380 (target 0.3, threshold moved by +0.62 from 0.291 on the "
             "validation set)") in text
+    assert "dense-gate run" not in text
+    training["teacher"] = {"accuracy": 0.6533, "seconds": 4.25, "weight": 0.5}
+    text = " ".join(summary_lines(tmp_path / "m", metrics, training).split())
+    assert ("learnt from its dense-gate run too (held-out accuracy 0.6533, 4.2 s, weight 0.5)"
+            in text)
 
 
 def test_ganet_on_jsonl_calibrates_its_gates_and_trains_hard_concrete_bilstm_gates_unless_told(
@@ -325,3 +343,5 @@ def test_ganet_on_jsonl_calibrates_its_gates_and_trains_hard_concrete_bilstm_gat
                                                                    "off": "concrete"}
     assert {name: ganet[name]["aux"] for name in runs} == {"default": "bilstm", "off": "mlp"}
     assert runs["default"]["training"]["config"]["word_dropout"] == 0.0  # GA-Net's own preset
+    assert runs["default"]["training"]["config"]["distill"] == 0.5  # from its dense-gate run
+    assert runs["default"]["training"]["teacher"]["weight"] == 0.5
