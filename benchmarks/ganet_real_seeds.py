@@ -35,10 +35,15 @@ from attndeploy.training.config import REAL_TEXT_DEFAULTS, TrainConfig  # noqa: 
 from attndeploy.variants.ganet.config import GANetConfig  # noqa: E402
 
 # label -> (GANetConfig fields, TrainConfig fields[, ModelConfig fields]) changed from the --data
-# defaults (BiLSTM gate network, hard-concrete gates, no word dropout, refit)
+# defaults (BiLSTM gate network, hard-concrete gates, no word dropout, refit, distillation from
+# the dense-gate run)
 VARIATIONS: dict[str, tuple[dict, ...]] = {
     "default": ({}, {}),
-    "dense": ({"density_weight": 0.0}, {"density_target": None}),  # the reference: gates open
+    # the reference: gates open, and nothing to learn from but the labels
+    "dense": ({"density_weight": 0.0}, {"density_target": None, "distill": 0.0}),
+    "no_distill": ({}, {"distill": 0.0}),
+    "distill0.3": ({}, {"distill": 0.3}),
+    "distill0.7": ({}, {"distill": 0.7}),
     "mlp_gates": ({"aux": "mlp"}, {}),
     "conv_gates": ({"aux": "conv"}, {}),
     "word_dropout0.2": ({}, {"word_dropout": 0.2}),
@@ -56,10 +61,11 @@ VARIATIONS: dict[str, tuple[dict, ...]] = {
     "rate0.1": ({}, {"density_rate": 0.1}),
     "target0.37": ({}, {"density_target": 0.37}),
 }
-# Earlier defaults, named: before the BiLSTM gate network and no word dropout, and before hard
-# concrete and the refit too.
+# Earlier defaults, named: before distillation; before the BiLSTM gate network and no word
+# dropout too; and before hard concrete and the refit as well.
 ALIASES = {
-    "previous": "mlp_gates+word_dropout0.2",
+    "before_distill": "no_distill",
+    "previous": "before_distill+mlp_gates+word_dropout0.2",
     "before_hard_concrete": "previous+concrete+no_refit",
 }
 OUT = ROOT / "benchmarks" / "results" / "ganet_real_seeds.json"

@@ -76,8 +76,8 @@ def run_one(data, variant: str, args: argparse.Namespace, *, dense: bool = False
     if args.quick:
         training = dataclasses.replace(training, max_epochs=2)
     sub = {}
-    if variant != "ganet" or dense:
-        training = dataclasses.replace(training, density_target=None)
+    if variant != "ganet" or dense:  # the dense-gate run is the teacher: nothing to learn from
+        training = dataclasses.replace(training, density_target=None, distill=0.0)
     if variant == "ganet":
         sub["ganet"] = GANetConfig(**REAL_TEXT_DEFAULTS.ganet,
                                    **({"density_weight": 0.0} if dense else {}))
