@@ -8,8 +8,9 @@ Build the sets first (Debian packages, no download): see `benchmarks/real_text.p
 Every run uses the defaults of `attndeploy train --data FILE`
 (`attndeploy.train.REAL_TEXT_DEFAULTS`: the held-out split of the manifest, a validation split of
 the rest for early stopping, the regularisation defaults, GA-Net with the BiLSTM gate network
-and hard-concrete gates at density target 0.3, its gate threshold calibrated to validation
-density 0.37, and the refit on training + validation examples), one
+and hard-concrete gates at density target 0.3, distilled from its dense-gate run, its gate
+threshold calibrated to validation density 0.37, and the refit on training + validation
+examples), one
 after another in one process with the same thread count. GA-Net also runs once with dense
 gates (no target, penalty weight 0) as the reference its accuracy is compared with.
 
