@@ -224,8 +224,8 @@ def fit(
     `corrupt(input_ids, attention_mask, generator)` replaces tokens of a training batch (word
     dropout); `clean_gates(input_ids, attention_mask)` gives the eval-mode gates of the
     uncorrupted batch, which the density controller then steers. `teacher` (a model in eval
-    mode) mixes its soft targets on the uncorrupted batch into the loss with weight
-    `config.distill` (`attndeploy.training.distill`).
+    mode) mixes its soft targets on the uncorrupted examples (computed once, before the first
+    step) into the loss with weight `config.distill` (`attndeploy.training.distill`).
     """
     if not len(train_set):
         raise ConfigError("the training set is empty")
@@ -253,6 +253,8 @@ def fit(
                           density_target=config.density_target if model.is_gated else None,
                           density_slack=config.density_slack)
     generator = torch.Generator().manual_seed(config.seed)
+    soft_table = (None if teacher is None
+                  else distillation.teacher_table(teacher, train_set, config.batch_size))
     history: list[dict[str, float]] = []
     evaluations: list[dict[str, Any]] = []
     started = time.perf_counter()
@@ -295,10 +297,11 @@ def fit(
         task = bar.add_task("train", total=horizon, status="")
         reason = None
         while reason is None:
-            for input_ids, attention_mask, labels in train_set.batches(
+            for rows in train_set.batch_rows(
                 config.batch_size, shuffle=True, generator=generator,
                 bucket=config.bucket_by_length,
             ):
+                input_ids, attention_mask, labels = train_set.batch_at(rows)  # [B, t]
                 clean_ids = input_ids
                 if corrupt is not None:
                     input_ids = corrupt(input_ids, attention_mask, generator)
@@ -306,7 +309,8 @@ def fit(
                 loss = task_loss(out["logits"], labels, config.label_smoothing)
                 total = loss
                 if teacher is not None:
-                    soft_targets = distillation.teacher_logits(teacher, clean_ids, attention_mask)
+                    soft_targets = distillation.batch_targets(soft_table, rows,
+                                                              input_ids.shape[1])
                     total = (1 - config.distill) * loss + config.distill * (
                         distillation.distillation_loss(out["logits"], soft_targets, labels,
                                                        config.distill_temperature))

@@ -163,3 +163,24 @@ def test_the_distillation_loss_of_a_tagger_reads_labelled_tokens_only():
     keep = labels != IGNORE_INDEX
     assert float(loss) == pytest.approx(float(distillation_loss(
         student[keep], teacher[keep], labels[keep], 1.0)))  # the mean over the 5 tokens
+
+
+@pytest.mark.parametrize("task", ["sparse_evidence", "tagging"])
+def test_the_teacher_table_holds_each_example_s_logits_as_its_batch_would_get_them(task):
+    from attndeploy.data.synthetic import get_task
+    from attndeploy.training.distill import batch_targets, teacher_table
+
+    dataset = get_task(task).generate(60, seed=2)[0]
+    weights = torch.randn(dataset.input_ids.max() + 1, len(dataset.label_names))
+
+    def teacher(ids, mask):  # a deterministic model: logits from each token, [B, t, C]
+        logits = weights[ids] * mask[..., None]
+        return {"logits": logits if dataset.head == "tagging" else logits.sum(1)}
+
+    table = teacher_table(teacher, dataset, batch_size=7)
+    assert table.shape[0] == len(dataset)
+    generator = torch.Generator().manual_seed(0)
+    for rows in dataset.batch_rows(8, shuffle=True, generator=generator, bucket=True):
+        ids, mask, _ = dataset.batch_at(rows)
+        expected = teacher(ids, mask)["logits"]  # [B, C] or [B, t, C]
+        assert torch.allclose(batch_targets(table, rows, ids.shape[1]), expected, atol=1e-5)

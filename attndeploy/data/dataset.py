@@ -143,6 +143,15 @@ class TextDataset:
         shuffled: every example still comes once per pass, in random company of similar length,
         so texts of very different lengths waste less padding (2-3x faster on real text).
         """
+        for rows in self.batch_rows(batch_size, shuffle=shuffle, generator=generator,
+                                    bucket=bucket):
+            yield self.batch_at(rows)
+
+    def batch_rows(
+        self, batch_size: int, *, shuffle: bool, generator: torch.Generator | None = None,
+        bucket: bool = False,
+    ) -> Iterator[Tensor]:
+        """The example positions of each batch `batches` yields with the same arguments."""
         if batch_size < 1:
             raise DataError(f"batch_size must be at least 1; got {batch_size}")
         n = len(self)
@@ -156,13 +165,17 @@ class TextDataset:
                 order[lo : lo + window] = order[lo : lo + window][part.argsort(stable=True)]
             starts = [starts[i] for i in torch.randperm(len(starts), generator=generator)]
         for start in starts:
-            rows = order[start : start + batch_size]
-            mask = self.attention_mask[rows]  # [B, T]
-            width = int(mask.sum(dim=1).max())
-            labels = self.labels[rows]
-            if self.head == "tagging":
-                labels = labels[:, :width]  # [B, t]
-            yield self.input_ids[rows, :width], mask[:, :width], labels
+            yield order[start : start + batch_size]  # [B]
+
+    def batch_at(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(input_ids, attention_mask, labels) of the examples at `rows`, trimmed to their
+        longest real sequence: [B, t] each ([B] labels for classification)."""
+        mask = self.attention_mask[rows]  # [B, T]
+        width = int(mask.sum(dim=1).max())
+        labels = self.labels[rows]
+        if self.head == "tagging":
+            labels = labels[:, :width]  # [B, t]
+        return self.input_ids[rows, :width], mask[:, :width], labels
 
     def split(self, fraction: float, *, seed: int) -> tuple[TextDataset, TextDataset]:
         """(train, held_out): a random `fraction` of the examples is held out.

@@ -44,10 +44,26 @@ def teacher_training(config: Any) -> Any:
 
 
 @torch.no_grad()
-def teacher_logits(teacher: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor
-                   ) -> torch.Tensor:
-    """The teacher's logits for a batch (the teacher is in eval mode: no dropout, hard gates)."""
-    return teacher(input_ids, attention_mask)["logits"]
+def teacher_table(teacher: Any, dataset: Any, batch_size: int) -> torch.Tensor:
+    """The teacher's logits for every example of `dataset` (a TextDataset), computed once before
+    training: [N, C] (tagging: [N, W, C], W the dataset's width, zero past each batch's width).
+    The teacher is in eval mode (no dropout, hard gates), so an example's logits are the same in
+    every epoch; reading them from the table saves a teacher forward pass per training step."""
+    width = dataset.input_ids.shape[1]
+    parts = []
+    for input_ids, attention_mask, _ in dataset.batches(batch_size, shuffle=False):
+        logits = teacher(input_ids, attention_mask)["logits"]  # [B, C] or [B, t, C]
+        if logits.dim() == 3:
+            logits = F.pad(logits, (0, 0, 0, width - logits.shape[1]))  # [B, W, C]
+        parts.append(logits)
+    return torch.cat(parts)  # [N, C] or [N, W, C]
+
+
+def batch_targets(table: torch.Tensor, rows: torch.Tensor, width: int) -> torch.Tensor:
+    """The teacher's logits for the batch of examples `rows` ([B]) trimmed to `width` tokens:
+    [B, C] (tagging: [B, width, C])."""
+    logits = table[rows]  # [B, C] or [B, W, C]
+    return logits[:, :width] if logits.dim() == 3 else logits
 
 
 def distillation_loss(logits: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor,

@@ -144,6 +144,18 @@ def test_batches_without_shuffle_keep_the_order(sparse):
     assert torch.equal(labels, sparse.labels)
 
 
+def test_batch_rows_name_the_examples_of_each_batch(generated):
+    _, dataset, _ = generated
+    kwargs = {"shuffle": True, "bucket": True}
+    batches = list(dataset.batches(16, generator=torch.Generator().manual_seed(3), **kwargs))
+    rows = list(dataset.batch_rows(16, generator=torch.Generator().manual_seed(3), **kwargs))
+    assert torch.equal(torch.cat(rows).sort().values, torch.arange(len(dataset)))  # each once
+    for (ids, mask, labels), index in zip(batches, rows, strict=True):
+        again = dataset.batch_at(index)
+        assert all(torch.equal(a, b) for a, b in zip((ids, mask, labels), again, strict=True))
+        assert torch.equal(ids, dataset.input_ids[index, : ids.shape[1]])
+
+
 def test_split_is_deterministic_disjoint_and_complete(sparse):
     train, held = sparse.split(0.25, seed=1)
     assert (len(train), len(held)) == (150, 50)
