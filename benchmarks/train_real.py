@@ -3,7 +3,8 @@
 Build the sets first (Debian packages, no download): see `benchmarks/real_text.py`.
 
     .venv/bin/python benchmarks/real_text.py
-    .venv/bin/python benchmarks/train_real.py [--sets fortunes,debian] [--variants ...] [--quick]
+    .venv/bin/python benchmarks/train_real.py [--sets fortunes,debian] [--variants ...] \
+        [--seeds 0,1,2,3,4] [--quick] [--passive]
 
 Every run uses the defaults of `attndeploy train --data FILE`
 (`attndeploy.train.REAL_TEXT_DEFAULTS`: the held-out split of the manifest, a validation split of
@@ -12,18 +13,26 @@ and hard-concrete gates at density target 0.3, distilled from its dense-gate run
 threshold calibrated to validation density 0.37, and the refit on training + validation
 examples), one
 after another in one process with the same thread count. GA-Net also runs once with dense
-gates (no target, penalty weight 0) as the reference its accuracy is compared with.
+gates (no target, penalty weight 0) as the reference its accuracy is compared with. Each run
+repeats for every training seed of `--seeds` (the split stays the manifest's): held-out accuracy
+moves by about ±1.5 points between seeds on these sets, as much as the margins judged, so the
+accuracy targets are judged on the mean over the seeds, and every seed's result is reported.
 
 Targets, reported, never asserted:
-- on each set, every variant's held-out accuracy >= the naive Bayes baseline's;
-- every variant trains in <= 180 s on 2 cores, judged on the process's CPU seconds divided by
-  the threads used (training and its evaluations): on a shared machine wall time counts the
-  other processes' turns too, so it is recorded beside it but not judged;
-- GA-Net's held-out gate density <= 0.40, with accuracy within 1 point of its dense-gate run.
+- on each set, every variant's mean held-out accuracy >= the naive Bayes baseline's;
+- every variant trains in <= 180 s on 2 cores at every seed, judged on wall seconds (training
+  and its evaluations) on a machine otherwise idle, with PyTorch's own thread settings, as a
+  user's `attndeploy train` runs; CPU seconds are recorded beside it, and the load average
+  before and after;
+- GA-Net's held-out gate density <= 0.40 at every seed, with mean accuracy within 1 point of its
+  dense-gate run's.
 
-The script re-runs itself with OMP_WAIT_POLICY=PASSIVE unless the variable is set: PyTorch's idle
-OpenMP threads otherwise spin, which on a loaded machine burns CPU seconds that do no training
-(measured: one GA-Net run on fortunes took 325 CPU s spinning at load 6, about 2x what it needs).
+PyTorch's OpenMP threads spin while they wait for work. On an idle machine that is what makes
+two threads pay: GA-Net on fortunes (seed 0, 2 threads) took 103 s wall and 204 CPU s spinning,
+290 s wall and 286 CPU s with OMP_WAIT_POLICY=PASSIVE (each small op then wakes a sleeping
+thread), 141 s with one thread. On a machine shared with other work spinning threads burn CPU
+that does no training (one GA-Net run took 325 CPU s, 548 s wall, at load 6); `--passive` then
+re-runs the script with OMP_WAIT_POLICY=PASSIVE, and the wall times are not the target's.
 
 Writes `train_real.json` (per set: data, baseline; per variant: metrics, times, best epoch,
 evaluation curve) and `train_real.png` (accuracy vs baseline per variant and set; GA-Net density).
@@ -61,7 +70,7 @@ SETS = ("fortunes", "debian")
 TARGET_SECONDS = 180.0
 TARGET_DENSITY = 0.40
 DENSITY_ACCURACY_SLACK = 0.01
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)  # a log file: no wrapping
 
 
 def _load(data_dir: Path, name: str, split: dict) -> object:
@@ -72,8 +81,9 @@ def _load(data_dir: Path, name: str, split: dict) -> object:
     )
 
 
-def run_one(data, variant: str, args: argparse.Namespace, *, dense: bool = False) -> dict:
-    training = dataclasses.replace(REAL_TEXT_DEFAULTS.training_for(variant), seed=args.seed)
+def run_one(data, variant: str, args: argparse.Namespace, seed: int, *, dense: bool = False
+            ) -> dict:
+    training = dataclasses.replace(REAL_TEXT_DEFAULTS.training_for(variant), seed=seed)
     if args.quick:
         training = dataclasses.replace(training, max_epochs=2)
     sub = {}
@@ -92,6 +102,7 @@ def run_one(data, variant: str, args: argparse.Namespace, *, dense: bool = False
     cpu = time.process_time() - cpu_started
     keep = ("step", "epoch", "train_seconds", "accuracy", "loss", "density", "density_weight")
     return {
+        "seed": seed,
         "accuracy": result.metrics["accuracy"],
         "loss": result.metrics["loss"],
         "density": result.metrics.get("density"),
@@ -109,6 +120,28 @@ def run_one(data, variant: str, args: argparse.Namespace, *, dense: bool = False
         "cpu_seconds_per_core": round(cpu / args.threads, 2),
         "parameters": result.summary["parameters"],
         "curve": [{k: e[k] for k in keep if k in e} for e in result.evaluations],
+    }
+
+
+def over_seeds(runs: list[dict]) -> dict:
+    """One variant's runs at each seed, summarised: mean accuracy and density, the lowest
+    accuracy, the highest density and times (what the targets judge), and the runs."""
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in runs]
+        return None if values[0] is None else round(sum(values) / len(values), 6)
+
+    density = [r["density"] for r in runs]
+    return {
+        "accuracy": mean("accuracy"),
+        "accuracy_per_seed": [r["accuracy"] for r in runs],
+        "lowest_accuracy": min(r["accuracy"] for r in runs),
+        "density": mean("density"),
+        "highest_density": None if density[0] is None else max(density),
+        "best_epoch": [r["best_epoch"] for r in runs],
+        **{key: max(r[key] for r in runs)
+           for key in ("train_seconds", "wall_seconds", "cpu_seconds", "cpu_seconds_per_core")},
+        "seeds": [r["seed"] for r in runs],
+        "runs": runs,
     }
 
 
@@ -133,14 +166,17 @@ def run(args: argparse.Namespace) -> dict:
             plan.append(("ganet", True))
         for variant, dense in plan:
             label = "ganet_dense" if dense else variant
-            console.print(f"[bold]{name} / {label}[/]")
-            runs[label] = run_one(data, variant, args, dense=dense)
-            r = runs[label]
-            density = f", density {r['density']:.3f}" if r["density"] is not None else ""
-            console.print(f"  accuracy {r['accuracy']:.4f} (baseline "
-                          f"{baseline['baseline_accuracy']:.4f}){density}, best epoch "
-                          f"{r['best_epoch']:g}, {r['wall_seconds']:.0f} s wall, "
-                          f"{r['cpu_seconds_per_core']:.0f} CPU s per core", highlight=False)
+            per_seed = []
+            for seed in args.seeds:
+                console.print(f"[bold]{name} / {label}[/], seed {seed}")
+                per_seed.append(run_one(data, variant, args, seed, dense=dense))
+                r = per_seed[-1]
+                density = f", density {r['density']:.3f}" if r["density"] is not None else ""
+                console.print(f"  accuracy {r['accuracy']:.4f} (baseline "
+                              f"{baseline['baseline_accuracy']:.4f}){density}, best epoch "
+                              f"{r['best_epoch']:g}, {r['wall_seconds']:.0f} s wall, "
+                              f"{r['cpu_seconds_per_core']:.0f} CPU s per core", highlight=False)
+            runs[label] = over_seeds(per_seed)
         report_sets[name] = {
             "data": {**data.source, "sha256": manifest["sets"][name]["sha256"],
                      "labels": list(data.label_names), "vocabulary": len(data.tokenizer)},
@@ -150,8 +186,8 @@ def run(args: argparse.Namespace) -> dict:
     targets = evaluate_targets(report_sets)
     return {
         "benchmark": "train_real",
-        "targets": {"accuracy": ">= naive Bayes baseline",
-                    "cpu_seconds_per_core": TARGET_SECONDS,
+        "targets": {"accuracy": "mean over seeds >= naive Bayes baseline",
+                    "wall_seconds": TARGET_SECONDS,
                     "ganet_density": TARGET_DENSITY,
                     "ganet_accuracy_vs_dense": -DENSITY_ACCURACY_SLACK},
         "checks": targets,
@@ -161,7 +197,7 @@ def run(args: argparse.Namespace) -> dict:
                      "ganet_training": REAL_TEXT_DEFAULTS.ganet_training,
                      "val_fraction": REAL_TEXT_DEFAULTS.val_fraction,
                      "min_freq": REAL_TEXT_DEFAULTS.min_freq, "split": split,
-                     "threads": args.threads, "seed": args.seed, "quick": args.quick},
+                     "threads": args.threads, "seeds": list(args.seeds), "quick": args.quick},
         "environment": {"torch": torch.__version__, "python": platform.python_version(),
                         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                         "machine": platform.machine(), "cpus": os.cpu_count(),
@@ -177,39 +213,46 @@ def evaluate_targets(sets: dict) -> list[dict]:
         for variant, r in s["variants"].items():
             if variant == "ganet_dense":
                 continue
-            checks.append({"set": name, "variant": variant, "check": "accuracy >= baseline",
+            checks.append({"set": name, "variant": variant,
+                           "check": "mean accuracy >= baseline",
                            "value": r["accuracy"], "bound": s["baseline_accuracy"],
                            "met": r["accuracy"] >= s["baseline_accuracy"]})
             checks.append({"set": name, "variant": variant,
-                           "check": "CPU seconds per core <= 180",
-                           "value": r["cpu_seconds_per_core"], "bound": TARGET_SECONDS,
-                           "met": r["cpu_seconds_per_core"] <= TARGET_SECONDS})
+                           "check": "wall seconds <= 180 at every seed",
+                           "value": r["wall_seconds"], "bound": TARGET_SECONDS,
+                           "met": r["wall_seconds"] <= TARGET_SECONDS})
         gated, dense = s["variants"].get("ganet"), s["variants"].get("ganet_dense")
         if gated is not None:
-            checks.append({"set": name, "variant": "ganet", "check": "density <= 0.40",
-                           "value": gated["density"], "bound": TARGET_DENSITY,
-                           "met": gated["density"] <= TARGET_DENSITY})
+            checks.append({"set": name, "variant": "ganet",
+                           "check": "density <= 0.40 at every seed",
+                           "value": gated["highest_density"], "bound": TARGET_DENSITY,
+                           "met": gated["highest_density"] <= TARGET_DENSITY})
         if gated is not None and dense is not None:
             bound = dense["accuracy"] - DENSITY_ACCURACY_SLACK
             checks.append({"set": name, "variant": "ganet",
-                           "check": "accuracy >= dense-gate accuracy - 0.01",
+                           "check": "mean accuracy >= dense-gate mean - 0.01",
                            "value": gated["accuracy"], "bound": bound,
                            "met": gated["accuracy"] >= bound})
     return checks
 
 
 def print_table(report: dict) -> None:
-    table = Table(title="held-out accuracy vs the naive Bayes baseline")
-    for column in ("set", "variant", "accuracy", "baseline", "margin", "density", "best epoch",
-                   "train s", "wall s", "CPU s / core"):
+    seeds = ", ".join(str(s) for s in report["settings"]["seeds"])
+    table = Table(title=f"held-out accuracy vs the naive Bayes baseline (seeds {seeds}: mean, "
+                        "lowest; densities and times: mean, highest)")
+    for column in ("set", "variant", "accuracy", "lowest", "baseline", "margin", "density",
+                   "best epochs", "train s", "wall s", "CPU s / core"):
         table.add_column(column, justify="left" if column in ("set", "variant") else "right")
     for name, s in report["sets"].items():
         for variant, r in s["variants"].items():
             margin = r["accuracy"] - s["baseline_accuracy"]
-            table.add_row(name, variant, f"{r['accuracy']:.4f}", f"{s['baseline_accuracy']:.4f}",
+            table.add_row(name, variant, f"{r['accuracy']:.4f}", f"{r['lowest_accuracy']:.4f}",
+                          f"{s['baseline_accuracy']:.4f}",
                           f"[{'green' if margin >= 0 else 'red'}]{margin:+.4f}[/]",
-                          "" if r["density"] is None else f"{r['density']:.3f}",
-                          f"{r['best_epoch']:g}", f"{r['train_seconds']:.0f}",
+                          "" if r["density"] is None
+                          else f"{r['density']:.3f}, {r['highest_density']:.3f}",
+                          ", ".join(f"{e:g}" for e in r["best_epoch"]),
+                          f"{r['train_seconds']:.0f}",
                           f"{r['wall_seconds']:.0f}", f"{r['cpu_seconds_per_core']:.0f}")
     console.print(table)
     for check in report["checks"]:
@@ -232,14 +275,18 @@ def plot(report: dict, path: Path) -> None:
         names = list(s["variants"])
         accuracy = [s["variants"][v]["accuracy"] for v in names]
         colours = ["tab:green" if a >= s["baseline_accuracy"] else "tab:red" for a in accuracy]
-        ax.bar(names, accuracy, color=colours)
+        ax.bar(names, accuracy, color=colours, alpha=0.8)
+        for i, v in enumerate(names):  # each seed's run on its bar
+            per_seed = s["variants"][v]["accuracy_per_seed"]
+            ax.scatter([i] * len(per_seed), per_seed, color="black", s=10, zorder=3)
         ax.axhline(s["baseline_accuracy"], color="black", linestyle="--", linewidth=1,
                    label=f"naive Bayes {s['baseline_accuracy']:.3f}")
         for i, a in enumerate(accuracy):
             ax.text(i, a + 0.005, f"{a:.3f}", ha="center", fontsize=8)
-        low = min(accuracy + [s["baseline_accuracy"]])
+        low = min([s["variants"][v]["lowest_accuracy"] for v in names]
+                  + [s["baseline_accuracy"]])
         ax.set_ylim(max(0.0, low - 0.1), min(1.0, max(accuracy + [s["baseline_accuracy"]]) + 0.05))
-        ax.set_title(f"{name}: held-out accuracy")
+        ax.set_title(f"{name}: mean held-out accuracy (dots: seeds)")
         ax.tick_params(axis="x", rotation=30)
         ax.legend(loc="lower right", fontsize=8)
     ax = axes[-1]
@@ -248,8 +295,10 @@ def plot(report: dict, path: Path) -> None:
             r = report["sets"][name]["variants"].get(variant)
             if r is None:
                 continue
-            ax.scatter(r["density"], r["accuracy"], marker="o" if variant == "ganet" else "x",
-                       s=60, color=colour, label=f"{name} {variant}")
+            ax.scatter([run["density"] for run in r["runs"]],
+                       [run["accuracy"] for run in r["runs"]],
+                       marker="o" if variant == "ganet" else "x", s=40, color=colour,
+                       label=f"{name} {variant}")
         ax.axhline(report["sets"][name]["baseline_accuracy"], color=colour, linestyle="--",
                    linewidth=0.8)
     ax.axvline(TARGET_DENSITY, color="grey", linestyle=":", linewidth=1)
@@ -263,15 +312,16 @@ def plot(report: dict, path: Path) -> None:
 
 
 def _passive_openmp() -> None:
-    """Re-run this script with OMP_WAIT_POLICY=PASSIVE unless the caller chose a policy (libgomp
-    reads it when torch loads, so it cannot be set in-process)."""
-    if "OMP_WAIT_POLICY" not in os.environ:
+    """Re-run this script with OMP_WAIT_POLICY=PASSIVE (libgomp reads it when torch loads, so it
+    cannot be set in-process)."""
+    if os.environ.get("OMP_WAIT_POLICY") != "PASSIVE":
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
         os.execv(sys.executable, [sys.executable, *sys.argv])
 
 
 def main() -> None:
-    _passive_openmp()
+    if "--passive" in sys.argv[1:]:
+        _passive_openmp()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path,
                         default=ROOT / "benchmarks" / "results" / "real_text")
@@ -279,10 +329,13 @@ def main() -> None:
     parser.add_argument("--sets", type=lambda s: tuple(s.split(",")), default=SETS)
     parser.add_argument("--variants", type=lambda s: tuple(s.split(",")), default=VARIANTS)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=lambda s: tuple(int(x) for x in s.split(",")),
+                        default=(0, 1, 2, 3, 4), help="training seeds, each a run per variant")
     parser.add_argument("--no-dense", action="store_true",
                         help="skip GA-Net's dense-gate reference run")
     parser.add_argument("--no-bar", action="store_true", help="no per-run progress bar")
+    parser.add_argument("--passive", action="store_true",
+                        help="OMP_WAIT_POLICY=PASSIVE: for a shared machine (see above)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 epochs per run")
     args = parser.parse_args()
     if not (args.data_dir / "manifest.json").is_file():
