@@ -140,9 +140,12 @@ def train(
     result = selected
     if config.refit and val_set is not None:
         def train_again(examples: Any, refit_config: TrainConfig) -> TrainResult:
+            # The training examples come first: the teacher learnt from those, not from the
+            # validation examples (refit_on_all_examples).
+            taught = torch.arange(len(examples)) < len(train_set)  # [N]
             return _train_fresh(model_config, examples, eval_set, refit_config,
                                 progress=progress, eval_every=0, val_set=val_set,
-                                teacher=teacher, label="refit")
+                                teacher=teacher, taught=taught, label="refit")
 
         result = refit_on_all_examples(train_again, train_set, val_set, config, selected)
     if teacher is not None:
@@ -177,6 +180,7 @@ def _train_fresh(
     eval_every: int | None,
     val_set: Any,
     teacher: TrainResult | None = None,
+    taught: torch.Tensor | None = None,
     label: str = "",
 ) -> TrainResult:
     torch.manual_seed(config.seed)
@@ -194,7 +198,7 @@ def _train_fresh(
         label=f"train {model_config.variant} {label}".rstrip(), progress=progress,
         eval_every=eval_every, val_set=val_set,
         corrupt=drop_words if config.word_dropout else None, clean_gates=model.eval_gates,
-        teacher=None if teacher is None else teacher.model,
+        teacher=None if teacher is None else teacher.model, taught=taught,
     )
 
 
@@ -212,6 +216,7 @@ def fit(
     corrupt: Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor] | None = None,
     clean_gates: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     teacher: Any = None,
+    taught: torch.Tensor | None = None,
 ) -> TrainResult:
     """Train `model` in place (a built-in model or a converted Hugging Face one: both take
     `(input_ids, attention_mask, details=True)`); returns it in eval mode with metrics on
@@ -225,7 +230,9 @@ def fit(
     dropout); `clean_gates(input_ids, attention_mask)` gives the eval-mode gates of the
     uncorrupted batch, which the density controller then steers. `teacher` (a model in eval
     mode) mixes its soft targets on the uncorrupted examples (computed once, before the first
-    step) into the loss with weight `config.distill` (`attndeploy.training.distill`).
+    step) into the loss with weight `config.distill` (`attndeploy.training.distill`); `taught`
+    ([N] bool, default all) names the examples of `train_set` it learnt from, the only ones whose
+    loss it enters.
     """
     if not len(train_set):
         raise ConfigError("the training set is empty")
@@ -312,8 +319,9 @@ def fit(
                     soft_targets = distillation.batch_targets(soft_table, rows,
                                                               input_ids.shape[1])
                     total = (1 - config.distill) * loss + config.distill * (
-                        distillation.distillation_loss(out["logits"], soft_targets, labels,
-                                                       config.distill_temperature))
+                        distillation.distillation_loss(
+                            out["logits"], soft_targets, labels, config.distill_temperature,
+                            taught=None if taught is None else taught[rows]))
                 if "density_penalty" in out:
                     total = total + density_weight * out["density_penalty"]
                 optimizer.zero_grad(set_to_none=True)

@@ -268,6 +268,29 @@ def test_a_distilled_model_learns_its_teacher_s_answers_over_the_labels(small_sp
     assert bool(predicted.eq(1).all()) and not bool(labels.eq(1).all())
 
 
+def test_the_teacher_speaks_only_on_the_examples_it_learnt_from(small_sparse):
+    from attndeploy.models import build_model
+    from attndeploy.train import fit
+
+    config = TrainConfig(steps=6, batch_size=64, warmup_steps=2, distill=0.5)
+    model_config = _tiny_config(small_sparse)
+    n = len(small_sparse.train_set)
+    taught = torch.arange(n) < n // 2  # [N]: the teacher learnt from the first half
+
+    def weights(teacher_label: int, taught: torch.Tensor) -> torch.Tensor:
+        torch.manual_seed(0)
+        result = fit(build_model(model_config), small_sparse.train_set, small_sparse.eval_set,
+                     config, progress=False, taught=taught,
+                     teacher=ConstantTeacher(model_config.num_labels, teacher_label))
+        return result.model.embed.weight
+
+    untaught = torch.zeros(n, dtype=torch.bool)
+    # On examples it did not learn from, what the teacher says does not matter ...
+    assert torch.equal(weights(0, untaught), weights(1, untaught))
+    # ... and on those it did, it does.
+    assert not torch.equal(weights(0, taught), weights(1, taught))
+
+
 def test_ganet_distils_from_its_dense_gate_run_which_trains_first(small_sparse):
     config = TrainConfig(steps=10_000, max_epochs=2, batch_size=64, warmup_steps=2,
                          keep_best=True, density_target=0.3, distill=0.5, refit=True)

@@ -149,6 +149,24 @@ def test_the_distillation_loss_is_zero_at_the_teacher_and_t_squared_times_the_kl
     assert float(distillation_loss(student, teacher, labels, 2.0)) == pytest.approx(by_hand)
 
 
+@pytest.mark.parametrize("shape", [(4, 3), (4, 5, 3)])  # classification, tagging
+def test_examples_the_teacher_did_not_learn_from_add_nothing_to_the_distillation_loss(shape):
+    from attndeploy.training.distill import distillation_loss
+
+    torch.manual_seed(1)
+    student, teacher = torch.randn(shape), torch.randn(shape)
+    labels = torch.zeros(shape[:-1], dtype=torch.long)  # [B] or [B, T]: every token labelled
+    taught = torch.tensor([True, False, True, False])
+    each = [float(distillation_loss(student[i : i + 1], teacher[i : i + 1], labels[i : i + 1],
+                                    2.0)) for i in range(4)]
+    # The taught examples' own losses, averaged over all four: the others count as 0.
+    expected = (each[0] + each[2]) / 4
+    assert float(distillation_loss(student, teacher, labels, 2.0, taught)) == pytest.approx(
+        expected)
+    assert float(distillation_loss(student, teacher, labels, 2.0)) == pytest.approx(
+        sum(each) / 4)
+
+
 def test_the_distillation_loss_of_a_tagger_reads_labelled_tokens_only():
     from attndeploy.training.distill import distillation_loss
     from attndeploy.training.evaluation import IGNORE_INDEX

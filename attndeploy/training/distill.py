@@ -67,12 +67,20 @@ def batch_targets(table: torch.Tensor, rows: torch.Tensor, width: int) -> torch.
 
 
 def distillation_loss(logits: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor,
-                      temperature: float) -> torch.Tensor:
+                      temperature: float, taught: torch.Tensor | None = None) -> torch.Tensor:
     """T²·KL(softmax(teacher / T) ‖ softmax(logits / T)), the mean over examples (tagging: over
-    labelled tokens). logits, teacher [B, C] or [B, T, C]; labels [B] or [B, T]."""
+    labelled tokens). logits, teacher [B, C] or [B, T, C]; labels [B] or [B, T]. `taught` [B]
+    (bool): the examples the teacher learnt from; the others add 0 to the sum, so that on them
+    the model learns from the labels alone (the mean stays over the whole batch)."""
     if logits.dim() == 3:  # tagging: keep the labelled tokens only
         keep = labels != IGNORE_INDEX  # [B, T]
+        count = int(keep.sum())
+        if taught is not None:
+            keep = keep & taught[:, None]
+    else:
+        count, keep = logits.shape[0], taught  # keep: [B] or None (every example)
+    if keep is not None:
         logits, teacher = logits[keep], teacher[keep]  # [N, C]
     kl = F.kl_div(F.log_softmax(logits / temperature, -1), F.log_softmax(teacher / temperature, -1),
-                  log_target=True, reduction="batchmean")
+                  log_target=True, reduction="sum") / max(count, 1)
     return temperature ** 2 * kl

@@ -30,8 +30,9 @@ def refit_on_all_examples(
 ) -> Any:
     """The refit model's `TrainResult`, or `selected` when the time budget is spent.
 
-    `train_again(examples, config)` trains a fresh model (same seed and architecture) and
-    returns its `TrainResult`. The result keeps the selected run's `best_epoch`, `best_step`,
+    `train_again(examples, config)` trains a fresh model (same seed and architecture) on
+    `examples`, the training examples followed by the validation examples, and returns its
+    `TrainResult`. The result keeps the selected run's `best_epoch`, `best_step`,
     evaluations and selection summary, and describes the second run in `summary["refit"]`.
     """
     seconds_left = None
