@@ -111,6 +111,7 @@ def run_one(data, variant: str, args: argparse.Namespace, seed: int, *, dense: b
         "final_density_weight": result.summary.get("final_density_weight"),
         "gate_calibration": result.summary.get("gate_calibration"),
         "validation_accuracy": result.summary.get("validation_accuracy"),
+        "teacher": result.summary.get("teacher"),  # GA-Net's dense-gate run: accuracy, seconds
         "best_epoch": result.metrics["best_epoch"],
         "epochs_done": result.summary["epochs_done"],
         "stopped_by": result.summary["stopped_by"],

@@ -168,9 +168,10 @@ TASK_DEFAULTS = Defaults(TrainConfig(keep_best=True, density_target=DEFAULT_DENS
 # (+0.8 on fortunes and +1.5 on debian over five seeds against `mlp`). Its noisy gates already
 # drop words in training, so it trains without word dropout on top (+0.9 on fortunes, level on
 # debian with a smaller spread, over five seeds). It learns from its dense-gate run's soft
-# targets as well as from the labels (training.distill, weight 0.5 at temperature 2): +1.6
-# points on fortunes, −0.3 on debian over five seeds, and within 1 point of the dense-gate run
-# on both on average, where fortunes was 1.9 under.
+# targets as well as from the labels (training.distill, weight 0.5 at temperature 2; in the
+# refit, on the training examples the teacher learnt from only): +1.6 points on fortunes over
+# five seeds, and within 1 point of the dense-gate run on both sets on average, where fortunes
+# was 1.9 under.
 REAL_TEXT_DEFAULTS = Defaults(REAL_TEXT, {**_SMALL_MODEL, "dropout": 0.4}, val_fraction=0.1,
                               n_val=0, min_freq=1,
                               ganet={"relaxation": "hard_concrete", "aux": "bilstm"},
