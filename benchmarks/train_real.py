@@ -34,8 +34,10 @@ thread), 141 s with one thread. On a machine shared with other work spinning thr
 that does no training (one GA-Net run took 325 CPU s, 548 s wall, at load 6); `--passive` then
 re-runs the script with OMP_WAIT_POLICY=PASSIVE, and the wall times are not the target's.
 
-Writes `train_real.json` (per set: data, baseline; per variant: metrics, times, best epoch,
-evaluation curve) and `train_real.png` (accuracy vs baseline per variant and set; GA-Net density).
+Writes `train_real.json` (per set: data, baseline; per variant: the summary over the seeds that
+the targets judge, and each seed's run with its metrics, times, best epoch and evaluation curve)
+and `train_real.png` (mean accuracy vs baseline per variant and set, each seed a dot; GA-Net's
+density against accuracy, each seed a point).
 """
 
 from __future__ import annotations

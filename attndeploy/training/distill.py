@@ -76,7 +76,8 @@ def distillation_loss(logits: torch.Tensor, teacher: torch.Tensor, labels: torch
     """T²·KL(softmax(teacher / T) ‖ softmax(logits / T)), the mean over examples (tagging: over
     labelled tokens). logits, teacher [B, C] or [B, T, C]; labels [B] or [B, T]. `taught` [B]
     (bool): the examples the teacher learnt from; the others add 0 to the sum, so that on them
-    the model learns from the labels alone (the mean stays over the whole batch)."""
+    the model learns from the labels alone, at their weight 1 − α (the mean stays over the whole
+    batch)."""
     if logits.dim() == 3:  # tagging: keep the labelled tokens only
         keep = labels != IGNORE_INDEX  # [B, T]
         count = int(keep.sum())
