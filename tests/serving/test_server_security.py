@@ -37,6 +37,7 @@ from attndeploy.serving.server import (
     stop_background,
 )
 from attndeploy.serving.server.launch import servable_models
+from attndeploy.serving.server.restricted import admin_headers
 from tests.cli.test_train_cli import assert_one_line_error, parse_json, run_cli
 from tests.serving.test_server import IDENTITY_CONFIG, IDENTITY_MODEL, write_python_model
 
@@ -311,29 +312,110 @@ def test_no_client_can_load_unload_or_replace_a_model_over_http_or_grpc(
                                          base64.b64encode(evil_py.encode()).decode()}},
         "identity/unload": {},
     }
-    for path, body in http_attempts.items():
-        request = urllib.request.Request(
-            f"http://{locked_server.http_url}/v2/repository/models/{path}", method="POST",
-            data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(request, timeout=10)
-        assert refused.value.code == 503, path
-        assert "not allowed" in json.loads(refused.value.read())["error"]
+    # Without the admin key the repository API is closed; with it, load and unload are off.
+    for headers, code, says in ((None, 403, "restricted"),
+                                (locked_server.admin_headers("http"), 503, "not allowed")):
+        for path, body in http_attempts.items():
+            request = urllib.request.Request(
+                f"http://{locked_server.http_url}/v2/repository/models/{path}", method="POST",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json", **(headers or {})})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)
+            assert refused.value.code == code, path
+            assert says in json.loads(refused.value.read())["error"]
 
     client = grpcclient.InferenceServerClient(locked_server.grpc_url)
     try:
-        for call in (lambda: client.load_model("evil", config=config, files=files),
-                     lambda: client.load_model("identity", config=config, files=files),
-                     lambda: client.unload_model("identity")):
-            with pytest.raises(grpcclient.InferenceServerException, match="not allowed"):
-                call()
+        for headers, says in ((None, "restricted"),
+                              (locked_server.admin_headers(), "not allowed")):
+            for call, args in ((client.load_model, ("evil",)),
+                               (client.load_model, ("identity",)),
+                               (client.unload_model, ("identity",))):
+                extra = {"config": config, "files": files} if call == client.load_model else {}
+                with pytest.raises(grpcclient.InferenceServerException, match=says):
+                    call(*args, headers=headers, **extra)
         assert client.is_model_ready("identity")
-        index = client.get_model_repository_index(as_json=True)["models"]
+        index = client.get_model_repository_index(
+            headers=locked_server.admin_headers(), as_json=True)["models"]
     finally:
         client.close()
     assert [entry["name"] for entry in index] == ["identity"]  # the staging copy is not served
     assert not marker.exists()
     infer_identity(locked_server.grpc_url)
+
+
+def _python_backend_region(server: TritonServer) -> str:
+    """The key of one of the python backend's own shared-memory regions (as a client would find
+    it in /dev/shm)."""
+    assert server.shm_prefix is not None
+    regions = shm_files(server.shm_prefix)
+    assert regions, "the python backend made no region"
+    return "/" + regions[0]
+
+
+@pytest.mark.integration
+def test_no_client_can_register_shared_memory_and_the_server_keeps_serving(
+    locked_server: TritonServer,
+) -> None:
+    """A client that registered the python backend's own region and asked for an output there
+    aborted tritonserver (boost::interprocess::lock_exception); registration is now refused on
+    both protocols, without the admin key or with a wrong one, and the server stays up."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    key = _python_backend_region(locked_server)
+    grpc = grpcclient.InferenceServerClient(locked_server.grpc_url)
+    http = httpclient.InferenceServerClient(locked_server.http_url)
+    try:
+        for client, protocol in ((grpc, "grpc"), (http, "http")):
+            for headers in (None, admin_headers("guess", protocol)):
+                with pytest.raises(Exception, match="restricted") as refused:
+                    client.register_system_shared_memory("r0", key, 64, headers=headers)
+                assert "InferenceServerException" in type(refused.value).__name__
+                with pytest.raises(Exception, match="restricted"):
+                    client.get_system_shared_memory_status(headers=headers)
+                with pytest.raises(Exception, match="restricted"):
+                    client.unregister_system_shared_memory(headers=headers)
+        # The attack's second half: an output written into the (unregistered) region.
+        x = np.arange(4, dtype=np.float32).reshape(1, 4)
+        inp = grpcclient.InferInput("INPUT0", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        out = grpcclient.InferRequestedOutput("OUTPUT0")
+        out.set_shared_memory("r0", 16)
+        with pytest.raises(grpcclient.InferenceServerException):
+            grpc.infer("identity", [inp], outputs=[out])
+    finally:
+        grpc.close()
+        http.close()
+    assert locked_server._proc is not None and locked_server._proc.poll() is None
+    infer_identity(locked_server.grpc_url)
+
+
+@pytest.mark.integration
+def test_trace_and_log_settings_are_closed_to_clients(locked_server: TritonServer) -> None:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(locked_server.grpc_url)
+    try:
+        for call in (lambda: client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]}),
+                     lambda: client.update_log_settings(settings={"log_verbose_level": 1}),
+                     lambda: client.get_log_settings()):
+            with pytest.raises(grpcclient.InferenceServerException, match="restricted"):
+                call()
+        # What clients need stays open: health, metadata, config, statistics, inference.
+        assert client.is_server_ready() and client.is_model_ready("identity")
+        assert client.get_model_metadata("identity", as_json=True)["name"] == "identity"
+        assert client.get_model_config("identity", as_json=True)["config"]["name"] == "identity"
+        assert client.get_inference_statistics("identity", as_json=True)["model_stats"]
+    finally:
+        client.close()
+
+
+def test_extra_args_cannot_reopen_the_restricted_apis(repo_with_staging: Path) -> None:
+    for flag in ("--grpc-restricted-protocol=inference:k=v", "--http-restricted-api=health:k=v"):
+        with pytest.raises(ServerError, match="restricted"):
+            TritonServer(repo_with_staging, extra_args=[flag])
 
 
 @pytest.mark.integration
@@ -346,6 +428,10 @@ def test_the_server_reads_a_view_holding_only_links_to_the_served_models(
     argv = Path(f"/proc/{locked_server.pid}/cmdline").read_bytes().split(b"\0")
     assert f"--model-repository={view}".encode() in argv
     assert b"--model-control-mode=none" in argv
+    restricted = [arg for arg in argv if b"restricted" in arg]
+    assert len(restricted) == 2 and all(
+        b"shared-memory,model-repository,trace,logging:attndeploy-admin-key=" in arg
+        for arg in restricted)
 
 
 @pytest.mark.integration

@@ -14,10 +14,13 @@ that binary work outside the pytriton library:
 Security. Triton has no authentication, and serving a repository runs its `model.py` files. So no
 client may change what is served: the server runs with `--model-control-mode=none` (the repository
 API's load and unload answer 503 "explicit model load / unload is not allowed if polling is
-enabled"; the index stays readable) on a *repository view*, a fresh private folder holding only
+enabled") on a *repository view*, a fresh private folder holding only
 symlinks to the model folders to serve, made at each start and removed at stop. Hidden folders
 (the staging folders of an interrupted `attndeploy package`) are never served. Every endpoint
 binds to loopback unless told otherwise; `exposure_warning` says what a wider address needs.
+Triton's admin APIs (system shared memory, the repository index, trace and log settings) answer
+only requests that carry a key drawn at each start and never told to clients (`restricted`):
+a client that registered the python backend's own region could abort the server.
 
 Clean-up. The server leads its own process group (its python backend stubs inherit it) and gives
 the python backend a shared-memory prefix of its own (`attndeploy_<hex>_`). Stopping ends what is
@@ -30,7 +33,8 @@ foreground server gets SIGTERM from Linux when the thread that started it dies
 detached and remember it in a small JSON state file (for `attndeploy serve --background` / `stop`).
 
 Modules: `binary` (finding tritonserver, the backend directory), `ports` (ports and addresses),
-`processes` (pids, process groups, shared-memory clean-up), `view` (the repository view), `state`
+`processes` (pids, process groups, shared-memory clean-up), `restricted` (the closed admin APIs),
+`view` (the repository view), `state`
 (the background state file), `triton` (`TritonServer`) and `background`. Every name below is
 importable from `attndeploy.serving.server` as it was before the split; patch a name in the
 submodule that uses it, not here.

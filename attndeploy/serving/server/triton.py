@@ -21,9 +21,15 @@ from attndeploy.serving.server.processes import (
     _new_shm_prefix,
     _terminate,
 )
+from attndeploy.serving.server.restricted import (
+    admin_headers,
+    new_admin_key,
+    restricted_api_arguments,
+)
 from attndeploy.serving.server.view import make_repository_view, remove_repository_view
 
 LOG_TAIL_LINES = 30
+_RESTRICTION_FLAGS = ("--grpc-restricted-protocol", "--http-restricted-api")
 
 
 def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -87,6 +93,11 @@ class TritonServer:
                 "extra_args may not set --model-control-mode: the repository API stays off so "
                 "that no client can load, unload or replace models."
             )
+        if any(arg.startswith(_RESTRICTION_FLAGS) for arg in extra_args):
+            raise ServerError(
+                "extra_args may not set --grpc-restricted-protocol or --http-restricted-api: "
+                "the shared-memory, repository, trace and logging APIs stay closed to clients."
+            )
         self._extra_args = list(extra_args)
         self._ready_timeout_s = ready_timeout_s
         self._stop_grace_s = stop_grace_s
@@ -94,6 +105,7 @@ class TritonServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self.repository_view: Path | None = None  # the folder the server reads, while it runs
         self.shm_prefix: str | None = None  # the python backend's shared-memory prefix
+        self.admin_key: str | None = None  # opens the restricted APIs, while it runs
 
     # ---- properties
     @property
@@ -114,7 +126,12 @@ class TritonServer:
         return self._log_file
 
     # ---- lifecycle
-    def _command(self, binary: Path, view: Path, shm_prefix: str) -> list[str]:
+    def admin_headers(self, protocol: str = "grpc") -> dict[str, str] | None:
+        """Request headers that open the restricted APIs of this server over `protocol`
+        ("grpc" or "http"); None when it is not running."""
+        return admin_headers(self.admin_key, protocol)
+
+    def _command(self, binary: Path, view: Path, shm_prefix: str, admin_key: str) -> list[str]:
         # --exit-timeout-secs bounds the drain of in-flight requests on SIGTERM (default 30 s).
         exit_timeout = max(1, int(self._stop_grace_s) - 5)
         command = [
@@ -132,6 +149,7 @@ class TritonServer:
             "--exit-on-error=false",  # keep a failed model's reason readable from the index
             f"--exit-timeout-secs={exit_timeout}",
             f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+            *restricted_api_arguments(admin_key),  # no client registers shared memory
         ]
         backend_dir = _backend_dir_for(binary)
         if backend_dir is not None:
@@ -169,8 +187,8 @@ class TritonServer:
         self._check_ports()
         self._cleanup()  # what an earlier run of this object left
         view = make_repository_view(self.repo, self.models)
-        shm_prefix = _new_shm_prefix()
-        command = self._command(binary, view, shm_prefix)
+        shm_prefix, admin_key = _new_shm_prefix(), new_admin_key()
+        command = self._command(binary, view, shm_prefix, admin_key)
         if self._log_file is None:
             fd, name = tempfile.mkstemp(prefix=f"tritonserver-{self.grpc_port}-", suffix=".log")
             os.close(fd)
@@ -190,7 +208,7 @@ class TritonServer:
         except OSError as exc:
             remove_repository_view(view)
             raise ServerError(f"Could not run {binary}: {exc}.") from exc
-        self.repository_view, self.shm_prefix = view, shm_prefix
+        self.repository_view, self.shm_prefix, self.admin_key = view, shm_prefix, admin_key
         return self
 
     def _failure(self, headline: str) -> ServerError:
@@ -222,7 +240,7 @@ class TritonServer:
                         f"tritonserver exited with code {code} before it was ready."
                     )
                 try:
-                    failed = self._failed_models(client, self.models)
+                    failed = self._failed_models(client, self.models, self.admin_headers())
                     if failed is None:
                         return
                 except grpcclient.InferenceServerException:
@@ -242,11 +260,17 @@ class TritonServer:
             client.close()
 
     @staticmethod
-    def _failed_models(client: Any, models: Sequence[str] | None) -> dict[str, str] | None:
-        """None when everything is ready, else {model: reason} of models that failed (maybe {})."""
+    def _failed_models(
+        client: Any, models: Sequence[str] | None, headers: dict[str, str] | None
+    ) -> dict[str, str] | None:
+        """None when everything is ready, else {model: reason} of models that failed (maybe {}).
+
+        The repository index is a restricted API: `headers` carry the admin key.
+        """
         if not client.is_server_live(client_timeout=2.0):
             return {}
-        index = client.get_model_repository_index(as_json=True, client_timeout=2.0)
+        index = client.get_model_repository_index(headers=headers, as_json=True,
+                                                  client_timeout=2.0)
         entries = index.get("models", [])
         served = {entry["name"] for entry in entries} if models is None else set(models)
         entries = [entry for entry in entries if entry["name"] in served]
