@@ -27,6 +27,10 @@ __all__ = [
 ]
 
 DEFAULT_BATCH_SIZE = 32  # texts per onnxruntime call of `InferenceModel.predict`
+# The largest text (UTF-8 bytes) that `predict`, `infer --text` and a served text model read:
+# checked before tokenizing, so one huge "word" (one token, which max_seq never catches) costs
+# nothing. About 10,000 English words; a model's max_seq sees far fewer.
+DEFAULT_MAX_TEXT_BYTES = 64 * 1024
 
 _HOMES = {
     "InferenceModel": "attndeploy.runtime.model",

@@ -26,7 +26,7 @@ import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from attndeploy.errors import ConfigError, DataError, ExportError
-from attndeploy.runtime import DEFAULT_BATCH_SIZE, sessions
+from attndeploy.runtime import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TEXT_BYTES, sessions
 from attndeploy.runtime.checks import ATTENTION_MASK, INPUT_IDS, check_inputs
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
 from attndeploy.runtime.text import Prediction, decode_batch, encode_texts
@@ -143,11 +143,14 @@ class InferenceModel:
         batch_size: int = DEFAULT_BATCH_SIZE,
         truncate: bool = False,
         progress: Callable[[int], None] | None = None,
+        max_text_bytes: int | None = DEFAULT_MAX_TEXT_BYTES,
     ) -> list[Prediction]:
         """One Prediction per text, in input order.
 
         A text with no token or with more than `max_seq` tokens raises a DataError naming its
-        index; with `truncate=True` a long text keeps its first `max_seq` tokens instead.
+        index; with `truncate=True` a long text keeps its first `max_seq` tokens instead. A
+        text of more than `max_text_bytes` UTF-8 bytes (None: no limit) is refused before it is
+        tokenized, as a served text model refuses it.
         Texts run in batches of `batch_size` texts of similar length. `progress`, if given, is
         called after each batch with the number of texts it held.
         """
@@ -157,7 +160,8 @@ class InferenceModel:
         if tokenizer is None:
             raise DataError(f"{self.path} holds no vocabulary (its checkpoint was saved without "
                             "a tokenizer), so it cannot read text; run token ids with .run()")
-        encoded = encode_texts(tokenizer, texts, max_seq=self.max_seq, truncate=truncate)
+        encoded = encode_texts(tokenizer, texts, max_seq=self.max_seq, truncate=truncate,
+                               max_bytes=max_text_bytes)
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))  # stable
         if not order:
             return []

@@ -9,7 +9,9 @@ runs a model or imports more than numpy, so any runner can use it.
   model was trained). A text with no token of its own (a WordPiece text of only `[CLS] [SEP]`),
   or with more than the model's `max_seq` tokens, is refused with a `TextError` (a `DataError`)
   naming its index, unless `truncate` keeps the first tokens that fit: the leading specials
-  and the text's first tokens, then the closing specials (`[SEP]` stays last).
+  and the text's first tokens, then the closing specials (`[SEP]` stays last). A text of more
+  than `max_bytes` UTF-8 bytes is refused before it is tokenized, truncate or not: a single
+  300 MB "word" is one token, which the token limit never sees.
 - Decoding: `scores` are the softmax of the logits over the labels; the label (or, for a tagging
   model, one tag per token) is their argmax; GA-Net's `attended` are the text's tokens whose hard
   gate is open, in order. Word tokens are the text's own (lowercased) words, so a word outside
@@ -46,6 +48,17 @@ class TextError(DataError):
         self.too_long = too_long
 
 
+def utf8_size_over(text: str, limit: int) -> int | None:
+    """The UTF-8 size of `text` when it is over `limit` bytes, else None; encodes only when the
+    character count cannot decide (a character takes 1 to 4 bytes)."""
+    if len(text) * 4 <= limit:
+        return None
+    if len(text) > limit:
+        return len(text.encode("utf-8", "surrogatepass"))
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return size if size > limit else None
+
+
 @dataclass(frozen=True)
 class EncodedText:
     """One text as the model sees it: ids and the tokens they came from (same length)."""
@@ -56,13 +69,20 @@ class EncodedText:
 
 
 def encode_text(
-    tokenizer: TextTokenizer, text: str, *, max_seq: int, index: int = 0, truncate: bool = False
+    tokenizer: TextTokenizer, text: str, *, max_seq: int, index: int = 0, truncate: bool = False,
+    max_bytes: int | None = None,
 ) -> EncodedText:
-    """`text` tokenized and encoded; TextError (naming `index`) if it has no token of its own
-    or, without `truncate`, more than `max_seq` tokens (special tokens included). Truncation
-    keeps the tokenizer's framing: `[CLS]`, the first pieces that fit, `[SEP]`."""
+    """`text` tokenized and encoded; TextError (naming `index`) if it has more than `max_bytes`
+    UTF-8 bytes (None: no limit), no token of its own or, without `truncate`, more than
+    `max_seq` tokens (special tokens included). Truncation keeps the tokenizer's framing:
+    `[CLS]`, the first pieces that fit, `[SEP]`."""
     if not isinstance(text, str):
         raise TextError(index, f"is a {type(text).__name__}, not a str")
+    if max_bytes is not None:
+        size = utf8_size_over(text, max_bytes)
+        if size is not None:
+            raise TextError(index, f"has {size} bytes, more than the limit of {max_bytes} bytes "
+                                   "per text")
     tokens = tokenizer.tokenize(text)
     before, after = tokenizer.framing  # special tokens around the text's own
     if len(tokens) <= before + after:
@@ -79,12 +99,14 @@ def encode_text(
 
 
 def encode_texts(
-    tokenizer: TextTokenizer, texts: Sequence[str], *, max_seq: int, truncate: bool = False
+    tokenizer: TextTokenizer, texts: Sequence[str], *, max_seq: int, truncate: bool = False,
+    max_bytes: int | None = None,
 ) -> list[EncodedText]:
     """`encode_text` of every text; the first bad one raises, naming its index."""
     if isinstance(texts, str):
         raise DataError("give a list of texts, not one str (wrap a single text in a list)")
-    return [encode_text(tokenizer, text, max_seq=max_seq, index=index, truncate=truncate)
+    return [encode_text(tokenizer, text, max_seq=max_seq, index=index, truncate=truncate,
+                        max_bytes=max_bytes)
             for index, text in enumerate(texts)]
 
 

@@ -205,6 +205,16 @@ def test_bad_texts_are_data_errors_naming_their_index(text_exports: TextExports)
             model.predict(["w1 w2", bad, "w3"])  # type: ignore[list-item]
     with pytest.raises(DataError, match="not one str"):
         model.predict("w1 w2")
+    from attndeploy.runtime import DEFAULT_MAX_TEXT_BYTES
+
+    huge = "w" * (DEFAULT_MAX_TEXT_BYTES + 1)  # one word: one token, under max_seq
+    with pytest.raises(DataError, match=rf"text 1 has {DEFAULT_MAX_TEXT_BYTES + 1} bytes, more "
+                                        rf"than the limit of {DEFAULT_MAX_TEXT_BYTES} bytes"):
+        model.predict(["w1", huge], truncate=True)  # truncation does not lift the byte limit
+    with pytest.raises(DataError, match="text 0 has 8 bytes, more than the limit of 7 bytes"):
+        model.predict(["w1 é w2"], max_text_bytes=7)  # 8 UTF-8 bytes in 7 characters
+    assert len(model.predict(["w1 é w2"], max_text_bytes=8)) == 1
+    assert len(model.predict([huge], max_text_bytes=None)) == 1
     with pytest.raises(ConfigError, match="batch_size"):
         model.predict(["w1"], batch_size=0)
     assert model.predict([]) == []

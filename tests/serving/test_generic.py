@@ -128,3 +128,17 @@ def test_one_execute_groups_equal_shapes_and_answers_each_like_onnxruntime(tmp_p
     assert "x must have 3 dims" in errors[1].msg
     assert "x dim 2 must be 3, got 5" in errors[2].msg
     assert "missing input 'flag'" in errors[3].msg
+
+
+def test_a_request_over_the_byte_limit_is_refused_before_it_runs(tmp_path, monkeypatch):
+    """A generic model's free dims bound nothing: `max_request_bytes` does."""
+    limit = 4 * 3 * 4 + 4  # x [1, 4, 3] float32 and flag [1, 4] bool fit exactly
+    package_model(generic_onnx(tmp_path / "reg.onnx"), tmp_path / "repo",
+                  PackageOptions(max_request_bytes=limit, max_text_bytes=limit))
+    model = load_model(tmp_path / "repo", "reg", monkeypatch)
+    fits = {"x": np.zeros((1, 4, 3), np.float32), "flag": np.ones((1, 4), bool)}
+    over = {"x": np.zeros((1, 5, 3), np.float32), "flag": np.ones((1, 5), bool)}
+    ok, refused = model.execute([FakeRequest(**fits), FakeRequest(**over)])
+    assert ok.error is None
+    assert refused.error.code == "INVALID_ARG"
+    assert f"more than the limit of {limit} bytes per request" in refused.error.msg

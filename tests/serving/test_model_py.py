@@ -200,6 +200,20 @@ def test_a_bad_request_fails_alone_while_the_others_in_the_call_succeed(
         assert response.outputs["gates"].tobytes() == alone["gates"].tobytes()
 
 
+def test_an_id_request_of_100_mb_is_refused_by_its_shape_without_running(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An id model needs no byte limit of its own: seq > max_seq is refused before any work."""
+    model = load_model(repo, "cls", monkeypatch)
+    ran = []
+    monkeypatch.setattr(model, "_run", lambda *args: ran.append(args))
+    huge = np.ones((1, 100 * 2**20 // 16), np.int64)  # ids + mask: 100 MB
+    (response,) = model.execute([FakeRequest(input_ids=huge, attention_mask=huge)])
+    assert response.error.code == "INVALID_ARG"
+    assert "exceeds the maximum of 24" in response.error.msg
+    assert ran == []
+
+
 def test_an_execute_call_of_only_bad_requests_answers_each(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

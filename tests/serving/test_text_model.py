@@ -305,6 +305,9 @@ BREAKAGES = {
                      "labels.txt differs"),
     "max_seq above the id model's": (lambda r: _set_param(r / "gated_text", "MAX_SEQ", "99"),
                                      r"MAX_SEQ is '99'"),
+    "text byte limit not a number": (
+        lambda r: _set_param(r / "gated_text", "MAX_TEXT_BYTES", "lots"),
+        r"MAX_TEXT_BYTES is 'lots'; it must be a positive number of bytes"),
 }
 
 
@@ -379,6 +382,51 @@ BAD_TEXTS = {
                  rf"text 0 has {MAX_SEQ + 1} tokens, more than the model's max_seq={MAX_SEQ}; "
                  r"shorten it, or re-package with --truncate-text"),
 }
+
+
+DEFAULT_TEXT_LIMIT = PackageOptions().max_text_bytes
+
+
+def test_one_huge_word_is_refused_by_its_size_before_it_is_tokenized(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 300 MB "word" is one token, so max_seq never fired and the server spent 18 s and 1.4 GB
+    on it; the byte limit refuses it before it is decoded or tokenized."""
+    model = load_text_model(repo, "gated", monkeypatch)
+    calls = []
+    monkeypatch.setattr(model, "encode_text", lambda *a, **k: calls.append(a) or None)
+    huge = b"w" * (DEFAULT_TEXT_LIMIT + 1)
+    (response,) = model.execute([text_request(huge)])
+    assert response.error.code == "INVALID_ARG"
+    assert response.error.msg == (f"text 0 has {DEFAULT_TEXT_LIMIT + 1} bytes, more than the "
+                                  f"limit of {DEFAULT_TEXT_LIMIT} bytes per text")
+    assert calls == [] and model.server.calls == []
+
+
+def test_the_request_limit_counts_every_row_and_the_limits_are_package_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = save_model(build_model(vocab=VOCAB), tmp_path / "c.onnx")
+    package_model(source, tmp_path / "repo", PackageOptions(
+        name="c", max_seq=MAX_SEQ, max_text_bytes=10, max_request_bytes=16))
+    model = load_text_model(tmp_path / "repo", "c", monkeypatch)
+    ok, long_text, too_many = model.execute([
+        text_request("w3 w4 w5", "w6 w7"),  # 8 + 5 bytes
+        text_request("w3 w4 w5 w6"),  # 11 bytes
+        text_request("w3 w4 w5", "w6 w7 w8", "w9"),  # 8 + 8 + 2 bytes
+    ])
+    assert ok.error is None
+    assert long_text.error.msg == "text 0 has 11 bytes, more than the limit of 10 bytes per text"
+    assert too_many.error.msg == ("the request's texts hold 18 bytes, more than the limit of 16 "
+                                  "bytes per request")
+    assert check_repository(tmp_path / "repo").passed
+
+
+def test_package_refuses_a_text_limit_above_the_request_limit() -> None:
+    with pytest.raises(RepositoryError, match="max_text_bytes .* exceeds max_request_bytes"):
+        PackageOptions(max_text_bytes=100, max_request_bytes=99)
+    with pytest.raises(RepositoryError, match="max_request_bytes must be an integer >= 1"):
+        PackageOptions(max_request_bytes=0)
 
 
 @pytest.mark.parametrize("case", sorted(BAD_TEXTS))

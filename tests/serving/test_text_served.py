@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from attndeploy.runtime import InferenceModel
+from attndeploy.runtime import DEFAULT_MAX_TEXT_BYTES, InferenceModel
 from attndeploy.runtime.text import encode_text
 from attndeploy.runtime.tokenizer import pad_sequences
 from attndeploy.serving.client.infer import infer_request
@@ -191,7 +191,8 @@ def client_stats(served: Served, model: str) -> dict[str, int]:
 
 
 BAD = {"empty": "", "whitespace": "  \t ", "too long": " ".join(["w3"] * (MAX_SEQ + 1)),
-       "invalid utf-8": b"w3 \xff w4"}
+       "invalid utf-8": b"w3 \xff w4",
+       "one huge word": "w" * (DEFAULT_MAX_TEXT_BYTES + 1)}  # one token: max_seq never fires
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -227,6 +228,17 @@ def test_a_bad_text_is_invalid_argument_for_its_request_alone(served: Served, ca
         assert error is None
         out = {n: result.as_numpy(n) for n in ("label", "scores", "attended")}
         assert_answers(served, "ganet_mlp", [text], out)
+
+
+def test_a_20_mb_text_is_refused_by_its_size_and_the_server_goes_on(served: Served) -> None:
+    import tritonclient.grpc as grpcclient
+
+    huge = b"w" * (20 * 2**20)  # over the 16 MiB request limit too
+    with pytest.raises(grpcclient.InferenceServerException) as refused:
+        grpc_text(served, "standard_text", [huge])
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "bytes, more than the limit of" in refused.value.message()
+    assert_answers(served, "standard", [TEXTS[1]], grpc_text(served, "standard_text", [TEXTS[1]]))
 
 
 def test_a_bad_text_over_http_is_400_with_the_reason_and_the_server_goes_on(served: Served

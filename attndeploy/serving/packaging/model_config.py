@@ -43,6 +43,9 @@ PARAM_HEAD = "HEAD"
 PARAM_GATED = "GATED"
 PARAM_NUM_LABELS = "NUM_LABELS"
 PARAM_ORT_THREADS = "ORT_THREADS"
+# Generic and text models. An id model needs none: it refuses seq > MAX_SEQ and Triton refuses
+# batch > max_batch_size, so a request it runs holds max_batch_size * MAX_SEQ * 16 bytes at most.
+PARAM_MAX_REQUEST_BYTES = "MAX_REQUEST_BYTES"
 PARAM_EXECUTION_ENV = "EXECUTION_ENV_PATH"  # read by the python backend itself
 # Read by Triton's onnxruntime backend.
 PARAM_ORT_INTRA_OP = "intra_op_thread_count"
@@ -201,7 +204,8 @@ def build_generic_config(
     info: GenericInfo, options: PackageOptions, *, name: str, flavor: Flavor
 ) -> mc.ModelConfig:
     """The `ModelConfig` of a generic model (`generic.py`): I/O from the graph, batching only
-    over a shared batch dim, no warm-up, and for the python flavour only `ORT_THREADS`."""
+    over a shared batch dim, no warm-up, and for the python flavour only `ORT_THREADS` and
+    `MAX_REQUEST_BYTES`."""
     cfg = _new_config(name, flavor)
     _set_version_policy(cfg, options.version)
     if info.batched:
@@ -211,7 +215,8 @@ def build_generic_config(
     generic_io(cfg, info)
     _set_instances(cfg, options.kind_for(flavor), options.instances)
     if flavor is Flavor.PYTHON:
-        parameters = {PARAM_ORT_THREADS: str(options.threads)}
+        parameters = {PARAM_ORT_THREADS: str(options.threads),
+                      PARAM_MAX_REQUEST_BYTES: str(options.max_request_bytes)}
         if options.execution_env is not None:
             parameters[PARAM_EXECUTION_ENV] = str(options.execution_env.resolve())
         _set_parameters(cfg, parameters)

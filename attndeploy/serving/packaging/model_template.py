@@ -95,6 +95,8 @@ def _text_constants() -> dict[str, object]:
         "PARAM_HEAD": model_config.PARAM_HEAD,
         "PARAM_GATED": model_config.PARAM_GATED,
         "PARAM_TRUNCATE": text_model.PARAM_TRUNCATE,
+        "PARAM_MAX_TEXT_BYTES": text_model.PARAM_MAX_TEXT_BYTES,
+        "PARAM_MAX_REQUEST_BYTES": model_config.PARAM_MAX_REQUEST_BYTES,
         "SHIPPED_MODULES": [list(entry) for entry in SHIPPED_MODULES],
         "TOKENIZER_TYPES": {kind: {"module": t.module, "cls": t.cls, "requires": t.requires}
                             for kind, t in TOKENIZER_TYPES.items()},
@@ -123,6 +125,7 @@ def generate_generic_model_py() -> str:
     return _generate(GENERIC_TEMPLATE_RESOURCE, {
         "MODEL_FILE": model_config.MODEL_FILE,
         "PARAM_ORT_THREADS": model_config.PARAM_ORT_THREADS,
+        "PARAM_MAX_REQUEST_BYTES": model_config.PARAM_MAX_REQUEST_BYTES,
     })
 
 

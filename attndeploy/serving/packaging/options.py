@@ -12,6 +12,7 @@ from enum import Enum
 from pathlib import Path
 
 from attndeploy.errors import RepositoryError
+from attndeploy.runtime import DEFAULT_MAX_TEXT_BYTES
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # Longest model name: a folder name, plus `_onnxruntime` with both flavours and the staging
@@ -58,6 +59,10 @@ def _check_name(name: str) -> None:
             "letters, digits, '_', '.' and '-'."
         )
 
+
+# The largest request (all its input tensors, in bytes) a python-flavour model reads: id,
+# generic and text models refuse a larger one with INVALID_ARG before any other work.
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 # Where `package` writes and `serve`, `infer`, `loadtest`, `check-repo` and `deploy` read.
 DEFAULT_REPOSITORY = Path("model_repository")
@@ -112,6 +117,16 @@ class PackageOptions:
     - `text_instances`: instances of the text model. One by default: it batches the texts that
       arrive while it runs, so each batch is as large as the load makes it and costs one BLS
       call (see `text_model.py`, "Batching").
+    - `max_text_bytes`: the text model refuses a text of more UTF-8 bytes (INVALID_ARG) before
+      decoding or tokenizing it; 64 KiB by default (`attndeploy.runtime.DEFAULT_MAX_TEXT_BYTES`,
+      the in-process runtime's limit too). A single huge "word" is one token, so max_seq alone
+      does not bound the work.
+    - `max_request_bytes`: the text model (all the texts of a request) and the python flavour of a
+      generic model (all its input tensors) refuse a larger request before any other work; 16 MiB
+      by default. An id model needs no such limit: it refuses seq > max_seq and Triton refuses
+      batch > max_batch_size, which bounds a request to max_batch_size * max_seq * 16 bytes.
+      Triton has read the request by then: a fronting proxy's body-size limit keeps it from
+      reaching the server at all.
     """
 
     flavor: Flavor | str = Flavor.PYTHON
@@ -130,6 +145,8 @@ class PackageOptions:
     text: bool = True
     truncate_text: bool = False
     text_instances: int = 1
+    max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "flavor", _enum(Flavor, self.flavor, "flavor"))
@@ -137,7 +154,7 @@ class PackageOptions:
         if self.name is not None:
             _check_name(self.name)
         for field_name in ("version", "max_batch_size", "instances", "threads",
-                           "text_instances"):
+                           "text_instances", "max_text_bytes", "max_request_bytes"):
             value = getattr(self, field_name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise RepositoryError(f"{field_name} must be an integer >= 1, got {value!r}.")
@@ -147,6 +164,11 @@ class PackageOptions:
             )
         if self.max_seq is not None and self.max_seq < 1:
             raise RepositoryError(f"max_seq must be >= 1, got {self.max_seq}.")
+        if self.max_text_bytes > self.max_request_bytes:
+            raise RepositoryError(
+                f"max_text_bytes ({self.max_text_bytes}) exceeds max_request_bytes "
+                f"({self.max_request_bytes}): a request of one such text would be refused."
+            )
         if self.flavor is Flavor.PYTHON and self.kind is Kind.GPU:
             raise RepositoryError(
                 "the python flavour runs onnxruntime on the CPU inside the python backend; "

@@ -68,6 +68,7 @@ META_TOKENIZER = "attndeploy.tokenizer"
 PARAM_ID_MODEL = "ID_MODEL"  # the id model this text model calls (marks a text model)
 PARAM_ID_VERSION = "ID_MODEL_VERSION"
 PARAM_TRUNCATE = "TRUNCATE"  # "true": keep the first MAX_SEQ tokens of a longer text
+PARAM_MAX_TEXT_BYTES = "MAX_TEXT_BYTES"  # a longer text (UTF-8 bytes) is refused, untokenized
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,8 @@ def text_parameters(info: ModelInfo, options: Any, id_model: str) -> dict[str, s
         PARAM_ID_VERSION: str(options.version),
         cfgmod.PARAM_MAX_SEQ: str(cfgmod.effective_max_seq(info, options)),
         PARAM_TRUNCATE: "true" if options.truncate_text else "false",
+        PARAM_MAX_TEXT_BYTES: str(options.max_text_bytes),
+        cfgmod.PARAM_MAX_REQUEST_BYTES: str(options.max_request_bytes),
         cfgmod.PARAM_HEAD: info.head,
         cfgmod.PARAM_GATED: "true" if info.gated else "false",
         cfgmod.PARAM_NUM_LABELS: str(info.num_labels),
@@ -372,6 +375,11 @@ def check_text_model(model: _Findings, cfg: mc.ModelConfig, versions: list[int])
                     f"[1, {limit}] (what its id model takes)")
     if params.get(PARAM_TRUNCATE, "false") not in ("true", "false"):
         model.error(f"parameter {PARAM_TRUNCATE} must be 'true' or 'false'")
+    for key in (PARAM_MAX_TEXT_BYTES, cfgmod.PARAM_MAX_REQUEST_BYTES):
+        raw = params.get(key, "")
+        if not raw.isdigit() or int(raw) < 1:
+            model.error(f"parameter {key} is {raw!r}; it must be a positive number of bytes "
+                        "(re-package the model)")
     for key, want in ((cfgmod.PARAM_HEAD, info.head),
                       (cfgmod.PARAM_GATED, "true" if info.gated else "false")):
         if params.get(key) != want:
