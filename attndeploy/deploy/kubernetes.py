@@ -11,14 +11,24 @@ The folder (`kubectl apply -f OUT/` reads its top-level YAML files only):
   with `--kserve`: `inferenceservice.yaml` instead;
 - `images/models.Dockerfile` (a local repository: the served model folders in a small image that
   the Deployment's initContainer copies into the pod), `images/server.Dockerfile` (the python
-  flavour: the NGC image plus the onnxruntime its `model.py` imports), `pvc-loader/pod.yaml`
-  (a PVC store: a pod to `kubectl cp` the model folders into the claim);
-- `README.md`: the commands to build, upload and apply, with this run's names filled in.
+  flavour: the NGC image plus the onnxruntime its `model.py` imports, and the packages the served
+  text models' tokenizers need, `tokenizers` for WordPiece), `pvc-loader/pod.yaml` (a PVC store:
+  a pod to `kubectl cp` the model folders into the claim);
+- `README.md`: the commands to build, upload and apply, with this run's names filled in. Every
+  word of every command goes through one quoting function (`_shell`), so a value is one shell
+  word whatever it holds; the values that no shell should see (names, stores, images) are
+  refused before that by their own checks (`options.py`), and model folder names by `package`'s
+  rule (`select_models`).
+
+An image the user names (`--server-image`, or `--image` with GPUs, where a text model runs on
+the image's python backend) cannot be inspected here: when a served model needs a package in it,
+`deploy_kubernetes` warns, naming the image and the package.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,17 +38,22 @@ import yaml
 
 from attndeploy import __version__
 from attndeploy.deploy import manifests as mf
-from attndeploy.deploy.options import KubernetesOptions
+from attndeploy.deploy.options import SERVER_PACKAGES, KubernetesOptions
 from attndeploy.errors import DeployError, OutputError, RepositoryError
 from attndeploy.fsutil import atomic_directory, check_output_dir, file_sha256, same_path
 from attndeploy.serving.packaging import model_config as cfgmod
-from attndeploy.serving.packaging.check_repo import check_repository
+from attndeploy.serving.packaging.check_repo import check_repository, text_model_requirement
 from attndeploy.serving.packaging.text_model import id_model_of
 
 MODELS_DOCKERFILE = "images/models.Dockerfile"
 SERVER_DOCKERFILE = "images/server.Dockerfile"
 PVC_LOADER = "pvc-loader/pod.yaml"
 README = "README.md"
+
+# A served model's folder name: what `attndeploy package` names models (its Dockerfile COPY
+# line, its `kubectl cp` and upload paths, its URL paths in Triton's HTTP API all hold it).
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass
@@ -145,6 +160,13 @@ def select_models(repo: Path, options: KubernetesOptions) -> tuple[list[str], li
             held = ", ".join(f"{m} ({flavors[m] or 'not attndeploy'})" for m in report.models)
             raise DeployError(f"{repo} holds no {wanted}-flavour model, which the pods serve "
                               f"{why}; it holds {held}; package with --flavor {wanted} or both")
+    odd = [name for name in chosen if not _MODEL_NAME.fullmatch(name)]
+    if odd:
+        raise DeployError(
+            f"model folder {odd[0]!r}: its name goes into Dockerfile lines and shell commands, so "
+            "it must start with a letter or digit and hold only letters, digits, '_', '.' and "
+            "'-' (as `attndeploy package` names models); rename it"
+        )
     release = options.release
     warnings = [f"{m}: not the {wanted} flavour, not served" for m in report.models
                 if m not in chosen and flavors[m] != wanted]
@@ -169,6 +191,42 @@ def select_models(repo: Path, options: KubernetesOptions) -> tuple[list[str], li
             warnings.append(f"{name}: its instance_group is not KIND_GPU, so it runs on the CPU "
                             "of a GPU pod; package with --kind gpu")
     return chosen, warnings
+
+
+def server_packages(repo: Path, models: list[str]) -> dict[str, tuple[str, str]]:
+    """{model: (tokenizer type, Python package)} for the served text models whose tokenizer needs
+    a package in the server's Python (a WordPiece text model needs `tokenizers`)."""
+    needs = {name: text_model_requirement(repo / name) for name in models}
+    return {name: need for name, need in needs.items() if need is not None}
+
+
+def pip_requirement(package: str) -> str:
+    """`NAME~=SERIES.0`: the release series of `SERVER_PACKAGES` that the server image installs."""
+    return f"{package}~={SERVER_PACKAGES[package]}.0"
+
+
+def image_warnings(options: KubernetesOptions, needs: dict[str, tuple[str, str]]) -> list[str]:
+    """A warning per served model that needs a package in an image the user names: the python
+    flavour's `--server-image`, or with GPUs `--image` itself (its python backend runs the text
+    model; the NGC image has no `tokenizers`). The image built from images/server.Dockerfile
+    installs them; nothing is said then."""
+    if options.gpu == 0 and options.server_image is None:
+        return []
+    warnings = []
+    for name, (kind, package) in needs.items():
+        head = (f"{name}: its {kind} tokenizer needs the Python package {package!r} in the "
+                "server's Python, or the model fails to load:")
+        if options.gpu == 0:
+            warnings.append(f"{head} --server-image {options.server_image} must have it "
+                            f'installed (pip install "{pip_requirement(package)}")')
+        else:
+            warnings.append(
+                f"{head} the pods run --image {options.image} (its python backend runs the text "
+                "model), which must have it; the NGC image does not: build one FROM it with "
+                f'pip install "{pip_requirement(package)}", tag it {options.release.ngc}-py3 '
+                "and pass it as --image"
+            )
+    return warnings
 
 
 def models_digest(repo: Path, models: list[str]) -> str:
@@ -205,14 +263,19 @@ def models_dockerfile(models: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def server_dockerfile(options: KubernetesOptions) -> str:
+def server_dockerfile(options: KubernetesOptions, packages: tuple[str, ...] = ()) -> str:
+    """The python flavour's image: `options.image` plus onnxruntime and `packages`."""
     release = options.release
+    what = (f" and {', '.join(packages)} for the served text models' tokenizers"
+            if packages else "")
+    requirements = [f"onnxruntime~={release.onnxruntime}.0", *map(pip_requirement, packages)]
     return "\n".join([
         _header(f"Triton {release.ngc} plus the onnxruntime its onnxruntime backend bundles "
                 f"({release.onnxruntime}), for the python flavour's model.py (the NGC image has "
-                "no onnxruntime for Python). Build context: any folder."),
+                f"no onnxruntime for Python){what}. Build context: any folder."),
         f"FROM {options.image}",
-        f'RUN python3 -m pip install --no-cache-dir "onnxruntime~={release.onnxruntime}.0"',
+        "RUN python3 -m pip install --no-cache-dir "
+        + " ".join(f'"{requirement}"' for requirement in requirements),
     ]) + "\n"
 
 
@@ -220,77 +283,107 @@ def _q(value: object) -> str:
     return shlex.quote(str(value))
 
 
+def _shell(*words: object) -> str:
+    """One shell command line: every word quoted with `_q`, so that each value (a path, a name,
+    an image) is exactly one word whatever characters it holds. Constant words come out as
+    written (`shlex.quote` leaves a word of safe characters alone)."""
+    return " ".join(_q(word) for word in words)
+
+
+def _code(value: object) -> str:
+    """`value` as one Markdown code span, whatever backticks it holds (CommonMark: a fence of
+    more backticks than its longest run, and a space inside where a backtick touches it)."""
+    text = str(value)
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def instructions(repo: Path, out: Path, plan: mf.Plan, images: dict[str, str]) -> str:
-    """The folder's README: what it holds and the commands to apply it, names filled in."""
+    """The folder's README: what it holds and the commands to apply it, names filled in.
+
+    Every command is a line of a ```bash block, built by `_shell` (each word quoted); a `&` or a
+    `"..."` placeholder meant for the shell is added after it, as written. A value in the prose
+    is a code span (`_code`), which holds any backtick it contains.
+    """
     options, store = plan.options, plan.store
-    ns = f" -n {options.namespace}" if options.namespace else ""
+    ns = ("-n", options.namespace) if options.namespace else ()
+    kubectl = ("kubectl", *ns)
     lines = [f"# Deploying {', '.join(plan.models)} on Kubernetes", ""]
     lines += [
-        f"Generated by attndeploy {__version__} from `{repo}` "
+        f"Generated by attndeploy {__version__} from {_code(repo)} "
         f"({options.flavor} flavour, {options.gpu or 'no'} GPU per pod, image "
-        f"`{options.serving_image()}`, Triton {options.release.ngc}). Regenerate rather than "
+        f"{_code(plan.serving_image)}, Triton {options.release.ngc}). Regenerate rather than "
         "edit.", "",
         "Security: tritonserver has no authentication and runs the repository's model.py files. "
         "It runs with `--model-control-mode=none` (no client can load, unload or replace a model) "
         "on a repository holding only the models above; keep it that way (a store prefix or PVC "
-        "folder with other models would serve them too). The Service is ClusterIP: put an "
-        "authenticating proxy in front of it before exposing it.", "",
+        "folder with other models would serve them too). Its admin APIs (shared memory, the "
+        "repository API, trace and log settings) answer only requests that carry the header "
+        "`attndeploy-admin-key` with the pod's UID; inference, health, metadata and statistics "
+        "stay open. The Service is ClusterIP: put an authenticating proxy in front of it before "
+        "exposing it.", "",
     ]
     step = 1
+    if options.namespace:  # first: the secret, the PVC loader and the objects go into it
+        lines += [f"{step}. Create the namespace (once):", "", "```bash",
+                  _shell("kubectl", "create", "namespace", options.namespace), "```", ""]
+        step += 1
     if images:
         lines += [f"{step}. Build the images and push them where the cluster pulls from "
                   "(for kind: `kind load docker-image NAME` instead of the push):", "", "```bash"]
         for image, dockerfile in images.items():
             context = repo if dockerfile == MODELS_DOCKERFILE else out / "images"
-            lines.append(f"docker build -t {_q(image)} -f {_q(out / dockerfile)} {_q(context)}")
-            lines.append(f"docker push {_q(image)}")
+            lines.append(_shell("docker", "build", "-t", image, "-f", out / dockerfile, context))
+            lines.append(_shell("docker", "push", image))
         lines += ["```", ""]
         step += 1
     if store is not None and store.is_bucket:
         base = store.uri.rstrip("/")
-        sync = ("aws s3 sync --delete" if store.kind == "s3" else "gsutil -m rsync -r -d")
+        sync = (("aws", "s3", "sync", "--delete") if store.kind == "s3"
+                else ("gsutil", "-m", "rsync", "-r", "-d"))
         lines += [f"{step}. Upload the served model folders (only these) to the store:", "",
                   "```bash"]
-        lines += [f"{sync} {_q(repo / m)} {_q(f'{base}/{m}')}" for m in plan.models]
+        lines += [_shell(*sync, repo / m, f"{base}/{m}") for m in plan.models]
         lines += ["```", ""]
         if not options.kserve:
-            lines += [f"   Credentials, unless the nodes or the workload identity have them: "
-                      f"`kubectl{ns} create secret generic {options.name}-store "
-                      "--from-literal=AWS_ACCESS_KEY_ID=... --from-literal="
-                      "AWS_SECRET_ACCESS_KEY=... --from-literal=AWS_DEFAULT_REGION=...` "
-                      "(read through `envFrom`, optional).", ""]
+            lines += ["Credentials, unless the nodes or the workload identity have them (read "
+                      "through `envFrom`, optional):", "", "```bash",
+                      _shell(*kubectl, "create", "secret", "generic", f"{options.name}-store",
+                             "--from-literal=AWS_ACCESS_KEY_ID=...",
+                             "--from-literal=AWS_SECRET_ACCESS_KEY=...",
+                             "--from-literal=AWS_DEFAULT_REGION=..."), "```", ""]
         step += 1
     elif store is not None:
         folder = f"{mf.MODELS_MOUNT}/{store.path}" if store.path else mf.MODELS_MOUNT
         pod = f"{options.name}-pvc-loader"
         lines += [f"{step}. Copy the served model folders into the PersistentVolumeClaim "
-                  f"`{store.claim}` (it must exist; with replicas on several nodes its access "
+                  f"{_code(store.claim)} (it must exist; with replicas on several nodes its access "
                   "mode must be ReadOnlyMany or ReadWriteMany):", "", "```bash",
-                  f"kubectl{ns} apply -f {_q(out / PVC_LOADER)}",
-                  f"kubectl{ns} wait --for=condition=Ready pod/{pod}",
-                  f"kubectl{ns} exec {pod} -- mkdir -p {folder}"]
-        lines += [f"kubectl{ns} cp {_q(repo / m)} {pod}:{folder}/{m}" for m in plan.models]
-        lines += [f"kubectl{ns} delete pod {pod}", "```", ""]
-        step += 1
-    if options.namespace:
-        lines += [f"{step}. `kubectl create namespace {options.namespace}` (once)", ""]
+                  _shell(*kubectl, "apply", "-f", out / PVC_LOADER),
+                  _shell(*kubectl, "wait", "--for=condition=Ready", f"pod/{pod}"),
+                  _shell(*kubectl, "exec", pod, "--", "mkdir", "-p", folder)]
+        lines += [_shell(*kubectl, "cp", repo / m, f"{pod}:{folder}/{m}") for m in plan.models]
+        lines += [_shell(*kubectl, "delete", "pod", pod), "```", ""]
         step += 1
     if options.kserve:
         lines += [f"{step}. Apply (KServe with the `{mf.KSERVE_RUNTIME}` ClusterServingRuntime "
                   "installed) and wait:", "", "```bash",
-                  f"kubectl apply -f {_q(out)}",
-                  f"kubectl{ns} wait --for=condition=Ready inferenceservice/{options.name} "
-                  "--timeout=10m", "```", ""]
+                  _shell("kubectl", "apply", "-f", out),
+                  _shell(*kubectl, "wait", "--for=condition=Ready",
+                         f"inferenceservice/{options.name}", "--timeout=10m"), "```", ""]
     else:
+        ports = (f"{mf.HTTP_PORT}:{mf.HTTP_PORT}", f"{mf.GRPC_PORT}:{mf.GRPC_PORT}")
         lines += [f"{step}. Apply and wait for the rollout (every model loaded in every pod):",
-                  "", "```bash", f"kubectl apply -f {_q(out)}",
-                  f"kubectl{ns} rollout status deployment/{options.name} --timeout=10m",
+                  "", "```bash", _shell("kubectl", "apply", "-f", out),
+                  _shell(*kubectl, "rollout", "status", f"deployment/{options.name}",
+                         "--timeout=10m"),
                   "```", "",
                   f"{step + 1}. Try it from this machine:", "", "```bash",
-                  f"kubectl{ns} port-forward service/{options.name} "
-                  f"{mf.HTTP_PORT}:{mf.HTTP_PORT} {mf.GRPC_PORT}:{mf.GRPC_PORT} &",
-                  f"attndeploy infer --model {plan.models[0]} --url localhost:{mf.GRPC_PORT} "
-                  f"--repo {_q(repo)} --text \"...\"", "```", "",
+                  _shell(*kubectl, "port-forward", f"service/{options.name}", *ports) + " &",
+                  _shell("attndeploy", "infer", "--model", plan.models[0], "--url",
+                         f"localhost:{mf.GRPC_PORT}", "--repo", repo) + ' --text "..."',
+                  "```", "",
                   "Notes: the HorizontalPodAutoscaler scales on CPU use between "
                   f"{options.replica_range[0]} and {options.replica_range[2]} pods (`kubectl "
                   "apply` again resets the count to `replicas` until it acts). gRPC clients keep "
@@ -309,8 +402,8 @@ def build_files(repo: Path, out: Path, plan: mf.Plan) -> tuple[dict[str, str], d
     files: dict[str, str] = {}
     images: dict[str, str] = {}
     if options.flavor == "python" and options.server_image is None:
-        files[SERVER_DOCKERFILE] = server_dockerfile(options)
-        images[options.python_server_image()] = SERVER_DOCKERFILE
+        files[SERVER_DOCKERFILE] = server_dockerfile(options, plan.server_packages)
+        images[plan.serving_image] = SERVER_DOCKERFILE
     if options.kserve:
         files["inferenceservice.yaml"] = render_yaml(
             [mf.inference_service(plan)], "KServe InferenceService on the Triton runtime")
@@ -336,18 +429,28 @@ def deploy_kubernetes(
     """Write Kubernetes manifests for `repo` into the folder `out` (see the module docstring).
 
     Raises OutputError (bad `out`), RepositoryError (check-repo's errors) or DeployError (no model
-    to serve, an opset beyond the image's onnxruntime), all before anything is written.
+    to serve, an opset beyond the image's onnxruntime, a path or model name that the README's
+    command lines cannot hold), all before anything is written.
     """
     repo, out = Path(repo), Path(out)
+    for option, path in (("--repo", repo), ("--out", out)):
+        if _CONTROL.search(str(path)):
+            raise DeployError(f"{option} {str(path)!r}: a path with a control character (a "
+                              "newline, a tab...) cannot be written into the README's command "
+                              "lines; use another path")
     if not repo.is_dir():
         raise RepositoryError(f"model repository {repo} is not a directory; build it with "
                               "`attndeploy package`")
     check_output(repo, out, force=force)
     models, warnings = select_models(repo, options)
+    needs = server_packages(repo, models)
+    warnings += image_warnings(options, needs)
     models_image = None
     if options.store is None:
         models_image = options.models_image or f"attndeploy-models:{models_digest(repo, models)}"
-    plan = mf.Plan(options=options, models=tuple(models), models_image=models_image)
+    packages = tuple(sorted({package for _, package in needs.values()}))
+    plan = mf.Plan(options=options, models=tuple(models), models_image=models_image,
+                   server_packages=packages)
     files, images = build_files(repo, out, plan)
     with atomic_directory(out, replace=force) as staging:
         for relative, text in files.items():
@@ -357,7 +460,7 @@ def deploy_kubernetes(
     release = options.release
     return DeployResult(
         out=out, files=sorted(files), models=models, flavor=options.flavor,
-        kserve=options.kserve, image=options.serving_image(), images_to_build=images,
+        kserve=options.kserve, image=plan.serving_image, images_to_build=images,
         release={"ngc": release.ngc, "server": release.server,
                  "onnxruntime": release.onnxruntime, "max_opset": release.max_opset},
         warnings=warnings,

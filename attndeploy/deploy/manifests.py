@@ -9,9 +9,17 @@ killed server and to find the wheel's backend.
 Security, as for `attndeploy serve`: tritonserver has no authentication and serving a repository
 runs its `model.py` files, so the server runs with `--model-control-mode=none` (the repository
 API cannot load, unload or replace a model) on a repository that holds only the models to serve.
-The pods also get no service-account token (the server never talks to the Kubernetes API), run
-as the image's non-root user (uid 1000, `triton-server` in the NGC images) without privilege
-escalation or capabilities, and the Service is ClusterIP (reachable inside the cluster only).
+Its admin APIs (shared-memory registration, the repository API, trace and log settings; see
+`attndeploy.serving.server.restricted`) are closed to clients on gRPC and HTTP: they answer only
+requests with the header `attndeploy-admin-key` holding the pod's own UID, which the container
+reads from the Downward API (`env` `ATTNDEPLOY_ADMIN_KEY`, `fieldRef: metadata.uid`) and the
+kubelet puts into the args (`$(ATTNDEPLOY_ADMIN_KEY)`). The UID is unpredictable, differs per pod
+and is told to no client; anyone who can read the pod object (`kubectl get pod -o yaml`) can read
+it, which is already more than the server's clients may do. Health, metadata, model config,
+inference and statistics stay open. The pods also get no service-account token (the server never
+talks to the Kubernetes API), run as the image's non-root user (uid 1000, `triton-server` in the
+NGC images) without privilege escalation or capabilities, and the Service is ClusterIP
+(reachable inside the cluster only).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from typing import Any
 
 from attndeploy.deploy.options import KubernetesOptions, ModelStore
 from attndeploy.errors import DeployError
+from attndeploy.serving.server.restricted import restricted_api_arguments
 
 HTTP_PORT, GRPC_PORT, METRICS_PORT = 8000, 8001, 8002  # as `attndeploy serve` and tritonserver
 READY_PATH, LIVE_PATH, METRICS_PATH = "/v2/health/ready", "/v2/health/live", "/metrics"
@@ -38,6 +47,15 @@ SHM_SIZE = "256Mi"  # the python backend passes tensors through /dev/shm (64 MiB
 # InferenceService's args to its own (kserve pkg/controller/.../utils.go MergeRuntimeContainers).
 KSERVE_RUNTIME = "kserve-tritonserver"
 KSERVE_HTTP_PORT = 8080
+# The flags KServe's runtime sets itself (or leaves at tritonserver's defaults, which are the
+# values here): an InferenceService's args are every other flag of `triton_arguments`.
+KSERVE_RUNTIME_FLAGS = ("--model-repository", "--grpc-address", "--grpc-port", "--http-address",
+                        "--http-port", "--metrics-address", "--metrics-port")
+
+# The key of the restricted admin APIs: the pod's UID, from the Downward API into this variable,
+# which the kubelet expands in the container's args (`$(VAR)` refers to the container's env).
+ADMIN_KEY_ENV = "ATTNDEPLOY_ADMIN_KEY"
+ADMIN_KEY_REF = f"$({ADMIN_KEY_ENV})"
 
 
 @dataclass(frozen=True)
@@ -47,10 +65,18 @@ class Plan:
     options: KubernetesOptions
     models: tuple[str, ...]  # the model folders the pods serve (all of one flavour)
     models_image: str | None  # the image carrying a local repository (None: a store)
+    # Python packages the served models need in the server beyond onnxruntime (keys of
+    # `options.SERVER_PACKAGES`; a WordPiece text model needs `tokenizers`)
+    server_packages: tuple[str, ...] = ()
 
     @property
     def store(self) -> ModelStore | None:
         return self.options.store
+
+    @property
+    def serving_image(self) -> str:
+        """The server container's image (the python flavour's holds `server_packages`)."""
+        return self.options.serving_image(self.server_packages)
 
 
 def triton_arguments(
@@ -63,7 +89,11 @@ def triton_arguments(
     gpu_metrics: bool = False,
     exit_timeout_s: int = EXIT_TIMEOUT_S,
 ) -> list[str]:
-    """tritonserver's flags, as `attndeploy serve` sets them, for a server in a pod."""
+    """tritonserver's flags, as `attndeploy serve` sets them, for a server in a pod.
+
+    The admin APIs are restricted to `ADMIN_KEY_REF`, the pod's UID: the container must define
+    `ADMIN_KEY_ENV` (`admin_key_env`), or the kubelet leaves the reference as it is.
+    """
     return [
         f"--model-repository={repository}",
         "--model-control-mode=none",  # no client can load, unload or replace a model
@@ -79,7 +109,20 @@ def triton_arguments(
         # pods keep serving) and its reason readable from the log and the repository index.
         "--exit-on-error=false",
         f"--exit-timeout-secs={exit_timeout_s}",
+        # shared memory, the repository API, trace and log settings: not for clients
+        *restricted_api_arguments(ADMIN_KEY_REF),
     ]
+
+
+def admin_key_env() -> list[dict[str, Any]]:
+    """The container's env that `triton_arguments`' key refers to: the pod's UID."""
+    return [{"name": ADMIN_KEY_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
+
+
+def kserve_arguments(*, gpu_metrics: bool) -> list[str]:
+    """The args of an InferenceService: `triton_arguments` less the runtime's own flags."""
+    return [arg for arg in triton_arguments(MODELS_MOUNT, gpu_metrics=gpu_metrics)
+            if arg.split("=", 1)[0] not in KSERVE_RUNTIME_FLAGS]
 
 
 def _labels(options: KubernetesOptions) -> dict[str, str]:
@@ -133,10 +176,11 @@ def server_container(plan: Plan) -> dict[str, Any]:
     repository = store.uri if store is not None and store.is_bucket else MODELS_MOUNT
     container: dict[str, Any] = {
         "name": "tritonserver",
-        "image": options.serving_image(),
+        "image": plan.serving_image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["tritonserver"],
         "args": triton_arguments(repository, gpu_metrics=options.gpu > 0),
+        "env": admin_key_env(),
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
@@ -325,16 +369,12 @@ def inference_service(plan: Plan) -> dict[str, Any]:
         "protocolVersion": "v2",
         "storageUri": store.uri,
         # the runtime's image tag is the cluster's choice: pin the release check-repo assumes
-        "image": options.serving_image(),
-        # appended to the runtime's own flags (repository, ports); the same guarantees as the
-        # plain manifests: no model control, readiness covers every model
-        "args": [
-            "--model-control-mode=none",
-            f"--allow-gpu-metrics={'true' if options.gpu > 0 else 'false'}",
-            "--strict-readiness=true",
-            "--exit-on-error=false",
-            f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
-        ],
+        "image": plan.serving_image,
+        # appended to the runtime's own flags (repository, ports): the plain manifests' flags
+        # less those, so the same guarantees (no model control, readiness covers every model,
+        # the admin APIs restricted to the pod's UID, which `env` brings)
+        "args": kserve_arguments(gpu_metrics=options.gpu > 0),
+        "env": admin_key_env(),
         "startupProbe": _probe(LIVE_PATH, period_s=5, failures=60, port=KSERVE_HTTP_PORT),
         "readinessProbe": _probe(READY_PATH, period_s=5, failures=3, port=KSERVE_HTTP_PORT),
         "livenessProbe": _probe(LIVE_PATH, period_s=10, failures=3, port=KSERVE_HTTP_PORT),

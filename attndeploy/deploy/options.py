@@ -5,11 +5,19 @@
 the server image into the Triton release it runs (`image_release`, from check-repo's table, so
 the manifests and the offline checks agree on the onnxruntime version), and `--model-store` into
 a `ModelStore` (`parse_model_store`).
+
+Every value that reaches the manifests or the README's shell commands is checked against the
+rules of what it names: names and namespaces are DNS labels, claims DNS subdomains, buckets S3's or
+GCS's bucket names, paths inside a bucket or claim plain relative paths of a few safe characters,
+counts Kubernetes' int32. The README quotes every value anyway (`kubernetes.instructions`); the
+checks keep values that no cluster would accept, or that mean something to a shell, from being
+written at all.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,8 +41,37 @@ _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _TRITON_TAG = re.compile(r"^(?P<release>\d{2}\.\d{2})-py3$")
 _IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_.-]+)?(@sha256:[0-9a-f]{64})?$")
 
+# Kubernetes counts (replicas, minReplicas, maxReplicas) are int32: the API server refuses more.
+INT32_MAX = 2**31 - 1
+
+# Python packages a served model may need in the server beyond onnxruntime, with the release
+# series the python flavour's image installs (`pip install "NAME~=SERIES.0"`): `tokenizers` for a
+# text model of a converted Hugging Face model (WordPiece, `attndeploy.runtime.wordpiece`); the
+# series is the floor of pyproject's `hf` extra, the one the runtime is tested with.
+SERVER_PACKAGES: dict[str, str] = {"tokenizers": "0.23"}
+
 StoreKind = Literal["s3", "gs", "pvc"]
 STORE_SCHEMES = ("s3", "gs", "pvc")  # pvc:// as KServe spells it; a bare name is a PVC too
+
+# The folder inside a PVC: relative, segments of letters, digits, '.', '_' and '-' (not '.' nor
+# '..'), each at most 255 bytes (a file name). It becomes the volume's subPath and a path in the
+# README's `kubectl exec`/`kubectl cp` commands.
+_PVC_SEGMENT = re.compile(r"^[A-Za-z0-9._-]{1,255}$")
+_PVC_PATH_RULE = "a relative path of folders named with letters, digits, '.', '_' and '-'"
+# The prefix inside a bucket: the same, plus '+', '=', '@' and ',' (characters of object keys
+# that mean nothing to a shell nor to Triton's bucket URLs). Not allowed: spaces, quotes, ';',
+# '$', '`', '*', '?', ':', '%', '#', '!', brackets, backslashes, control characters.
+_BUCKET_SEGMENT = re.compile(r"^[A-Za-z0-9._+=@,-]{1,255}$")
+_BUCKET_PATH_RULE = ("a relative path of folders named with letters, digits and "
+                     "'.', '_', '-', '+', '=', '@', ','")
+# S3 bucket names (AWS "General purpose bucket naming rules"): 3-63 lower-case letters, digits,
+# '.' and '-', starting and ending with a letter or digit, no '..', not an IPv4 address.
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# GCS bucket names (Cloud Storage "Bucket naming"): lower-case letters, digits, '-', '_' and '.',
+# starting and ending with a letter or digit; 3-63 characters, or up to 222 with dots, each
+# dot-separated part at most 63; not an IPv4 address.
+_GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 
 
 @dataclass(frozen=True)
@@ -52,26 +89,35 @@ class ModelStore:
 
 
 def parse_model_store(text: str) -> ModelStore:
-    """`s3://bucket[/path]`, `gs://bucket[/path]`, `pvc://claim[/path]` or a bare PVC name."""
+    """`s3://bucket[/path]`, `gs://bucket[/path]`, `pvc://claim[/path]` or a bare PVC name.
+
+    DeployError, naming `--model-store`, unless the bucket or claim name follows its rules and
+    the path is a plain relative path of safe characters (see `_PVC_PATH_RULE` and
+    `_BUCKET_PATH_RULE`); a trailing '/' is dropped.
+    """
     text = text.strip()
+    given = repr(text)  # the message stays one line whatever the value holds
     if "://" in text:
         scheme, rest = text.split("://", 1)
         if scheme not in STORE_SCHEMES:
             raise DeployError(
-                f"--model-store {text}: unknown scheme '{scheme}://'; use s3://BUCKET/PATH, "
+                f"--model-store {given}: unknown scheme {scheme + '://'!r}; use s3://BUCKET/PATH, "
                 "gs://BUCKET/PATH, pvc://CLAIM[/PATH] or the name of a PersistentVolumeClaim"
             )
         head, _, path = rest.partition("/")
-        path = path.strip("/")
+        path = path.rstrip("/")
         if not head:
-            raise DeployError(f"--model-store {text}: no {'claim' if scheme == 'pvc' else 'bucket'}"
-                              " name after the scheme")
+            what = "claim" if scheme == "pvc" else "bucket"
+            raise DeployError(f"--model-store {given}: no {what} name after the scheme")
         if scheme == "pvc":
-            _check_claim(head, text)
+            _check_claim(head, given)
+            _check_path(path, given, _PVC_SEGMENT, _PVC_PATH_RULE, "the claim")
             uri = f"pvc://{head}/{path}" if path else f"pvc://{head}"
             return ModelStore("pvc", uri, claim=head, path=path)
+        _check_bucket(scheme, head, given)
+        _check_path(path, given, _BUCKET_SEGMENT, _BUCKET_PATH_RULE, "the bucket")
         return ModelStore(scheme, f"{scheme}://{head}/{path}" if path else f"{scheme}://{head}")  # type: ignore[arg-type]
-    _check_claim(text, text)
+    _check_claim(text, given)
     return ModelStore("pvc", f"pvc://{text}", claim=text)
 
 
@@ -81,6 +127,31 @@ def _check_claim(name: str, given: str) -> None:
             f"--model-store {given}: not a bucket URI (s3://, gs://) nor a PersistentVolumeClaim "
             "name (lower-case letters, digits, '-' and '.')"
         )
+
+
+def _check_bucket(scheme: str, bucket: str, given: str) -> None:
+    if scheme == "s3":
+        valid = bool(_S3_BUCKET.match(bucket)) and ".." not in bucket
+        rule = "3 to 63 lower-case letters, digits, '.' and '-'"
+    else:
+        parts = bucket.split(".")
+        valid = (bool(_GCS_BUCKET.match(bucket)) and ".." not in bucket
+                 and len(bucket) <= (222 if len(parts) > 1 else 63)
+                 and all(len(part) <= 63 for part in parts))
+        rule = "3 to 63 lower-case letters, digits, '.', '_' and '-' (up to 222 with dots)"
+    if not valid or _IPV4.match(bucket):
+        raise DeployError(f"--model-store {given}: {bucket!r} is not a {scheme}:// bucket name "
+                          f"({rule}, starting and ending with a letter or digit)")
+
+
+def _check_path(path: str, given: str, segment: re.Pattern[str], rule: str, inside: str) -> None:
+    """`path` ("" = none) is relative, without empty, '.' or '..' folders, of safe characters."""
+    if not path:
+        return
+    for part in path.split("/"):
+        if part in ("", ".", "..") or not segment.match(part):
+            raise DeployError(f"--model-store {given}: the path inside {inside} must be {rule} "
+                              "(no '.' or '..', no empty or absolute path)")
 
 
 def image_release(image: str) -> TritonRelease:
@@ -163,8 +234,11 @@ class KubernetesOptions:
                               ("--max-replicas", self.max_replicas)):
             if value is not None and value < 1:
                 raise DeployError(f"{option} must be at least 1, got {value}")
-        if self.gpu < 0:
-            raise DeployError(f"--gpu must be 0 (CPU) or more, got {self.gpu}")
+            if value is not None and value > INT32_MAX:
+                raise DeployError(f"{option} must be at most {INT32_MAX} (Kubernetes counts are "
+                                  f"int32), got {value}")
+        if not 0 <= self.gpu <= INT32_MAX:
+            raise DeployError(f"--gpu must be 0 (CPU) to {INT32_MAX} GPUs per pod, got {self.gpu}")
         if not 1 <= self.target_cpu <= 100:
             raise DeployError(
                 f"--target-cpu must be a percentage in [1, 100], got {self.target_cpu}")
@@ -220,12 +294,17 @@ class KubernetesOptions:
         """The repository flavour the pods serve: onnxruntime on GPUs, python on CPUs."""
         return "onnxruntime" if self.gpu > 0 else "python"
 
-    def python_server_image(self) -> str:
-        """The image that runs the python flavour: `image` plus onnxruntime for model.py."""
+    def python_server_image(self, packages: Iterable[str] = ()) -> str:
+        """The image that runs the python flavour: `server_image`, or `image` plus onnxruntime for
+        model.py and the `packages` (keys of `SERVER_PACKAGES`) the served models need, tagged
+        with what it holds (a node that has an image of that tag never pulls it again)."""
         if self.server_image is not None:
             return self.server_image
         release = self.release
-        return f"attndeploy-tritonserver:{release.ngc}-py3-onnxruntime{release.onnxruntime}"
+        extras = "".join(f"-{name}{SERVER_PACKAGES[name]}" for name in sorted(set(packages)))
+        return (f"attndeploy-tritonserver:{release.ngc}-py3-onnxruntime{release.onnxruntime}"
+                f"{extras}")
 
-    def serving_image(self) -> str:
-        return self.image if self.gpu > 0 else self.python_server_image()
+    def serving_image(self, packages: Iterable[str] = ()) -> str:
+        """The server container's image: `image` with GPUs, else the python flavour's image."""
+        return self.image if self.gpu > 0 else self.python_server_image(packages)

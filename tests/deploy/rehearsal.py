@@ -7,7 +7,9 @@ local folders, and tritonserver runs with the container's command line, where on
 changed: the repository path (the volume mount -> its local folder), the ports (each named
 container port -> a free local one), the addresses (0.0.0.0 -> 127.0.0.1: nothing here listens
 beyond loopback), and one flag is added, `--backend-directory` (the wheel's python backend; the
-NGC image has its own). The Service is a local TCP forwarder per service port, on a free port,
+NGC image has its own). As the kubelet does, the container's `env` is resolved (the Downward API's
+`metadata.uid` is a fresh UUID, the rehearsed pod's UID) and its `$(VAR)` references in the args
+are expanded from it. The Service is a local TCP forwarder per service port, on a free port,
 whose target is found the way Kubernetes finds it: `targetPort` name -> the container port of
 that name.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,6 +29,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,15 +90,41 @@ def run_init_container(container: dict[str, Any], volumes: dict[str, Path],
     subprocess.run(command, check=True, capture_output=True, timeout=60)
 
 
+def container_env(container: dict[str, Any], pod_uid: str) -> dict[str, str]:
+    """The container's `env` as the kubelet resolves it (values, and the Downward API's pod UID;
+    nothing else is rehearsed here)."""
+    env = {}
+    for entry in container.get("env", []):
+        if "value" in entry:
+            env[entry["name"]] = entry["value"]
+        elif entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.uid":
+            env[entry["name"]] = pod_uid
+        else:
+            raise AssertionError(f"env {entry} is not rehearsed")
+    return env
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion of a container arg: `$(VAR)` of a defined VAR becomes its value,
+    `$$` becomes `$`, anything else stays as written."""
+    def one(match: re.Match[str]) -> str:
+        if match[0] == "$$":
+            return "$"
+        return env.get(match[1], match[0])
+
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", one, value)
+
+
 def server_command(container: dict[str, Any], volumes: dict[str, Path],
-                   ports: dict[int, int], backend_root: Path) -> list[str]:
+                   ports: dict[int, int], backend_root: Path,
+                   env: dict[str, str] | None = None) -> list[str]:
     """The container's command line, mapped to this machine (see the module docstring)."""
     if container["command"] != ["tritonserver"]:
         raise AssertionError(f"unexpected command {container['command']}")
     paths = PathMap(mounts_of(container, volumes), None)
     command = [str(find_tritonserver())]
     for arg in container["args"]:
-        flag, _, value = arg.partition("=")
+        flag, _, value = expand(arg, env or {}).partition("=")
         if flag.endswith("-port"):
             value = str(ports[int(value)])
         elif flag.endswith("-address"):
@@ -142,6 +172,7 @@ class LocalPod:
     local_ports: dict[int, int]  # containerPort -> local port
     log: Path
     services: dict[int, int] = field(default_factory=dict)  # Service port -> local port
+    env: dict[str, str] = field(default_factory=dict)  # the container's env, resolved
 
     def local_port(self, port: int | str) -> int:
         """The local port for a probe's or a Service's `port` / `targetPort` (number or name)."""
@@ -152,8 +183,12 @@ class LocalPod:
         return f"http://{LOCAL_HOST}:{self.local_port(port)}{path}"
 
 
-def http_status(url: str, *, method: str = "GET", timeout: float = 2.0) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+def http_status(url: str, *, method: str = "GET", timeout: float = 2.0,
+                headers: dict[str, str] | None = None,
+                data: bytes | None = None) -> tuple[int, bytes]:
+    if data is None and method == "POST":
+        data = b""
+    request = urllib.request.Request(url, method=method, data=data, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read()
@@ -192,14 +227,15 @@ def rehearse(deployment: dict[str, Any], service: dict[str, Any], models_dockerf
     container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     local_ports = dict(zip(container_ports.values(), free_ports(len(container_ports)),
                            strict=True))
-    command = server_command(container, volumes, local_ports, workdir / "backends")
+    pod_env = container_env(container, pod_uid=str(uuid.uuid4()))
+    command = server_command(container, volumes, local_ports, workdir / "backends", pod_env)
     log = workdir / "tritonserver.log"
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
                                                   os.environ.get("PATH", "")])}
     with open(log, "wb") as handle:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle,
                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    local = LocalPod(process, command, container_ports, local_ports, log)
+    local = LocalPod(process, command, container_ports, local_ports, log, env=pod_env)
     forwarders: list[_Forwarder] = []
     try:
         for port in service["spec"]["ports"]:

@@ -251,7 +251,7 @@ def test_a_bad_model_store_is_refused(text: str, message: str) -> None:
     ({"replicas": 0}, "--replicas must be at least 1"),
     ({"gpu": -1}, "--gpu"),
     ({"kserve": True}, "--kserve needs --model-store"),
-    ({"model_store": "s3://b", "models_image": "m:1"}, "give one"),
+    ({"model_store": "s3://bucket", "models_image": "m:1"}, "give one"),
     ({"name": "Triton_Server"}, "--name"),
     ({"namespace": "ML"}, "--namespace"),
     ({"memory": "2GB"}, "--memory '2GB' is not a Kubernetes quantity"),
@@ -339,7 +339,7 @@ def test_an_opset_beyond_the_image_onnxruntime_is_refused(
     onnx.save(model, str(path))
     with pytest.raises(DeployError, match=f"uses opset {check_repo.TRITON_ORT_MAX_OPSET + 2}"):
         deploy_kubernetes(repo, tmp_path / "out", KubernetesOptions(gpu=1,
-                                                                    model_store="s3://b/m"))
+                                                                    model_store="s3://bucket/m"))
 
 
 def test_a_model_bound_to_a_local_environment_is_refused(

@@ -4,6 +4,7 @@ command line, its probes and ports, and one inference through the Service's port
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import pytest
 import yaml
 
 from attndeploy.deploy import KubernetesOptions, deploy_kubernetes
+from attndeploy.deploy.manifests import ADMIN_KEY_ENV
 from attndeploy.serving.packaging import check_repo
 from attndeploy.serving.server import TritonServer, free_ports
+from attndeploy.serving.server.restricted import ADMIN_KEY_HEADER
 
 from .golden_cases import ONNXRUNTIME_MODEL, PYTHON_MODEL, build_sample_repository
 from .rehearsal import PROBE_BUDGET_S, LocalPod, http_status, rehearse, wait_for_probe
@@ -88,17 +91,41 @@ def test_the_service_serves_only_the_copied_models_and_loads_none(pod) -> None:
     local, container = pod
     wait_for_probe(local, container["readinessProbe"], PROBE_BUDGET_S)
     http = f"http://127.0.0.1:{local.services[8000]}"
-    status, body = http_status(f"{http}/v2/repository/index", method="POST")
+    key = {ADMIN_KEY_HEADER: local.env[ADMIN_KEY_ENV]}  # the pod's UID opens the repository API
+    status, body = http_status(f"{http}/v2/repository/index", method="POST", headers=key)
     assert status == 200
     assert [entry["name"] for entry in json.loads(body)] == [PYTHON_MODEL]
     status, _ = http_status(f"{http}/v2/repository/models/{ONNXRUNTIME_MODEL}/load",
-                            method="POST")
+                            method="POST", headers=key)
     assert status != 200  # --model-control-mode=none: the repository API loads nothing
     status, body = http_status(f"{http}/v2")
     assert status == 200
     version = json.loads(body)["version"]
     # the local server is the release whose onnxruntime check-repo assumes for the image
     assert version.startswith(check_repo.TRITON_RELEASE.server + "."), version
+
+
+def test_the_admin_apis_answer_only_the_pod_uid_through_the_service(pod) -> None:
+    """The kubelet puts the pod's UID into the restricted-API flags: without it a client gets 403
+    from the repository index and from shared-memory registration; inference stays open."""
+    local, container = pod
+    wait_for_probe(local, container["readinessProbe"], PROBE_BUDGET_S)
+    uid = local.env[ADMIN_KEY_ENV]
+    assert re.fullmatch(r"[0-9a-f-]{36}", uid)
+    assert not [arg for arg in local.command if "$(" in arg]  # every reference was expanded
+    assert sum(f"{ADMIN_KEY_HEADER}={uid}" in arg for arg in local.command) == 2
+    http = f"http://127.0.0.1:{local.services[8000]}"
+    register = json.dumps({"key": "/attndeploy-rehearsal", "offset": 0,
+                           "byte_size": 64}).encode()
+    for headers in (None, {ADMIN_KEY_HEADER: "not-the-uid"}):
+        status, body = http_status(f"{http}/v2/repository/index", method="POST",
+                                   headers=headers)
+        assert status == 403 and b"restricted" in body
+        status, body = http_status(f"{http}/v2/systemsharedmemory/region/r/register",
+                                   method="POST", headers=headers, data=register)
+        assert status == 403 and b"restricted" in body
+    status, _ = http_status(f"{http}/v2/models/{PYTHON_MODEL}/ready")
+    assert status == 200  # health and metadata stay open
 
 
 def test_metrics_are_scraped_through_the_service_port(pod) -> None:
