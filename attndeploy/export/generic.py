@@ -38,7 +38,9 @@ from torch import nn
 from attndeploy import __version__
 from attndeploy.errors import ExportError
 from attndeploy.export import _tracing, lstm
+from attndeploy.export.dims import DimSpec, dim_spec, export_program
 from attndeploy.fsutil import atomic_write_bytes
+from attndeploy.models.inputs import position_limit
 from attndeploy.opspec.bodies import DOMAIN_VERSION
 from attndeploy.variants.op_registry import DEFAULT_OPSET, SUPPORTED_OPSETS, function_protos
 
@@ -73,6 +75,7 @@ class ExportResult:
     cpu_seconds: float = 0.0  # this process's CPU time (less sensitive to a busy machine)
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
+    dim_bounds: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # narrowed dims
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +91,7 @@ class ExportResult:
             "variant": self.metadata.get(META_PREFIX + "variant"),
             "inputs": list(self.input_names),
             "outputs": list(self.output_names),
+            "dim_bounds": {name: list(bounds) for name, bounds in self.dim_bounds.items()},
         }
 
 
@@ -143,44 +147,6 @@ class _FlatModel(nn.Module):
         return tuple(v for _, v in output_items(out, self.requested_names))
 
 
-# ----------------------------------------------------------------------------- inputs
-
-
-def _dynamic_shapes(
-    inputs: Mapping[str, torch.Tensor], dynamic_shapes: Mapping[str, Mapping[int, Any]] | None
-) -> tuple[tuple[dict[int, Any] | None, ...], dict[str, dict[int, str]]]:
-    """torch.export's per-argument dims (one `Dim` per name, shared) and {input: {axis: name}}."""
-    dynamic_shapes = dynamic_shapes or {}
-    unknown = sorted(set(dynamic_shapes) - set(inputs))
-    if unknown:
-        raise ExportError(f"dynamic_shapes names unknown input(s) {unknown}; inputs: "
-                          f"{sorted(inputs)}")
-    dims: dict[str, Any] = {}
-    spec: list[dict[int, Any] | None] = []
-    names: dict[str, dict[int, str]] = {}
-    for input_name, tensor in inputs.items():
-        axes = dynamic_shapes.get(input_name)
-        if not axes:
-            spec.append(None)
-            continue
-        per_axis: dict[int, Any] = {}
-        for axis, dim in axes.items():
-            axis = int(axis)
-            if not 0 <= axis < tensor.dim():
-                raise ExportError(f"{input_name} has {tensor.dim()} dims; axis {axis} is not one")
-            if int(tensor.shape[axis]) < 2:
-                raise ExportError(
-                    f"{input_name}: the example has size {int(tensor.shape[axis])} on dynamic "
-                    f"axis {axis}; torch.export specialises sizes 0 and 1, use an example >= 2"
-                )
-            if isinstance(dim, str):
-                dim = dims.setdefault(dim, torch.export.Dim(dim, min=1))
-            per_axis[axis] = dim
-            names.setdefault(input_name, {})[axis] = dim.__name__
-        spec.append(per_axis)
-    return tuple(spec), names
-
-
 @contextmanager
 def _eval_mode(model: nn.Module) -> Iterator[None]:
     """Every module in eval mode for the block, then each one's own flag back."""
@@ -207,14 +173,15 @@ class Traced:
     output_names: tuple[str, ...]
     dynamic_axes: dict[str, dict[int, str]]
     reference: dict[str, torch.Tensor]  # the eager outputs on the example inputs
+    dim_bounds: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # narrowed dims
 
 
 def _trace(
-    flat: _FlatModel, example: tuple[torch.Tensor, ...], dims: tuple, names: SimpleNamespace,
+    flat: _FlatModel, example: tuple[torch.Tensor, ...], dims: DimSpec, names: SimpleNamespace,
     opset: int,
-) -> tuple[onnx.ModelProto, dict[str, float], Counter]:
-    """The flat model as an ONNX model (custom nodes still without functions), stage times and
-    the attndeploy op calls made while tracing."""
+) -> tuple[onnx.ModelProto, dict[str, float], Counter, dict[str, tuple[int, int | None]]]:
+    """The flat model as an ONNX model (custom nodes still without functions), stage times,
+    the attndeploy op calls made while tracing and the dims torch.export narrowed."""
     times: dict[str, float] = {}
     with _tracing.tracing_settings():
         started = time.perf_counter()
@@ -222,12 +189,7 @@ def _trace(
         times["registry"] = time.perf_counter() - started
         started = time.perf_counter()
         with _tracing.lstm_route(flat.lstm_weights):
-            try:
-                program = torch.export.export(
-                    flat, example, dynamic_shapes=(dims,), strict=False  # one *tensors param
-                )
-            except Exception as exc:  # torch.export raises many types; keep its message
-                raise ExportError(f"torch.export failed: {_tracing.first_lines(exc)}") from exc
+            program, refined = export_program(flat, example, dims)
         times["capture"] = time.perf_counter() - started
         calls = _tracing.op_calls(program)
         started = time.perf_counter()
@@ -236,7 +198,7 @@ def _trace(
         except Exception as exc:  # the translator raises many types; keep its message
             raise ExportError(f"translation to ONNX failed: {_tracing.first_lines(exc)}") from exc
         times["translate"] = time.perf_counter() - started
-    return proto, times, calls
+    return proto, times, calls, refined.bounds
 
 
 def trace_model(
@@ -253,7 +215,9 @@ def trace_model(
     bad = [name for name, value in inputs.items() if not isinstance(value, torch.Tensor)]
     if not inputs or bad:
         raise ExportError(f"inputs must be a non-empty dict of tensors; not tensors: {bad}")
-    dims, dynamic_axes = _dynamic_shapes(inputs, dynamic_shapes)
+    dims = dim_spec(inputs, dynamic_shapes,
+                    seq_limit=position_limit(getattr(model, "config", None)))
+    dynamic_axes = dims.names
     flat = _FlatModel(model, list(inputs), output_names)
     example = tuple(inputs.values())
     with _eval_mode(model):
@@ -266,12 +230,13 @@ def trace_model(
         reference = {name: value.detach() for name, value in items}
         eager_s = time.perf_counter() - started
         names = SimpleNamespace(input_names=list(inputs), output_names=list(reference))
-        proto, stages, calls = _trace(flat, example, dims, names, opset)
+        proto, stages, calls, bounds = _trace(flat, example, dims, names, opset)
     stages["capture"] = stages.get("capture", 0.0) + eager_s
     _tracing.name_dynamic_dims(proto, dynamic_axes)
     _tracing.expand_attention_masks(proto)
     proto = _tracing.attach_functions(proto, opset, inline_functions, function_protos)
-    return Traced(proto, stages, calls, tuple(inputs), tuple(reference), dynamic_axes, reference)
+    return Traced(proto, stages, calls, tuple(inputs), tuple(reference), dynamic_axes, reference,
+                  bounds)
 
 
 def check_dynamic_dims(proto: onnx.ModelProto, dynamic_axes: Mapping[str, Mapping[int, str]]):
@@ -333,6 +298,8 @@ def base_metadata(opset: int, inline: bool, traced: Traced) -> dict[str, str]:
         META_PREFIX + "domain_version": str(DOMAIN_VERSION),
         META_PREFIX + "inlined": "true" if inline else "false",
         META_PREFIX + "dynamic_axes": json.dumps(traced.dynamic_axes, sort_keys=True),
+        **({META_PREFIX + "dim_bounds": json.dumps(traced.dim_bounds, sort_keys=True)}
+           if traced.dim_bounds else {}),
     }
 
 
@@ -350,7 +317,10 @@ def export_model(
     """Export `model(**inputs)` to `path` (atomically) and check the graph's contract.
 
     `dynamic_shapes`: {input name: {axis: dim name or torch.export.Dim}}; one name is one dim
-    everywhere. `metadata`: more `metadata_props` (string keys and values, written as given).
+    everywhere. A dim the model cannot take at every size (BERT's positions: seq <= 512) is
+    narrowed as torch.export suggests and reported in `dim_bounds` and the metadata
+    (`attndeploy.dim_bounds`); one it would pin to a single size is an ExportError
+    (`attndeploy.export.dims`). `metadata`: more `metadata_props` (strings, written as given).
     Raises ExportError; nothing is written unless every check passes.
     """
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -378,4 +348,5 @@ def export_model(
         Path(path), time.perf_counter() - started, custom, meta,
         ExportOptions(opset=opset, inline_functions=inline_functions), stages,
         time.process_time() - cpu_started, traced.input_names, traced.output_names,
+        traced.dim_bounds,
     )

@@ -47,7 +47,7 @@ from attndeploy.integrations.transformers import (
     forward_state,
     supported_class,
 )
-from attndeploy.models.inputs import check_model_inputs
+from attndeploy.models.inputs import check_model_inputs, position_limit
 from attndeploy.variants.functional import hard_gates
 from attndeploy.variants.ganet.layer import relaxed_gates, soft_density
 from attndeploy.variants.registry import variant_spec
@@ -106,13 +106,6 @@ class HFModelConfig:
         if self.options:
             summary[self.variant] = dict(self.options)
         return summary
-
-
-def position_limit(config: Any) -> int:
-    """The longest input the position table takes (RoBERTa's positions start after its pad id)."""
-    if config.model_type == "roberta":
-        return config.max_position_embeddings - config.pad_token_id - 1
-    return config.max_position_embeddings
 
 
 def model_config_of(model: nn.Module, max_seq: int) -> HFModelConfig:

@@ -43,7 +43,6 @@ from attndeploy.errors import CheckpointError, ConfigError
 from attndeploy.integrations.hf_checkpoint import (
     HFClassifier,
     model_config_of,
-    position_limit,
     save_hf_checkpoint,
 )
 from attndeploy.integrations.hf_data import (
@@ -55,6 +54,7 @@ from attndeploy.integrations.hf_data import (
 )
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
 from attndeploy.integrations.transformers import convert, variant_config
+from attndeploy.models.inputs import position_limit
 from attndeploy.train import TrainConfig, TrainResult, fit
 from attndeploy.training.baseline import compare_with_baseline
 

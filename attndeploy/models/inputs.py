@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -36,3 +38,14 @@ def check_model_inputs(
     lo, hi = int(input_ids.min()), int(input_ids.max())
     if lo < 0 or hi >= vocab_size:
         raise DataError(f"token ids must lie in [0, {vocab_size}), got range [{lo}, {hi}]")
+
+
+def position_limit(config: Any) -> int | None:
+    """The longest input a model's position table takes, from a Hugging Face-style config
+    (`max_position_embeddings`; RoBERTa's positions start after its pad id); None without one."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return None
+    if getattr(config, "model_type", None) == "roberta":
+        return limit - int(getattr(config, "pad_token_id", 1) or 0) - 1
+    return limit

@@ -145,13 +145,56 @@ class PinsSeq(nn.Module):
         return x[:, :4] * 2 if x.shape[1] > 4 else x  # specialises seq
 
 
+class FixedSize(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(6))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.weight  # [B, 6]: seq can only be 6
+
+
+class PositionTable(nn.Module):
+    """Adds rows of a 16-row table, as BERT adds position embeddings: seq <= 16."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(16, D))
+        self.attention = QVIAttention(D, 2)
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor) -> Tensor:
+        return self.attention(x + self.table[: x.shape[1]], key_padding_mask)  # [B, T, D]
+
+
+def test_a_named_dim_the_model_bounds_is_narrowed_and_reported(tmp_path):
+    result = export_model(PositionTable(), tmp_path / "p.onnx", inputs=inputs(),
+                          dynamic_shapes=DYNAMIC)
+    assert result.dim_bounds == {"seq": (1, 16)}
+    assert result.to_json()["dim_bounds"] == {"seq": [1, 16]}
+    assert read_metadata(tmp_path / "p.onnx")["dim_bounds"] == '{"seq": [1, 16]}'
+    assert run(tmp_path / "p.onnx", inputs(batch=3, seq=16))["output"].shape == (3, 16, D)
+
+
+def test_dim_objects_stand_in_for_names_and_keep_their_bounds(tmp_path):
+    seq = torch.export.Dim("seq", min=1, max=16)
+    dims = {"x": {0: "batch", 1: seq}, "key_padding_mask": {0: "batch", 1: seq}}
+    result = export_model(PositionTable(), tmp_path / "p.onnx", inputs=inputs(),
+                          dynamic_shapes=dims)
+    assert result.dim_bounds == {}  # nothing needed narrowing
+    with pytest.raises(ExportError, match="a name or a torch.export.Dim, not int"):
+        export_model(PositionTable(), tmp_path / "q.onnx", inputs=inputs(),
+                     dynamic_shapes={"x": {1: 5}})
+
+
 def test_refusals_leave_no_file(tmp_path):
     path = tmp_path / "m.onnx"
     x = torch.randn(2, 6)
     with pytest.raises(ExportError, match="random ops"):
         export_model(Sampler(), path, inputs={"x": x}, dynamic_shapes={"x": {0: "batch"}})
-    with pytest.raises(ExportError, match="torch.export failed"):
+    with pytest.raises(ExportError, match=r"^dynamic dim 'seq' would only take sizes >= 5"):
         export_model(PinsSeq(), path, inputs={"x": x}, dynamic_shapes={"x": {1: "seq"}})
+    with pytest.raises(ExportError, match=r"^dynamic dim 'seq' cannot stay dynamic: .* to 6"):
+        export_model(FixedSize(), path, inputs={"x": x}, dynamic_shapes={"x": {1: "seq"}})
     with pytest.raises(ExportError, match="sizes 0 and 1"):
         export_model(Sampler(), path, inputs={"x": x[:1]}, dynamic_shapes={"x": {0: "batch"}})
     with pytest.raises(ExportError, match="unknown input"):

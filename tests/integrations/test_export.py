@@ -18,7 +18,14 @@ from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer  # noqa: E40
 from attndeploy.serving.packaging.repository import PackageOptions, package_model  # noqa: E402
 from attndeploy.validate import ValidationOptions, validate_model  # noqa: E402
 
-from .hf_models import LABELS, MODEL_TYPES, VARIANTS, save_converted_checkpoint  # noqa: E402
+from .hf_models import (  # noqa: E402
+    LABELS,
+    MODEL_TYPES,
+    NUM_LABELS,
+    VARIANTS,
+    VOCAB,
+    save_converted_checkpoint,
+)
 
 # padded shapes: seq 1, odd lengths, mixed lengths in one batch (validate/grid.py pads rows)
 GRID = "1x1,3x1,2x5,4x17,3x32"
@@ -130,3 +137,29 @@ def test_a_failed_export_leaves_no_file_and_no_temporary(tmp_path: Path, monkeyp
         export_checkpoint(checkpoint, out)
     assert not out.exists()
     assert list(out.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_export_model_takes_string_dims_on_a_converted_model_and_finds_the_position_limit(
+    tmp_path: Path, model_type: str
+):
+    """The README's `dynamic_shapes` form, as a new user writes it: torch.export needs seq
+    bounded by the position table, and export_model finds that bound itself."""
+    import torch
+
+    from attndeploy.export import export_model
+    from attndeploy.integrations.transformers import convert
+
+    from .hf_models import make_model, padded_batch
+
+    model = convert(make_model(model_type), "evolving")
+    ids, mask = padded_batch(2, 7)
+    dims = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    result = export_model(model, tmp_path / "m.onnx", output_names=["logits"],
+                          inputs={"input_ids": ids, "attention_mask": mask}, dynamic_shapes=dims)
+    assert result.dim_bounds == {"seq": (1, 64)}
+    assert result.custom_nodes == {"EvolvingAttentionStart": 1, "EvolvingAttention": 1}
+    report = validate_model(model, tmp_path / "m.onnx", grid="1x1,3x17,2x64", vocab_size=VOCAB)
+    assert report.passed, [(o.name, o.message) for o in report.oracles.values() if not o.passed]
+    with torch.no_grad():
+        assert model(input_ids=ids, attention_mask=mask).logits.shape == (2, NUM_LABELS)
