@@ -15,6 +15,13 @@ from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 
 
+def _positive(value: float) -> float:
+    """--timeout must be > 0: a bad option (exit 2), as `TritonRunner` refuses it from Python."""
+    if not value > 0:
+        raise typer.BadParameter(f"{value:g} is not a timeout (> 0 seconds)")
+    return value
+
+
 def command(
     model: Annotated[str, typer.Option(help="Served model name (an id model or NAME_text).")],
     text: Annotated[str | None, typer.Option(help="Text to classify.")] = None,
@@ -29,7 +36,7 @@ def command(
         Path, typer.Option(help="Repository holding the model (for vocabulary and labels).")
     ] = DEFAULT_REPOSITORY,
     timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for the answer.")
+        float, typer.Option(help="Seconds to wait for the answer.", callback=_positive)
     ] = parameter_default(infer_request, "timeout_s"),
     json_output: JsonFlag = False,
 ) -> None:

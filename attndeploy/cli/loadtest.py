@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from attndeploy.cli.defaults import field_default, number_list
 from attndeploy.cli.options import JsonFlag
-from attndeploy.cli.output import console, print_json
+from attndeploy.cli.output import console, print_json, print_warning
+from attndeploy.errors import AttnDeployError, LoadTestError
 from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
-from attndeploy.serving.loadtest.config import DEFAULT_CONCURRENCY, LoadTestConfig
+from attndeploy.serving.loadtest.config import (
+    DEFAULT_CONCURRENCY,
+    LoadTestConfig,
+    parse_number_list,
+)
 from attndeploy.serving.loadtest.stats import DISTRIBUTIONS
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 
@@ -22,6 +28,35 @@ Distribution = Enum("Distribution", {name: name for name in DISTRIBUTIONS}, type
 
 def _default(name: str):
     return field_default(LoadTestConfig, name)
+
+
+# A number out of range is a bad option (exit 2), refused before anything runs. The rules are
+# LoadTestConfig's (which refuses the same values from Python with a LoadTestError); Typer's
+# `min`/`max` take the closed bounds, these callbacks the open ones and the number lists.
+def _number(test: Callable[[float], bool], rule: str) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if not test(value):
+            raise typer.BadParameter(f"{value:g} is not {rule}")
+        return value
+
+    return check
+
+
+def _numbers(what: str, kind: type, test: Callable[[float], bool], rule: str
+             ) -> Callable[[Any], Any]:
+    def check(value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            values = parse_number_list(value, what, kind)
+        except LoadTestError as exc:
+            raise typer.BadParameter(str(exc).rstrip(".")) from None
+        for number in values:
+            if not test(number):
+                raise typer.BadParameter(f"{number:g} is not {rule}")
+        return value
+
+    return check
 
 
 def command(
@@ -37,36 +72,49 @@ def command(
     concurrency: Annotated[
         str | None,
         typer.Option(help="Concurrency levels, e.g. 1,4,16 (closed loop) [default: "
-                          f"{number_list(DEFAULT_CONCURRENCY)} unless --request-rate]."),
+                          f"{number_list(DEFAULT_CONCURRENCY)} unless --request-rate].",
+                     callback=_numbers("concurrency", int, lambda c: c >= 1,
+                                       "a concurrency (an integer >= 1)")),
     ] = None,
     request_rate: Annotated[
-        str | None, typer.Option(help="Request rates per second, e.g. 50,100 (open loop).")
+        str | None,
+        typer.Option(help="Request rates per second, e.g. 50,100 (open loop).",
+                     callback=_numbers("request rate", float, lambda r: r > 0,
+                                       "a request rate (> 0 per second)")),
     ] = None,
     distribution: Annotated[
         Distribution, typer.Option(help="Arrivals in request-rate mode.")
     ] = Distribution(_default("distribution")),
-    batch: Annotated[int, typer.Option(help="Rows per request.")] = _default("batch"),
+    batch: Annotated[int, typer.Option(help="Rows per request.", min=1)] = _default("batch"),
     seq: Annotated[
         str, typer.Option(help="Sequence length, or a mix: 16,32,64 (tokens, or words of a "
-                               "text model's random texts).")
+                               "text model's random texts).",
+                          callback=_numbers("seq", int, lambda n: n >= 1,
+                                            "a sequence length (an integer >= 1)"))
     ] = number_list(_default("seq_lengths")),
     text_file: Annotated[
         Path | None,
         typer.Option(help="Send these texts (non-blank lines, --batch per request) instead of "
                           "random ones; an id model gets them tokenized with its vocabulary."),
     ] = None,
-    window: Annotated[float, typer.Option(help="Measurement window (s).")] = _default("window_s"),
+    window: Annotated[
+        float, typer.Option(help="Measurement window (s).",
+                            callback=_number(lambda w: w > 0, "a window (> 0 seconds)"))
+    ] = _default("window_s"),
     stability: Annotated[
-        float, typer.Option(help="Stability threshold (0.10 = 10 %).")
+        float, typer.Option(help="Stability threshold (0.10 = 10 %).",
+                            callback=_number(lambda t: 0 < t < 1, "a threshold in (0, 1)"))
     ] = _default("stability_threshold"),
     max_windows: Annotated[
-        int, typer.Option(help="Windows per level at most.")
+        int, typer.Option(help="Windows per level at most (at least the stable windows a level "
+                               "needs).", min=_default("stable_windows"))
     ] = _default("max_windows"),
     warmup: Annotated[
-        int, typer.Option(help="Warm-up requests per level (not counted).")
+        int, typer.Option(help="Warm-up requests per level (not counted).", min=0)
     ] = _default("warmup_requests"),
     check_fraction: Annotated[
-        float, typer.Option(help="Share of responses checked against in-process onnxruntime.")
+        float, typer.Option(help="Share of responses checked against in-process onnxruntime.",
+                            min=0.0, max=1.0)
     ] = _default("check_fraction"),
     repo: Annotated[
         Path, typer.Option(help="Repository holding the model (its model.onnx is the oracle).")
@@ -83,8 +131,9 @@ def command(
     """Run concurrency or request-rate levels; report throughput, latency and server split.
 
     --json prints the report as one JSON document on stdout (instead of the table); --json-out
-    writes it to a file. If the server dies (or the test stops otherwise) part-way, both still
-    receive what was measured, marked "partial": true with the reason, and the command exits 1.
+    writes it to a file. If the server dies (or the test stops otherwise, Ctrl-C included)
+    part-way, both, --csv and --plot still receive what was measured (the JSON marked
+    "partial": true with the reason), and the command exits 1 (130 for Ctrl-C).
     """
     from attndeploy.fsutil import check_output_file
     from attndeploy.serving.loadtest import parse_number_list, run_load_test
@@ -106,20 +155,26 @@ def command(
         if path is not None:
             check_output_file(path)
 
-    def write_json(report) -> None:
+    def write_reports(report) -> None:
         if json_out is not None:
             report.write_json(json_out)
         if json_output:
             print_json(report.to_dict())
+        if csv_path is not None:
+            report.write_csv(csv_path)
+        if plot_path is not None:
+            report.write_plot(plot_path)
 
-    wants_json = json_output or json_out is not None
+    def write_partial(report) -> None:
+        try:
+            write_reports(report)
+        except (AttnDeployError, OSError) as exc:  # the error that ended the test comes next
+            print_warning(f"the partial report could not be written: {exc}")
+
+    wants_files = json_output or any(p is not None for p in (json_out, csv_path, plot_path))
     report = run_load_test(config, progress=not json_output,
-                           on_partial=write_json if wants_json else None)
-    write_json(report)
-    if csv_path is not None:
-        report.write_csv(csv_path)
-    if plot_path is not None:
-        report.write_plot(plot_path)
+                           on_partial=write_partial if wants_files else None)
+    write_reports(report)
     if not json_output:
         _print_table(report)
     report.raise_if_failed()

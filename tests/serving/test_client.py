@@ -112,6 +112,85 @@ def test_the_protocol_picks_the_default_port_and_an_unknown_one_is_refused() -> 
         TritonRunner(None, "m", protocol="websocket")
 
 
+@pytest.fixture
+def grpc_port() -> Iterator[int]:
+    """A gRPC server (HTTP/2) with no service: the wrong port for an HTTP client."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    server = grpc.server(ThreadPoolExecutor(1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield port
+    server.stop(0)
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """A plain HTTP/1 server answering 501 to everything: the wrong port for a gRPC client."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_to_a_grpc_port_says_it_does_not_speak_http(grpc_port: int) -> None:
+    url = f"127.0.0.1:{grpc_port}"
+    with pytest.raises(ServerError) as info:
+        TritonRunner(url, "m", timeout_s=5.0, protocol="http").activate()
+    assert str(info.value) == (
+        f"The server at {url} does not speak HTTP (Expected HTTP/, RTSP/ or ICE/); is it the "
+        "gRPC port? use --url 127.0.0.1:8000 or --protocol grpc")
+
+
+def test_grpc_to_an_http_port_says_it_does_not_speak_grpc(http_port: int) -> None:
+    url = f"127.0.0.1:{http_port}"
+    with pytest.raises(ServerError) as info:
+        TritonRunner(url, "m", timeout_s=5.0).activate()
+    message = str(info.value)
+    assert message.startswith(f"The server at {url} does not speak gRPC (")
+    assert message.endswith("is it the HTTP port? use --url 127.0.0.1:8001 or --protocol http")
+
+
+@pytest.mark.parametrize("words", ["Trying to connect an http1.x server",
+                                   "Failed parsing HTTP/2 (Expected SETTINGS frame)"])
+def test_grpc_s_words_for_an_http_answer_read_as_the_wrong_port(words: str) -> None:
+    error = server_error(_error("StatusCode.UNAVAILABLE", f"last error: {words}"),
+                         "host:8000", "m", "the liveness probe", 5.0)
+    assert "does not speak gRPC" in str(error) and "--url host:8001" in str(error)
+
+
+def test_an_http_server_that_hangs_up_without_answering_is_no_server() -> None:
+    import socket
+    import threading
+
+    with socket.socket() as rude:  # accepts, then closes every connection at once
+        rude.bind(("127.0.0.1", 0))
+        rude.listen(8)
+
+        def hang_up() -> None:
+            while True:
+                try:
+                    connection, _ = rude.accept()
+                except OSError:
+                    return
+                connection.close()
+
+        threading.Thread(target=hang_up, daemon=True).start()
+        url = f"127.0.0.1:{rude.getsockname()[1]}"
+        with pytest.raises(ServerError, match=f"No Triton server answers at {url}"):
+            TritonRunner(url, "m", timeout_s=2.0, protocol="http").activate()
+
+
 # --------------------------------------------------------------------------- the real server
 
 
@@ -184,8 +263,17 @@ def test_infer_once_returns_outputs_by_name(tiny_server: TritonServer) -> None:
 def test_a_missing_model_is_a_server_error_listing_the_served_ones(
     tiny_server: TritonServer, protocol: str
 ) -> None:
-    with pytest.raises(ServerError, match=r"no model 'nope' \(models there: tiny\)"):
+    # `attndeploy serve` closes the repository index to clients: the ready models are listed
+    with pytest.raises(ServerError, match=r"no model 'nope' ready \(models ready there: tiny\)"):
         TritonRunner(_url(tiny_server, protocol), "nope", protocol=protocol).activate()
+
+
+@pytest.mark.integration
+def test_triton_s_ports_swapped_say_which_port_speaks_what(tiny_server: TritonServer) -> None:
+    with pytest.raises(ServerError, match=r"does not speak HTTP .*is it the gRPC port\?"):
+        TritonRunner(tiny_server.grpc_url, TINY_MODEL, protocol="http").activate()
+    with pytest.raises(ServerError, match=r"does not speak gRPC .*is it the HTTP port\?"):
+        TritonRunner(tiny_server.http_url, TINY_MODEL, protocol="grpc").activate()
 
 
 @pytest.mark.integration

@@ -584,6 +584,43 @@ def test_the_command_prints_a_partial_json_to_stdout_when_the_server_dies(
     assert json.loads(out)["partial"] is True  # stdout holds the one JSON document
 
 
+class InterruptedClient(CountingClient):
+    """A Ctrl-C while the load tester issues its `interrupt_at`-th request."""
+
+    def __init__(self, interrupt_at: int) -> None:
+        super().__init__()
+        self.interrupt_at = interrupt_at
+
+    def async_infer(self, model: str, inputs: Any, callback: Any, **kwargs: Any) -> None:
+        if self.issued + 1 >= self.interrupt_at:
+            raise KeyboardInterrupt
+        super().async_infer(model, inputs, callback, **kwargs)
+
+
+@pytest.mark.parametrize("ending", ["server-dies", "ctrl-c"])
+def test_a_test_ended_part_way_writes_its_csv_plot_and_json_with_what_was_measured(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path, ending: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    if ending == "server-dies":
+        client: CountingClient = CountingClient()
+        client.dead_after = 60
+    else:
+        client = InterruptedClient(interrupt_at=60)
+    fake_server(monkeypatch, client)
+    code, _, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json-out", "out/r.json",
+                                "--csv", "out/r.csv", "--plot", "out/r.png")
+    expected = (1, "error (server): ") if ending == "server-dies" else (
+        130, "error (attndeploy): interrupted")
+    assert (code, err[-1][: len(expected[1])]) == expected, err
+    body = json.loads((tmp_path / "out" / "r.json").read_text())
+    assert body["partial"] is True
+    with (tmp_path / "out" / "r.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(body["levels"]) == 1  # the aborted level, as measured
+    assert (tmp_path / "out" / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.parametrize(("old", "new"), [(["--json", "-"], ["--json"]),
                                           (["--json", "r.json"], ["--json-out", "r.json"]),
                                           (["--json=r.json"], ["--json-out", "r.json"])])

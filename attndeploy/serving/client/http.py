@@ -5,10 +5,29 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPConnection, HTTPException
 from typing import Any
 
 from attndeploy.serving.client.data import DEFAULT_TIMEOUT_S
-from attndeploy.serving.client.errors import STATUS_DEADLINE, STATUS_UNAVAILABLE
+from attndeploy.serving.client.errors import STATUS_DEADLINE, STATUS_NOT_HTTP, STATUS_UNAVAILABLE
+
+HTTP_PROBE_TIMEOUT_S = 2.0  # `answers_http`: how long a server that says nothing is waited for
+
+
+def answers_http(url: str, timeout_s: float = HTTP_PROBE_TIMEOUT_S) -> bool:
+    """Whether an HTTP/1.1 server answers at `url` (host:port): a GET of the KServe liveness
+    path gets any answer. Tells the HTTP port from the gRPC one when a gRPC call fails."""
+    host, _, port = url.rpartition(":")
+    try:
+        connection = HTTPConnection(host.strip("[]"), int(port), timeout=timeout_s)
+        try:
+            connection.request("GET", "/v2/health/live")
+            connection.getresponse()
+        finally:
+            connection.close()
+    except (OSError, ValueError, HTTPException):
+        return False
+    return True
 
 
 class HttpClient:
@@ -21,7 +40,8 @@ class HttpClient:
     The HTTP client is not thread-safe (gevent), so each thread, and each timeout, gets its own
     connection; `async_infer` runs requests on a pool of `workers` threads (the load tester sizes
     it to its concurrency, so no request waits for a thread). Errors are normalised as the module
-    docstring says.
+    docstring of `client.errors` says: an answer that is not HTTP (the gRPC port) raises the
+    status `STATUS_NOT_HTTP`, a connection closed before any answer `STATUS_UNAVAILABLE`.
     """
 
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S, workers: int = 1) -> None:
@@ -46,6 +66,7 @@ class HttpClient:
 
     def _call(self, method: str, *args: Any, client_timeout: float | None = None,
               **kwargs: Any) -> Any:
+        from geventhttpclient.response import HTTPConnectionClosed
         from tritonclient.utils import InferenceServerException
 
         try:
@@ -54,6 +75,12 @@ class HttpClient:
             status = exc.status()
             code = f"HTTP {status}" if status and str(status).isdigit() else status
             raise InferenceServerException(msg=exc.message(), status=code) from exc
+        except HTTPConnectionClosed as exc:  # closed before any answer: as good as refused
+            raise InferenceServerException(msg="the server closed the connection without an "
+                                           "answer", status=STATUS_UNAVAILABLE) from exc
+        except HTTPException as exc:  # geventhttpclient's parser: the answer is not HTTP
+            reason = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+            raise InferenceServerException(msg=reason, status=STATUS_NOT_HTTP) from exc
         except TimeoutError as exc:
             raise InferenceServerException(msg=f"timed out ({exc})", status=STATUS_DEADLINE
                                            ) from exc

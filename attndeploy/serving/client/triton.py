@@ -44,13 +44,15 @@ from attndeploy.serving.client.errors import (
     STATUS_DEADLINE,
     STATUS_INVALID,
     STATUS_NOT_FOUND,
+    STATUS_NOT_HTTP,
     STATUS_UNAVAILABLE,
     STATUS_UNKNOWN,
     error_message,
     error_status,
     server_error,
+    with_port,
 )
-from attndeploy.serving.client.http import HttpClient
+from attndeploy.serving.client.http import HTTP_PROBE_TIMEOUT_S, HttpClient, answers_http
 from attndeploy.serving.client.protocol import Protocol
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "STATUS_DEADLINE",
     "STATUS_INVALID",
     "STATUS_NOT_FOUND",
+    "STATUS_NOT_HTTP",
     "STATUS_UNAVAILABLE",
     "STATUS_UNKNOWN",
     "HttpClient",
@@ -155,6 +158,13 @@ class TritonRunner:
         try:
             return getattr(self.client, method)(*args, client_timeout=self.timeout_s, **kwargs)
         except InferenceServerException as exc:
+            if (self.protocol is Protocol.GRPC and error_status(exc) in CONNECTION_STATUSES
+                    and answers_http(self.url, min(self.timeout_s, HTTP_PROBE_TIMEOUT_S))):
+                # Triton's HTTP port hangs up on gRPC ("Socket closed"), but it answers HTTP
+                raise ServerError(
+                    f"The server at {self.url} does not speak gRPC (it answers HTTP); is it the "
+                    f"HTTP port? use --url {with_port(self.url, Protocol.GRPC)} or --protocol "
+                    "http") from exc
             raise server_error(exc, self.url, self.model, action, self.timeout_s) from exc
 
     def _check_ready(self) -> None:
@@ -162,8 +172,16 @@ class TritonRunner:
             raise ServerError(f"The Triton server at {self.url} is not live yet; retry shortly.")
         if self._call("the readiness probe", "is_model_ready", self.model, self.version):
             return
-        index = self._call("the repository index", "get_model_repository_index", as_json=True)
-        entries = {entry["name"]: entry for entry in index.get("models", [])}
+        entries = self._models()
+        if entries is None:  # the index is closed to clients: the ready models, from statistics
+            stats = self._call("the statistics request", "get_inference_statistics", "", "",
+                               as_json=True)
+            ready = sorted({str(entry.get("name")) for entry in stats.get("model_stats", [])})
+            raise ServerError(
+                f"The Triton server at {self.url} has no model '{self.model}' ready (models "
+                f"ready there: {', '.join(ready) or 'none'}); pass one of those, serve the right "
+                "repository, or read the server's log if it failed to load."
+            )
         if self.model not in entries:
             known = ", ".join(sorted(entries)) or "none"
             raise ServerError(
@@ -175,6 +193,21 @@ class TritonRunner:
             f"Model '{self.model}' on {self.url} is not ready "
             f"(state {entry.get('state', 'unknown')}: {entry.get('reason', 'no reason given')})."
         )
+
+    def _models(self) -> dict[str, dict[str, Any]] | None:
+        """The repository index by model name, or None when the server does not show it to
+        clients (`attndeploy serve` restricts the repository API to its own key)."""
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            index = self.client.get_model_repository_index(as_json=True,
+                                                           client_timeout=self.timeout_s)
+        except InferenceServerException as exc:
+            if "restricted" in error_message(exc):  # "This API/protocol is restricted, ..."
+                return None
+            raise server_error(exc, self.url, self.model, "the repository index",
+                               self.timeout_s) from exc
+        return {entry["name"]: entry for entry in index.get("models", [])}
 
     # ---- queries
     def is_ready(self) -> bool:
