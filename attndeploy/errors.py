@@ -43,6 +43,14 @@ class ExportError(AttnDeployError):
     stage = "export"
 
 
+class ModelError(ExportError):
+    """An exported model that cannot be loaded to run in process (`attndeploy predict`): missing,
+    not ONNX, or not an attndeploy export. An ExportError, so code that catches those from
+    `InferenceModel` keeps working; its stage names what failed, not the export step."""
+
+    stage = "model"
+
+
 class ValidationError(AttnDeployError):
     """Parity validation could not run, or ran and failed."""
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
+import select
 import sys
 import tempfile
 import traceback
@@ -60,44 +62,129 @@ def main() -> None:
     exits 2, as Click's own handler would, but as one line instead of Click's usage block. Ctrl-C
     exits 130. An OSError that no command turned into an AttnDeployError exits 1 in one line;
     any other exception is a bug: one line that says so and where its traceback was saved.
+    A reader that leaves early (`attndeploy predict ... --json | head -1`) ends the command
+    quietly with exit 0, as it ends other Unix tools.
     """
     # old `--json PATH` forms still work
     args, warnings = rewrite_json_path(sys.argv[1:])
     for warning in warnings:
         print_warning(warning)
+    code = run(args)
+    try:
+        sys.stdout.flush()  # a reader that left shows here, not in Python's exit-time flush
+    except OSError as exc:
+        mute_stdout()
+        if not is_broken_pipe(exc):
+            print_error("system", os_error_message(exc))
+            code = code or 1
+    raise SystemExit(code)
+
+
+def run(args: list[str]) -> int:
+    """Run the command line `args`; its exit code, every error printed as one line."""
     try:
         # Returns the exit code of typer.Exit and --help. One program name in every message,
         # however it was started (`python -m attndeploy` included).
         code = app(args=args, standalone_mode=False, prog_name="attndeploy")
     except AttnDeployError as exc:
         print_error(exc.stage, str(exc))
-        raise SystemExit(1) from None
+        return 1
     except (typer.Abort, KeyboardInterrupt):  # Click before Typer 0.22 raises Abort
-        interrupted()
+        return interrupted()
+    except SystemExit as exc:
+        # Typer turns an EPIPE into a silent exit 1, and rich exits 1 when its write meets a
+        # broken pipe: either way the EPIPE is the exception this exit was raised handling.
+        pipe = broken_pipe_in(exc)
+        if pipe is None:
+            raise
+        return stdout_gone() if stdout_reader_left() else os_error(pipe)
     except Exception as exc:
         if is_click_error(exc):
             if type(exc).__name__ == "NoArgsIsHelpError":  # its message is the help text
                 sys.stderr.write(exc.format_message().rstrip("\n") + "\n")  # type: ignore[attr-defined]
             else:
                 print_error("usage" if is_usage_error(exc) else "attndeploy", click_message(exc))
-            raise SystemExit(exc.exit_code) from None  # type: ignore[attr-defined]
+            return exc.exit_code  # type: ignore[attr-defined]
         if type(exc).__name__ == "Abort":  # the `click` package's, with an older Typer
-            interrupted()
+            return interrupted()
+        if broken_pipe_in(exc) is not None and stdout_reader_left():
+            return stdout_gone()
         if isinstance(exc, OSError):
-            print_error("system", os_error_message(exc))
-            raise SystemExit(1) from None
+            return os_error(exc)
         report_bug(exc)
-        raise SystemExit(1) from None
+        return 1
     # Typer 0.22+ turns a KeyboardInterrupt into its own Exit(130), which standalone_mode=False
     # returns as a plain code: that is the only way a Ctrl-C comes back (no command exits 130).
     if code == INTERRUPTED:
-        interrupted()
-    raise SystemExit(code if isinstance(code, int) else 0)
+        return interrupted()
+    return code if isinstance(code, int) else 0
 
 
-def interrupted() -> None:
+def interrupted() -> int:
     print_error("attndeploy", "interrupted")
-    raise SystemExit(INTERRUPTED)
+    return INTERRUPTED
+
+
+def os_error(exc: OSError) -> int:
+    print_error("system", os_error_message(exc))
+    return 1
+
+
+# --------------------------------------------------------------------------- a closed stdout
+
+
+def is_broken_pipe(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno == errno.EPIPE
+
+
+def broken_pipe_in(exc: BaseException) -> OSError | None:
+    """The EPIPE error `exc` is, was raised from or was raised while handling; None if none."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if is_broken_pipe(current):
+            return current  # type: ignore[return-value]
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def stdout_reader_left() -> bool:
+    """Whether stdout is a pipe (or socket) that nobody reads any more: rich has met it and
+    muted its console already, or polling stdout reports an error or a hang-up. An EPIPE from
+    elsewhere (a socket, a child's pipe) is an error like any other."""
+    from attndeploy.cli.output import console
+
+    if console.quiet:  # rich's Console.on_broken_pipe mutes it (and points stdout at devnull)
+        return True
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (a test's capture)
+        return False
+    if not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def stdout_gone() -> int:
+    """End quietly: the reader has what it wanted (exit 0, nothing on stderr)."""
+    mute_stdout()
+    return 0
+
+
+def mute_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's flush at exit finds no broken pipe and
+    prints no 'Exception ignored ... BrokenPipeError' (the recipe of Python's signal docs)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (AttributeError, OSError, ValueError):  # no real stdout to point anywhere
+        pass
 
 
 def os_error_message(exc: OSError) -> str:

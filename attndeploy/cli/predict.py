@@ -1,19 +1,34 @@
-"""`attndeploy predict`: run an exported model in this process on texts (no server, no torch)."""
+"""`attndeploy predict`: run an exported model in this process on texts (no server, no torch).
+
+Texts stream: `--file` (or stdin) is read CHUNK_TEXTS lines at a time, each chunk is run and its
+results printed (and flushed) before the next chunk is read, so memory stays flat, the first
+results show at once and a Ctrl-C keeps every chunk already printed. Indices (the `index` of
+`--json`, the `#` of the table) count from the first line of the input across chunks.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
+from itertools import islice
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, BinaryIO
 
 import typer
 
 from attndeploy.cli.output import console, error_console
-from attndeploy.runtime import DEFAULT_BATCH_SIZE
+from attndeploy.runtime import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TEXT_BYTES
 
-PROGRESS_MIN_TEXTS = 300  # more texts than this get a progress bar (on stderr)
+CHUNK_TEXTS = 2048  # texts read, run and printed at a time (InferenceModel sorts each by length)
+PROGRESS_MIN_TEXTS = 300  # an input whose first chunk holds more texts gets a bar (on stderr)
 STDIN = Path("-")
+TEXT_MAX_WIDTH = 60  # the table's text column, in cells (longer texts end in an ellipsis)
+INDEX_WIDTH = 7  # the table's "#" column when more chunks may follow (up to 9,999,999 texts)
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def command(
@@ -22,7 +37,8 @@ def command(
         list[str] | None, typer.Option("--text", help="A text to classify (repeatable).")
     ] = None,
     file: Annotated[
-        Path | None, typer.Option("--file", help="Texts, one per line ('-' reads stdin).")
+        Path | None, typer.Option("--file", help="Texts, one per line ('-' reads stdin); read, "
+                                                 "run and printed a chunk at a time.")
     ] = None,
     batch_size: Annotated[
         int, typer.Option(help="Texts per onnxruntime call.")
@@ -38,7 +54,7 @@ def command(
     ] = False,
 ) -> None:
     """Label texts with an exported model: label, scores and (GA-Net) the attended tokens."""
-    from attndeploy.errors import DataError
+    from attndeploy.errors import DataError, ExportError, ModelError
     from attndeploy.runtime.model import InferenceModel
     from attndeploy.runtime.text import TextError
 
@@ -47,94 +63,236 @@ def command(
         both = ", not both" if text is not None else ""
         raise DataError("give texts with --text \"...\" (repeatable) or --file lines.txt "
                         f"('-' reads stdin){both}")
-    runner = InferenceModel(model, threads=threads)
-    texts = text if text is not None else read_lines(file)
-    if not texts:
-        raise DataError(f"{describe(file)} holds no text")
     try:
-        predictions = run_with_progress(runner, texts, batch_size, truncate)
-    except TextError as exc:
-        where = f"--text #{exc.index + 1}" if file is None else (
-            f"line {exc.index + 1} of {describe(file)}")
-        hint = "; shorten it or pass --truncate" if exc.too_long else ""
-        raise DataError(f"{where} {exc.reason}{hint}") from None
-    if json_output:
-        out = sys.stdout
-        for index, prediction in enumerate(predictions):
-            out.write(json.dumps({"index": index, **prediction.to_dict()}) + "\n")
-        return
-    print_table(texts, predictions, gated=runner.gated, tagging=runner.head == "tagging")
+        runner = InferenceModel(model, threads=threads)
+    except ModelError:
+        raise
+    except ExportError as exc:  # the runtime's word for a model it cannot load
+        raise ModelError(str(exc)) from None
+    lines = LineReader(file) if file is not None else None
+    texts: Iterator[str] = iter(text) if lines is None else iter(lines)
+    printer: Callable[[int, list[str], list], None] = (
+        print_json_lines if json_output
+        else TablePrinter(gated=runner.gated, tagging=runner.head == "tagging"))
+    done = 0
+    with lines if lines is not None else nullcontext(), ChunkProgress(lines) as bar:
+        while chunk := list(islice(texts, CHUNK_TEXTS)):
+            bar.start(len(chunk))
+            try:
+                predictions = runner.predict(chunk, batch_size=batch_size, truncate=truncate,
+                                             progress=bar.advance)
+            except TextError as exc:
+                where = f"--text #{exc.index + 1}" if lines is None else (
+                    f"line {done + exc.index + 1} of {lines.name}")
+                hint = "; shorten it or pass --truncate" if exc.too_long else ""
+                raise DataError(f"{where} {exc.reason}{hint}") from None
+            printer(done, chunk, predictions)
+            sys.stdout.flush()  # a chunk's results are out before the next chunk is read
+            done += len(chunk)
+    if done == 0:
+        raise DataError(f"{describe(file)} holds no text")
 
 
 def describe(file: Path | None) -> str:
     return "stdin" if file == STDIN else str(file)
 
 
-def read_lines(file: Path) -> list[str]:
-    """The file's lines (stdin for '-'), without line ends; a final newline adds no line."""
-    from attndeploy.errors import DataError
+# --------------------------------------------------------------------------- reading
 
-    if file == STDIN:
-        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
-    else:
+
+class LineReader:
+    """The lines of `--file` (stdin for '-'), read lazily, without line ends: a final newline
+    adds no line, one '\\r' before a '\\n' is dropped, a UTF-8 BOM at the start is skipped.
+
+    Checks the file when made (DataError: missing, a folder, stdin closed); reading raises a
+    DataError for bytes that are not UTF-8 (naming the byte's offset and the line) and for a
+    line longer than DEFAULT_MAX_TEXT_BYTES, which is never read whole. `size` is
+    the file's size in bytes (None for stdin or a pipe) and `offset` the bytes read so far.
+    Use as a context manager to close the file.
+    """
+
+    def __init__(self, file: Path) -> None:
+        from attndeploy.errors import DataError
+
+        self.name = describe(file)
+        self.size: int | None = None
+        self.offset = 0
+        self._own = file != STDIN
+        if file == STDIN:
+            stream = sys.stdin
+            if stream is None:  # started with stdin closed (`<&-`)
+                raise DataError("stdin is closed: pipe the texts in (`... | attndeploy predict "
+                                "MODEL --file -`) or give --file lines.txt")
+            self._handle: BinaryIO | Any = getattr(stream, "buffer", stream)
+            return
         if file.is_dir():
             raise DataError(f"{file} is a folder; --file takes a text file, one text a line")
         if not file.is_file():
             raise DataError(f"no such file: {file}")
-        data = file.read_bytes()
-    if isinstance(data, bytes):
         try:
-            data = data.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise DataError(f"{describe(file)} is not UTF-8 text (bad byte at offset "
-                            f"{exc.start})") from None
-    lines = data.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+            self._handle = open(file, "rb")  # noqa: SIM115  (closed by __exit__)
+            info = os.fstat(self._handle.fileno())
+        except OSError as exc:
+            raise DataError(f"cannot read {file}: {exc.strerror or exc}") from None
+        if stat.S_ISREG(info.st_mode):
+            self.size = info.st_size
+
+    def __enter__(self) -> LineReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._own:
+            self._handle.close()
+
+    def __iter__(self) -> Iterator[str]:
+        from attndeploy.errors import DataError
+
+        number = 0
+        # A line is read up to the longest text predict takes (plus a BOM and a line end), so
+        # that one endless line never fills memory: the runtime would refuse it anyway.
+        limit = DEFAULT_MAX_TEXT_BYTES + len(UTF8_BOM) + len("\r\n")
+        try:
+            while raw := self._handle.readline(limit + 1):
+                number += 1
+                start = self.offset
+                self.offset += len(raw)
+                if len(raw) > limit:
+                    raise DataError(f"line {number} of {self.name} has more than "
+                                    f"{DEFAULT_MAX_TEXT_BYTES} bytes, the limit per text")
+                if isinstance(raw, bytes):
+                    if number == 1 and raw.startswith(UTF8_BOM):
+                        raw, start = raw[len(UTF8_BOM):], start + len(UTF8_BOM)
+                    try:
+                        line = raw.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        raise DataError(f"{self.name} is not UTF-8 text (bad byte at offset "
+                                        f"{start + exc.start}, line {number})") from None
+                else:  # a text stream in place of stdin
+                    line = raw
+                if line.endswith("\n"):
+                    line = line[:-1]
+                yield line[:-1] if line.endswith("\r") else line
+        except OSError as exc:
+            raise DataError(f"cannot read {self.name}: {exc.strerror or exc}") from None
 
 
-def run_with_progress(runner, texts: list[str], batch_size: int, truncate: bool) -> list:
-    """`runner.predict`, with a progress bar for more than PROGRESS_MIN_TEXTS texts (on stderr,
-    and only when stderr is a terminal: a log or a pipe gets nothing)."""
-    if len(texts) <= PROGRESS_MIN_TEXTS:
-        return runner.predict(texts, batch_size=batch_size, truncate=truncate)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(TextColumn("[bold]predict"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=error_console, transient=True,
-                   disable=not error_console.is_terminal)
-    with bar:
-        task = bar.add_task("texts", total=len(texts))
-        return runner.predict(texts, batch_size=batch_size, truncate=truncate,
-                              progress=lambda done: bar.advance(task, done))
+# --------------------------------------------------------------------------- progress
 
 
-def print_table(texts: list[str], predictions: list, *, gated: bool, tagging: bool) -> None:
-    """One row per text: its label and top score (tagging: token/tag pairs), GA-Net's attended
-    tokens, and the text (shortened to the terminal)."""
-    from rich.markup import escape
-    from rich.table import Table
+class ChunkProgress:
+    """A transient bar on stderr while texts run: texts done and, for a file, the share of it
+    read. Shown only when stderr is a terminal and stdout is not (a terminal then sees the
+    results themselves as they come), and only for an input longer than PROGRESS_MIN_TEXTS
+    (decided on the first chunk: a shorter first chunk is all there is)."""
 
-    table = Table(show_edge=False, pad_edge=False)
-    table.add_column("#", justify="right")
-    if tagging:
-        table.add_column("tokens/tags")
-    else:
-        table.add_column("label")
-        table.add_column("score", justify="right")
-    if gated:
-        table.add_column("attended")
-    if not tagging:
-        table.add_column("text", no_wrap=True, overflow="ellipsis", max_width=60)
-    for index, (text, p) in enumerate(zip(texts, predictions, strict=True)):
-        if tagging:
-            row = [" ".join(f"{tok}/{tag}" for tok, tag in zip(p.tokens, p.tags, strict=True))]
-        else:
-            row = [p.label, f"{float(p.scores.max()):.4f}"]
-        if gated:
-            row.append(" ".join(p.attended))
-        if not tagging:
-            row.append(" ".join(text.split()))
-        table.add_row(str(index), *(escape(cell) for cell in row))
-    console.print(table)
+    def __init__(self, lines: LineReader | None) -> None:
+        self.lines = lines
+        self.bar: Any = None
+        self.task: Any = None
+        self.texts = 0
+        self.enabled = (lines is not None and error_console.is_terminal
+                        and not console.is_terminal)
+
+    def __enter__(self) -> ChunkProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def start(self, chunk_texts: int) -> None:
+        """A chunk of `chunk_texts` texts is about to run (the first one may start the bar)."""
+        if self.bar is None and self.enabled and chunk_texts > PROGRESS_MIN_TEXTS:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            # redirect_stdout=False: results go to stdout as they are, never through the bar
+            self.bar = Progress(TextColumn("[bold]predict"), BarColumn(),
+                                TextColumn("{task.description}"), TimeElapsedColumn(),
+                                console=error_console, transient=True, redirect_stdout=False,
+                                redirect_stderr=False)
+            size = self.lines.size if self.lines is not None else None
+            self.task = self.bar.add_task("", total=size or None)
+            self.bar.start()
+        self._update()
+
+    def advance(self, texts: int) -> None:
+        """`InferenceModel.predict`'s callback: a batch of `texts` texts is done."""
+        self.texts += texts
+        self._update()
+
+    def _update(self) -> None:
+        if self.bar is None:
+            return
+        lines = self.lines
+        read = lines.offset if lines is not None else 0
+        share = f", {read / lines.size:.0%} of {lines.name} read" if (
+            lines is not None and lines.size) else ""
+        self.bar.update(self.task, completed=read, description=f"{self.texts:,} texts{share}")
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def print_json_lines(start: int, texts: list[str], predictions: list) -> None:
+    """One JSON object per text, `index` counting from the input's first text."""
+    out = sys.stdout
+    for index, prediction in enumerate(predictions, start):
+        out.write(json.dumps({"index": index, **prediction.to_dict()}) + "\n")
+
+
+class TablePrinter:
+    """The table, one chunk at a time: one row per text with its label and top score
+    (tagging: token/tag pairs), GA-Net's attended tokens and the text (shortened).
+
+    The header is printed with the first chunk only, and every chunk's table takes the column
+    widths the first chunk set, so the chunks read as one table."""
+
+    def __init__(self, *, gated: bool, tagging: bool) -> None:
+        self.gated, self.tagging = gated, tagging
+        self.widths: list[int] | None = None
+
+    def headers(self) -> list[str]:
+        names = ["#"] + (["tokens/tags"] if self.tagging else ["label", "score"])
+        names += ["attended"] if self.gated else []
+        return names + ([] if self.tagging else ["text"])
+
+    def rows(self, start: int, texts: Sequence[str], predictions: Sequence) -> list[list[str]]:
+        rows = []
+        for index, (text, p) in enumerate(zip(texts, predictions, strict=True), start):
+            if self.tagging:
+                row = [" ".join(f"{tok}/{tag}" for tok, tag in zip(p.tokens, p.tags,
+                                                                   strict=True))]
+            else:
+                row = [p.label, f"{float(p.scores.max()):.4f}"]
+            if self.gated:
+                row.append(" ".join(p.attended))
+            if not self.tagging:
+                row.append(" ".join(text.split()))
+            rows.append([str(index), *row])
+        return rows
+
+    def __call__(self, start: int, texts: list[str], predictions: list) -> None:
+        from rich.cells import cell_len
+        from rich.markup import escape
+        from rich.table import Table
+
+        headers, rows = self.headers(), self.rows(start, texts, predictions)
+        first = self.widths is None
+        if self.widths is None:
+            self.widths = [max(cell_len(cell) for cell in [name, *column])
+                           for name, column in zip(headers, zip(*rows, strict=True),
+                                                   strict=True)]
+            if len(texts) == CHUNK_TEXTS:  # more chunks may follow: room for their indices
+                self.widths[0] = max(self.widths[0], INDEX_WIDTH)
+            if not self.tagging:
+                self.widths[-1] = min(self.widths[-1], TEXT_MAX_WIDTH)
+        table = Table(show_edge=False, pad_edge=False, show_header=first)
+        for name, width in zip(headers, self.widths, strict=True):
+            if name == "text":
+                table.add_column(name, width=width, no_wrap=True, overflow="ellipsis")
+            else:
+                table.add_column(name, width=width,
+                                 justify="right" if name in ("#", "score") else "left")
+        for row in rows:
+            table.add_row(*(escape(cell) for cell in row))
+        console.print(table)

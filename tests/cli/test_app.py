@@ -4,6 +4,7 @@ and success exit 0. One real Ctrl-C is sent to a training subprocess."""
 
 from __future__ import annotations
 
+import errno
 import os
 import pty
 import select
@@ -165,6 +166,92 @@ def test_an_os_error_reaching_main_is_one_line_and_exits_1(monkeypatch, capsys, 
     code, _, err = run_main(monkeypatch, capsys, "info")
     assert code == 1
     assert err == [f"error (system): {expected}"]
+
+
+# ----------------------------------------------------------------------------- a closed stdout
+
+
+def broken_pipe() -> OSError:
+    return BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+def typer_style_exit() -> None:
+    """What Typer does with an EPIPE from a command: a silent `sys.exit(1)`."""
+    try:
+        raise broken_pipe()
+    except OSError:
+        sys.exit(1)
+
+
+def rich_style_exit() -> None:
+    """What rich's Console.on_broken_pipe does: mute the console, then `SystemExit(1)`."""
+    from attndeploy.cli.output import console
+
+    try:
+        raise broken_pipe()
+    except BrokenPipeError:
+        console.quiet = True
+        raise SystemExit(1) from None
+
+
+@pytest.mark.parametrize("command", [raising(broken_pipe()), typer_style_exit, rich_style_exit],
+                         ids=["raised", "typer-exit", "rich-exit"])
+def test_a_reader_that_left_ends_the_command_quietly_with_exit_0(monkeypatch, capsys, command):
+    from attndeploy.cli.output import console
+
+    monkeypatch.setattr(console, "quiet", False)
+    monkeypatch.setattr(cli_app, "stdout_reader_left",
+                        lambda: console.quiet or command is not rich_style_exit)
+    replace_command(monkeypatch, "info", command)
+    code, out, err = run_main(monkeypatch, capsys, "info")
+    assert (code, err) == (0, [])
+
+
+@pytest.mark.parametrize("command", [raising(broken_pipe()), typer_style_exit],
+                         ids=["raised", "typer-exit"])
+def test_a_broken_pipe_that_is_not_stdout_is_an_os_error(monkeypatch, capsys, command):
+    monkeypatch.setattr(cli_app, "stdout_reader_left", lambda: False)
+    replace_command(monkeypatch, "info", command)
+    code, _, err = run_main(monkeypatch, capsys, "info")
+    assert (code, err) == (1, ["error (system): Broken pipe"])
+
+
+def test_an_exit_raised_for_another_reason_is_left_alone(monkeypatch, capsys):
+    replace_command(monkeypatch, "info", raising(SystemExit(3)))
+    code, _, err = run_main(monkeypatch, capsys, "info")
+    assert (code, err) == (3, [])
+
+
+@pytest.mark.parametrize("args", [["--help"], ["info", "--help"]], ids=["app", "command"])
+def test_a_closed_stdout_pipe_is_exit_0_with_nothing_on_stderr(args: list[str]) -> None:
+    """The reader is gone before anything is written (`attndeploy --help | true`): no
+    'Exception ignored ... BrokenPipeError' from Python's exit, no error line, exit 0."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([sys.executable, "-m", "attndeploy", *args], stdout=write,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=120)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr.decode()) == (0, "")
+
+
+def test_a_stdout_that_cannot_be_flushed_is_one_line(monkeypatch, capsys):
+    """A full disk under `> file` shows at the final flush: one line, exit 1."""
+    flush = sys.stdout.flush
+
+    def full_disk_once() -> None:
+        monkeypatch.setattr(sys.stdout, "flush", flush)  # pytest's capture flushes later
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    replace_command(monkeypatch, "info", lambda: None)
+    monkeypatch.setattr("sys.argv", ["attndeploy", "info"])
+    monkeypatch.setattr(sys.stdout, "flush", full_disk_once)
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    assert info.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error (system): No space left on device"]
 
 
 # ----------------------------------------------------------------------------- Ctrl-C

@@ -155,4 +155,4 @@ def test_a_model_that_is_not_an_attndeploy_export_is_one_line(tmp_path, monkeypa
     foreign = _foreign(tmp_path / "foreign.onnx")
     code, _, err = run_main(monkeypatch, capsys, "predict", str(foreign), "--text", "a")
     assert code == 1 and len(err) == 1
-    assert err[0].startswith("error (export): ") and "not exported by attndeploy" in err[0]
+    assert err[0].startswith("error (model): ") and "not exported by attndeploy" in err[0]
