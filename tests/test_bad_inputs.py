@@ -10,7 +10,9 @@ Every case runs `attndeploy ...` in process and must end with
 
 Add a case whenever a new way in is found. Paths are templates: `{ckpt}` a tiny trained
 checkpoint, `{onnx}` its export, `{repo}` a packaged repository, `{tmp}` the case's own folder
-(where `prepare` lays out what the case needs), `{port}` a port where nothing listens. Bad
+(where `prepare` lays out what the case needs), `{port}` a port where nothing listens,
+`{grpc_port}` a gRPC server with no service and `{http_port}` a plain HTTP/1 server (the wrong
+protocol's port). A case may replace stdin (`stdin`: bytes to read, or CLOSED). Bad
 requests to the served model are tabled beside their code, in
 `tests/serving/test_model_py.py` (`BAD_REQUESTS`, the generated model.py) and
 `tests/serving/test_python_backend.py` (`BAD_REQUESTS`, over gRPC to a real server).
@@ -19,20 +21,25 @@ requests to the served model are tabled beside their code, in
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from attndeploy.cli import app as cli_app
+from attndeploy.cli import predict as predict_cli
 from attndeploy.serving.server import free_port
 
 TINY = ["--d-model", "16", "--heads", "2", "--layers", "2", "--d-ff", "32", "--steps", "2",
         "--batch-size", "8", "--task", "sparse_evidence", "--n-train", "16", "--n-eval", "8",
         "--max-seq", "32"]
+
+
+CLOSED = "closed"  # a `stdin` of a case: the command starts with stdin closed (`<&-`)
 
 
 @dataclass(frozen=True)
@@ -41,14 +48,15 @@ class BadInput:
     stage: str  # "usage" for exit 2, else the error's stage with exit 1
     fragment: str  # a piece of the message (case-insensitive)
     prepare: Callable[[Path, Path], None] | None = None  # (case folder, work folder)
+    stdin: bytes | str | None = None  # bytes to read, CLOSED, or None: pytest's own
 
     @property
     def exit_code(self) -> int:
         return 2 if self.stage == "usage" else 1
 
 
-def case(*argv: str, stage: str, fragment: str, prepare=None) -> BadInput:
-    return BadInput(tuple(argv), stage, fragment, prepare)
+def case(*argv: str, stage: str, fragment: str, prepare=None, stdin=None) -> BadInput:
+    return BadInput(tuple(argv), stage, fragment, prepare, stdin)
 
 
 # --------------------------------------------------------------------------- preparations
@@ -118,7 +126,26 @@ def _foreign_onnx(tmp: Path, work: Path) -> None:
     onnx.save(helper.make_model(graph), tmp / "foreign.onnx")
 
 
+def _hf_model(weights: bytes, name: str = "model.safetensors") -> Callable[[Path, Path], None]:
+    """A `save_pretrained` folder {tmp}/bert: a tiny BERT config and `weights` as `name`."""
+
+    def prepare(tmp: Path, work: Path) -> None:
+        config = {"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "intermediate_size": 32,
+                  "max_position_embeddings": 40, "vocab_size": 100}
+        _write("bert/config.json", json.dumps(config))(tmp, work)
+        _write(f"bert/{name}", weights)(tmp, work)
+
+    return prepare
+
+
+def _safetensors(header: bytes, claimed: int | None = None) -> bytes:
+    """A safetensors file: the header's length (or `claimed`), then the header."""
+    return (len(header) if claimed is None else claimed).to_bytes(8, "little") + header
+
+
 LONG = "n" * 300
+LATE = predict_cli.CHUNK_TEXTS + 2  # a line of the second chunk of `predict --file`
 JSONL_OK = '{"text": "a b", "label": "x"}\n{"text": "c d", "label": "y"}\n' * 4
 
 CASES: dict[str, BadInput] = {
@@ -167,6 +194,19 @@ CASES: dict[str, BadInput] = {
                                   "--out", "{tmp}/o", stage="config", fragment="temperature"),
     "train bad alpha": case("train", *TINY, "--variant", "evolving", "--alpha", "2",
                             "--out", "{tmp}/o", stage="config", fragment="alpha"),
+    # ---- train --hf-model: the weights' safetensors header
+    "train hf weights header not json": case(
+        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        stage="checkpoint", fragment="bert/model.safetensors is corrupt",
+        prepare=_hf_model(_safetensors(b"{not json at all!!!}"))),
+    "train hf weights header too large": case(
+        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        stage="checkpoint", fragment="bert/model.safetensors is corrupt: its header claims",
+        prepare=_hf_model(_safetensors(b"{}", claimed=1 << 40))),
+    "train hf weights index not json": case(
+        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        stage="checkpoint", fragment="model.safetensors.index.json is not a safetensors index",
+        prepare=_hf_model(b"{", name="model.safetensors.index.json")),
     # ---- checkpoints: missing, corrupt, tampered
     "info missing checkpoint": case("info", "{tmp}/absent", stage="checkpoint",
                                     fragment="absent"),
@@ -271,14 +311,14 @@ CASES: dict[str, BadInput] = {
                                   stage="data", fragment="not both",
                                   prepare=_write("l.txt", "w1\n")),
     "predict missing model": case("predict", "{tmp}/absent.onnx", "--text", "w1",
-                                  stage="export", fragment="absent.onnx"),
-    "predict folder as model": case("predict", "{tmp}", "--text", "w1", stage="export",
+                                  stage="model", fragment="absent.onnx"),
+    "predict folder as model": case("predict", "{tmp}", "--text", "w1", stage="model",
                                     fragment="is a folder"),
     "predict foreign onnx": case("predict", "{tmp}/foreign.onnx", "--text", "w1",
-                                 stage="export", fragment="not exported by attndeploy",
+                                 stage="model", fragment="not exported by attndeploy",
                                  prepare=_foreign_onnx),
     "predict checkpoint config as model": case("predict", "{ckpt}/config.json", "--text", "w1",
-                                               stage="export", fragment="cannot load"),
+                                               stage="model", fragment="cannot load"),
     "predict empty text": case("predict", "{onnx}", "--text", "w1", "--text", " ",
                                stage="data", fragment="--text #2 has no tokens"),
     "predict blank line": case("predict", "{onnx}", "--file", "{tmp}/l.txt", stage="data",
@@ -292,6 +332,19 @@ CASES: dict[str, BadInput] = {
                                    fragment="not UTF-8", prepare=_write("l.txt", b"w1 \xff\n")),
     "predict zero batch": case("predict", "{onnx}", "--text", "w1", "--batch-size", "0",
                                stage="config", fragment="batch_size"),
+    "predict text file as model": case("predict", "{tmp}/m.onnx", "--text", "w1", stage="model",
+                                       fragment="cannot load", prepare=_write("m.onnx", "w1\n")),
+    "predict stdin closed": case("predict", "{onnx}", "--file", "-", stage="data",
+                                 fragment="stdin is closed", stdin=CLOSED),
+    "predict stdin not utf-8": case("predict", "{onnx}", "--file", "-", stage="data",
+                                    fragment="stdin is not UTF-8 text (bad byte at offset 6, "
+                                             "line 2)", stdin=b"w1 w2\n\xff\n"),
+    "predict long line in a later chunk": case(
+        "predict", "{onnx}", "--file", "{tmp}/l.txt", "--json", stage="data",
+        fragment=f"line {LATE} of", prepare=_write("l.txt", "w1\n" * (LATE - 1) + "w1 " * 40)),
+    "predict blank line in a later chunk": case(
+        "predict", "{onnx}", "--file", "-", stage="data", fragment=f"line {LATE} of stdin has no "
+        "tokens", stdin=b"w1\n" * (LATE - 1) + b"\n"),
     # ---- deploy
     "deploy unknown target": case("deploy", "nomad", stage="usage", fragment="nomad"),
     "deploy min above max": case("deploy", "kubernetes", "--repo", "{repo}", "--out", "{tmp}/d",
@@ -384,8 +437,43 @@ CASES: dict[str, BadInput] = {
                                  "--url", "127.0.0.1:{port}", "--concurrency", "1",
                                  stage="server", fragment="{port}"),
     "loadtest zero concurrency": case("loadtest", "--model", "standard", "--repo", "{repo}",
-                                      "--concurrency", "0", stage="loadtest",
-                                      fragment="concurrency"),
+                                      "--concurrency", "0", stage="usage",
+                                      fragment="Invalid value for '--concurrency': 0 is not"),
+    "loadtest concurrency not numbers": case("loadtest", "--model", "m", "--concurrency", "a,b",
+                                             stage="usage", fragment="'--concurrency'"),
+    "loadtest zero request rate": case("loadtest", "--model", "m", "--request-rate", "5,0",
+                                       stage="usage", fragment="'--request-rate': 0 is not"),
+    "loadtest zero seq": case("loadtest", "--model", "m", "--seq", "16,0", stage="usage",
+                              fragment="'--seq': 0 is not"),
+    "loadtest zero batch": case("loadtest", "--model", "m", "--batch", "0", stage="usage",
+                                fragment="'--batch'"),
+    "loadtest zero window": case("loadtest", "--model", "m", "--window", "0", stage="usage",
+                                 fragment="'--window': 0 is not"),
+    "loadtest fewer windows than stable": case("loadtest", "--model", "m", "--max-windows",
+                                               "1", stage="usage", fragment="'--max-windows'"),
+    "loadtest negative warmup": case("loadtest", "--model", "m", "--warmup", "-1",
+                                     stage="usage", fragment="'--warmup'"),
+    "loadtest check fraction above one": case("loadtest", "--model", "m", "--check-fraction",
+                                              "2", stage="usage", fragment="'--check-fraction'"),
+    "infer zero timeout": case("infer", "--model", "m", "--ids", "3", "--timeout", "0",
+                               stage="usage", fragment="'--timeout': 0 is not"),
+    "infer http to the grpc port": case(
+        "infer", "--model", "standard", "--repo", "{repo}", "--ids", "3,4", "--protocol", "http",
+        "--url", "127.0.0.1:{grpc_port}", stage="server",
+        fragment="does not speak HTTP (Expected HTTP/, RTSP/ or ICE/); is it the gRPC port? use "
+                 "--url 127.0.0.1:8000 or --protocol grpc"),
+    "infer grpc to the http port": case(
+        "infer", "--model", "standard", "--repo", "{repo}", "--ids", "3,4", "--url",
+        "127.0.0.1:{http_port}", stage="server",
+        fragment="is it the HTTP port? use --url 127.0.0.1:8001 or --protocol http"),
+    "loadtest http to the grpc port": case(
+        "loadtest", "--model", "standard", "--repo", "{repo}", "--protocol", "http", "--url",
+        "127.0.0.1:{grpc_port}", "--concurrency", "1", stage="server",
+        fragment="is it the gRPC port? use --url 127.0.0.1:8000 or --protocol grpc"),
+    "loadtest grpc to the http port": case(
+        "loadtest", "--model", "standard", "--repo", "{repo}", "--url", "127.0.0.1:{http_port}",
+        "--concurrency", "1", stage="server",
+        fragment="does not speak gRPC"),
     "loadtest two modes": case("loadtest", "--model", "standard", "--repo", "{repo}",
                                "--concurrency", "1", "--request-rate", "5", stage="loadtest",
                                fragment="not both"),
@@ -407,7 +495,8 @@ CASES: dict[str, BadInput] = {
                                         "--url", "127.0.0.1:{port}", "--plot", "{tmp}",
                                         stage="output", fragment="folder"),
     "loadtest bad stability": case("loadtest", "--model", "standard", "--repo", "{repo}",
-                                   "--stability", "2", stage="loadtest", fragment="stability"),
+                                   "--stability", "2", stage="usage",
+                                   fragment="'--stability': 2 is not"),
 }
 
 
@@ -453,15 +542,43 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return work
 
 
+@pytest.fixture(scope="module")
+def wrong_ports() -> Iterator[dict[str, str]]:
+    """`grpc_port`: a gRPC server with no service; `http_port`: an HTTP/1 server answering 501 to
+    everything. Each is the other protocol's wrong port."""
+    import http.server
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    grpc_server = grpc.server(ThreadPoolExecutor(1))
+    grpc_port = grpc_server.add_insecure_port("127.0.0.1:0")
+    grpc_server.start()
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # stderr is the command's
+            pass
+
+    http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    yield {"grpc_port": str(grpc_port), "http_port": str(http_server.server_address[1])}
+    http_server.shutdown()
+    http_server.server_close()
+    grpc_server.stop(0)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_bad_input_is_one_line_error_and_writes_nothing(name, work, tmp_path, monkeypatch,
-                                                        capsys):
+def test_bad_input_is_one_line_error_and_writes_nothing(name, work, wrong_ports, tmp_path,
+                                                        monkeypatch, capsys):
     bad = CASES[name]
     if bad.prepare is not None:
         bad.prepare(tmp_path, work)
+    if bad.stdin is not None:
+        monkeypatch.setattr("sys.stdin", None if bad.stdin == CLOSED
+                            else io.TextIOWrapper(io.BytesIO(bad.stdin)))
     port = str(free_port())
     values = {"ckpt": str(work / "ckpt"), "onnx": str(work / "model.onnx"),
-              "repo": str(work / "repo"), "tmp": str(tmp_path), "port": port}
+              "repo": str(work / "repo"), "tmp": str(tmp_path), "port": port, **wrong_ports}
     argv = [arg.format(**values) for arg in bad.argv]
     before = snapshot(work, tmp_path)
     code, out, err = run_main(monkeypatch, capsys, argv)

@@ -82,6 +82,7 @@ def load_source(path: Path) -> HFSource:
     weights, tokenizer = None, None
     if path.is_dir():
         if any((path / name).is_file() for name in WEIGHT_FILES):
+            check_weight_files(path)
             weights = path
         elif any((path / name).is_file() for name in PICKLE_FILES):
             raise CheckpointError(f"{path} keeps its weights in a pickle file; attndeploy never "
@@ -89,6 +90,28 @@ def load_source(path: Path) -> HFSource:
                                   "transformers default) to get model.safetensors")
         tokenizer = WordPieceTokenizer.from_directory(path)
     return HFSource(path, config, weights, tokenizer)
+
+
+def check_weight_files(folder: Path) -> None:
+    """Read the header of each safetensors file holding the folder's weights (nothing is
+    loaded), so that a corrupt, truncated or oversized one is a CheckpointError naming it here,
+    not an error from deep inside transformers' `from_pretrained`. The files are the ones
+    transformers reads: `model.safetensors`, else the shards that the index names."""
+    from attndeploy.checkpoint import header_tensors
+
+    single, index = (folder / name for name in WEIGHT_FILES)
+    if single.is_file():
+        files = [single]
+    else:
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            files = sorted({folder / name for name in weight_map.values()})
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
+                AttributeError) as exc:
+            raise CheckpointError(f"{index} is not a safetensors index (a JSON object whose "
+                                  f"weight_map names the shards): {exc}") from None
+    for file in files:
+        header_tensors(file)  # CheckpointError: "<file> is corrupt: ..." or "cannot read <file>"
 
 
 # ----------------------------------------------------------------------------- data
