@@ -16,8 +16,17 @@ What `convert` changes (and nothing else):
   `qkv` holds the model's query, key and value weights, so a pretrained model starts from its own
   projections. The output projection stays where the model has it: BERT and RoBERTa keep
   `attention.output.dense` (the layer's `out` is the identity); DistilBERT's `out_lin` is copied
-  into the layer's `out`. The variant's own parameters (QVI maps, EA convs, the gate network)
-  start from the layers' initialisation.
+  into the layer's `out`.
+- Warm start (`warm_start=True`, the default; docs/variants.md §7): the converted model computes
+  what the model computed before, so fine-tuning starts from the pretrained function and moves it
+  into the variant. QVI's maps make the query-aware values equal the values; GA-Net's gate
+  network opens every gate (its last layer's weight 0, bias `OPEN_GATE_LOGIT`) and the density
+  penalty closes them while training; Evolving Attention's conv is the identity and its mixing
+  weights α, β start at 0 and reach the asked values as `set_warm_start_progress(model, f)`
+  goes to 1 (fine-tuning does this over its first steps; a loop of your own calls it). In eval
+  mode the converted model's outputs equal the original's up to float rounding (tested at
+  1e-5). `warm_start=False` leaves the variant's parameters at the layers' own initialisation
+  and α, β at their values (what loading a checkpoint uses: the weights come from the file).
 - The mask: a forward pre-hook on the base model (`model.base_model`) reads the 2-D
   `attention_mask` [B, T] (non-zero = real token) as the layers' `key_padding_mask` and hands the
   model None instead, so it builds no 4-D additive mask that nothing would read.
@@ -62,6 +71,7 @@ __all__ = [
     "conversion_of",
     "convert",
     "forward_state",
+    "set_warm_start_progress",
     "supported_class",
     "variant_config",
 ]
@@ -182,6 +192,8 @@ class Conversion:
     num_layers: int
     gate_network: GateNetwork | None = None
     hooks: list[Any] = field(default_factory=list, repr=False)
+    warm_start: bool = False  # started at the original function (module docstring)
+    warm_start_progress: float = 1.0  # how far the variant's hyperparameters have come in
 
     @property
     def gated(self) -> bool:
@@ -378,14 +390,16 @@ def _install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Modu
         conversion.hooks.append(word_embeddings.register_forward_hook(score_tokens))
 
 
-def convert(model: nn.Module, variant: str, **options: Any) -> nn.Module:
+def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
+            **options: Any) -> nn.Module:
     """Swap every self-attention layer of `model` for `variant`'s, in place; returns `model`.
 
     `model`: BertModel / BertFor*, RobertaModel / RobertaFor*, DistilBertModel / DistilBertFor*
     (transformers 5.x), an encoder. `variant`: a registered attndeploy variant (standard, qvi,
     ganet, evolving). `options`: fields of the variant's config, e.g. `form="pairwise"` (QVI),
     `aux="conv"`, `temperature=1.0` (GA-Net), `alpha=0.5, beta=1.0` (evolving).
-    The model keeps its forward signature and outputs; see the module docstring for what changes.
+    The model keeps its forward signature; with `warm_start` (the default) its outputs too, until
+    training moves it (module docstring).
     """
     model_type = _model_type(model)
     _check_encoder(model, model_type)
@@ -410,8 +424,14 @@ def convert(model: nn.Module, variant: str, **options: Any) -> nn.Module:
         conversion.gate_network = gate_network
     for index, site in enumerate(sites):
         layer = _build_layer(spec, layer_config, index, site)
+        if warm_start:
+            layer.start_as_vanilla()
         setattr(site.parent, site.name,
                 ConvertedSelfAttention(layer, state, index=index, gated=spec.gated))
+    if warm_start:
+        conversion.warm_start, conversion.warm_start_progress = True, 0.0
+        if conversion.gate_network is not None:
+            conversion.gate_network.start_open()
     encoder_layers = list(base.transformer.layer if model_type == "distilbert"
                           else base.encoder.layer)
     _install_hooks(conversion, base, encoder_layers)
@@ -419,6 +439,19 @@ def convert(model: nn.Module, variant: str, **options: Any) -> nn.Module:
         module.train(model.training)  # new modules take the model's mode (eval stays eval)
     object.__setattr__(model, CONVERSION_ATTR, conversion)  # not a module: no state-dict entry
     return model
+
+
+def set_warm_start_progress(model: nn.Module, fraction: float) -> None:
+    """Bring a warm-started model's variant `fraction` (0 to 1) of the way in: Evolving
+    Attention's α and β in use become `fraction` times the asked values (other variants learn
+    their way and need nothing). Fine-tuning calls it every step until it reaches 1; once at 1
+    the model is the variant as configured, which is what a checkpoint records."""
+    conversion = conversion_of(model)
+    if conversion is None:
+        raise ConfigError(f"{type(model).__name__} was not converted by attndeploy")
+    conversion.warm_start_progress = min(1.0, max(0.0, float(fraction)))
+    for module in layer_modules(model):
+        module.attention.set_warm_start_progress(conversion.warm_start_progress)
 
 
 def layer_modules(model: nn.Module) -> list[ConvertedSelfAttention]:

@@ -139,6 +139,21 @@ class AttentionBase(nn.Module):
         """heads [B, H, T, d] -> the layer output [B, T, D]."""
         return self.out(merge_heads(heads))
 
+    def start_as_vanilla(self) -> None:
+        """Re-initialise the variant's own parameters so that the layer computes vanilla
+        attention of its projections (a warm start from a pretrained model's weights); the
+        projections are left alone. Vanilla attention has nothing to change."""
+
+    def set_warm_start_progress(self, fraction: float) -> None:
+        """Move a warm-started layer `fraction` (0 to 1) of the way to its variant, for a variant
+        whose departure from vanilla is a hyperparameter (Evolving Attention's mixing weights).
+        Others learn their way from vanilla and ignore it."""
+
+    @property
+    def warm_start_complete(self) -> bool:
+        """Whether the layer is its variant as configured (no warm start left to bring in)."""
+        return True
+
     @classmethod
     def from_config(cls, config: Any, layer_index: int) -> AttentionBase:
         """The layer `layer_index` of a built-in model with this config (a `ModelConfig`, which

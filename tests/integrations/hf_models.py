@@ -80,7 +80,7 @@ def save_converted_checkpoint(out, model_type: str, variant: str, *, kind: str =
     )
     from attndeploy.integrations.transformers import convert
 
-    model = convert(make_model(model_type, kind, **config), variant)
+    model = convert(make_model(model_type, kind, **config), variant, warm_start=False)
     classifier = HFClassifier(model, model_config_of(model, max_seq))
     return save_hf_checkpoint(classifier, out, label_names=LABELS, tokenizer=tokenizer)
 
@@ -154,7 +154,7 @@ def save_text_checkpoint(out, model_type: str, variant: str, *, max_seq: int = 3
     tokenizer = train_wordpiece()
     config.setdefault("initializer_range", INIT_RANGE)
     config.setdefault("vocab_size", TEXT_VOCAB)
-    model = convert(make_model(model_type, "seq", **config), variant)
+    model = convert(make_model(model_type, "seq", **config), variant, warm_start=False)
     classifier = HFClassifier(model, model_config_of(model, max_seq)).eval()
     spread_the_answers(classifier, tokenizer, TEXTS, max_seq)
     return save_hf_checkpoint(classifier, out, label_names=LABELS, tokenizer=tokenizer)

@@ -17,6 +17,7 @@ from attndeploy.integrations.transformers import (  # noqa: E402
     conversion_of,
     convert,
     forward_state,
+    set_warm_start_progress,
 )
 from attndeploy.variants.functional import hard_gates  # noqa: E402
 
@@ -154,10 +155,64 @@ def test_evolving_chain_starts_at_layer_zero_and_continues_through_the_stack(mod
         assert args[2] is previous[1]  # layer l reads the logits layer l-1 handed on
 
 
+WARM_OPTIONS = {"evolving": {"alpha": 0.3, "beta": 0.5}, "qvi": {}, "ganet": {},
+                "standard": {}}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_a_warm_started_conversion_computes_what_the_model_computed(model_type: str,
+                                                                    variant: str):
+    """docs/variants.md §7: converting a (pretrained) model starts at its function, in eval
+    mode within 1e-5, padded batches included; training then moves it into the variant."""
+    original = make_model(model_type, "seq", layers=3)
+    converted = convert(copy.deepcopy(original), variant, **WARM_OPTIONS[variant])
+    assert conversion_of(converted).warm_start
+    ids, mask = padded_batch(4, 11)
+    assert_same_outputs(run(converted, ids, mask), run(original, ids, mask))
+    if variant == "ganet":
+        assert forward_state(converted).gates[mask.bool()].all()  # every real key open
+
+
+def test_evolving_mixing_weights_come_in_with_the_warm_start_progress():
+    original = make_model("bert", "seq", layers=3)
+    model = convert(copy.deepcopy(original), "evolving", alpha=0.3, beta=0.5)
+    layers = [m.attention for m in model.modules() if isinstance(m, ConvertedSelfAttention)]
+    ids, mask = padded_batch(2, 6)
+    set_warm_start_progress(model, 0.5)
+    assert [(l.alpha_in_use, l.beta_in_use) for l in layers] == [(0.15, 0.25)] * 3
+    halfway = run(model, ids, mask).logits
+    set_warm_start_progress(model, 1.0)
+    assert [(l.alpha_in_use, l.beta_in_use) for l in layers] == [(0.3, 0.5)] * 3
+    assert conversion_of(model).warm_start_progress == 1.0
+    full = run(model, ids, mask).logits
+    before = run(original, ids, mask).logits
+    assert not torch.allclose(halfway, before) and not torch.allclose(full, halfway)
+    cold = convert(copy.deepcopy(original), "evolving", warm_start=False, alpha=0.3, beta=0.5)
+    assert not conversion_of(cold).warm_start
+    assert all(m.attention.mix == 1.0 for m in cold.modules()
+               if isinstance(m, ConvertedSelfAttention))
+
+
+def test_a_warm_started_variant_learns_from_the_first_step():
+    """Warm starts keep the variant trainable: QVI's maps and GA-Net's gate layer get gradients
+    at step 0; Evolving Attention's conv once its mixing weights come in."""
+    for variant, names in (("qvi", ("q_map_weight", "v_map_weight")),
+                           ("ganet", ("gate_network.score.weight",)),
+                           ("evolving", ("conv.weight",))):
+        model = convert(make_model("bert", "seq"), variant).train()
+        if variant == "evolving":
+            set_warm_start_progress(model, 0.1)
+        ids, mask = padded_batch(2, 6)
+        model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1])).loss.backward()
+        grads = {n: p.grad for n, p in model.named_parameters() if n.endswith(names)}
+        assert grads and all(g is not None and g.abs().sum() > 0 for g in grads.values()), variant
+
+
 def test_training_reaches_the_variant_parameters():
     for variant, names in (("evolving", ("conv.weight",)), ("qvi", ("gate_bias",)),
                            ("ganet", ("gate_network.score.weight",))):
-        model = convert(make_model("bert", "seq"), variant).train()
+        model = convert(make_model("bert", "seq"), variant, warm_start=False).train()
         ids, mask = padded_batch(2, 6)
         model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1])).loss.backward()
         grads = {n: p.grad for n, p in model.named_parameters() if n.endswith(names)}

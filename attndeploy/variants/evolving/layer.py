@@ -8,6 +8,7 @@ out: `forward(x, key_padding_mask, prev_logits=None) -> (y, logits)`.
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
@@ -31,7 +32,8 @@ class EvolvingAttention(AttentionBase):
     -> (y [B,T,D], logits [B,H,T,T])`: hand `logits` to the next layer of the chain. With
     `prev_logits=None` the layer starts a chain (vanilla attention, the conv unused); a layer made
     with `chain_start=True` has no conv parameters (9H²+H fewer) and always starts one.
-    alpha, beta and negative_slope are fixed hyperparameters, not learned (docs/variants.md §4.3).
+    alpha, beta and negative_slope are fixed hyperparameters, not learned (docs/variants.md §4.3);
+    a warm start (`start_as_vanilla`) brings α and β in from 0 while fine-tuning (`mix`).
     Exports as one `attndeploy::EvolvingAttention` node, or `EvolvingAttentionStart` at a start.
     """
 
@@ -53,8 +55,36 @@ class EvolvingAttention(AttentionBase):
         self.beta = float(beta)
         self.negative_slope = float(negative_slope)
         self.is_chain_start = chain_start
+        self.mix = 1.0  # share of alpha and beta in use: 0 after start_as_vanilla, 1 once trained
         if not chain_start:
             self.conv = nn.Conv2d(num_heads, num_heads, kernel_size=3, padding=1)
+
+    @torch.no_grad()
+    def start_as_vanilla(self) -> None:
+        """α and β in use start at 0 (A = Z(S): vanilla attention, exactly) and the conv is the
+        identity (each head's map through its own centre tap, no bias), so that as
+        `set_warm_start_progress` brings α and β in, C = ReLU(A_in) departs from A_in only where
+        logits are negative. α and β are the configured values once the progress reaches 1."""
+        self.mix = 0.0
+        if not self.is_chain_start:
+            self.conv.weight.zero_()
+            self.conv.weight[:, :, 1, 1].copy_(torch.eye(self.n_heads))
+            self.conv.bias.zero_()
+
+    def set_warm_start_progress(self, fraction: float) -> None:
+        self.mix = min(1.0, max(0.0, float(fraction)))
+
+    @property
+    def warm_start_complete(self) -> bool:
+        return self.mix >= 1.0
+
+    @property
+    def alpha_in_use(self) -> float:
+        return self.mix * self.alpha
+
+    @property
+    def beta_in_use(self) -> float:
+        return self.mix * self.beta
 
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, prev_logits: Tensor | None = None
@@ -77,7 +107,7 @@ class EvolvingAttention(AttentionBase):
         return call_op(
             functional.evolving_attention, q, k, v, mask, prev_logits,
             self.conv.weight, self.conv.bias,
-            scale=self.scale, alpha=self.alpha, beta=self.beta,
+            scale=self.scale, alpha=self.alpha_in_use, beta=self.beta_in_use,
             negative_slope=self.negative_slope,
         )
 

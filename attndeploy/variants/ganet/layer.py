@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attndeploy.errors import ConfigError
 from attndeploy.variants import functional
 from attndeploy.variants._common import (
     AttentionBase,
@@ -31,6 +32,9 @@ from attndeploy.variants.ganet.config import GANetConfig
 NOISE_EPS = 1e-6
 HARD_CONCRETE_STRETCH = (-0.1, 1.1)  # the interval the hard-concrete gate is stretched to
 HARD_CONCRETE_FLOOR = 1e-6  # log of a clipped (closed) training gate: a weight of 1e-6, not 0
+# A warm start's gate logit (`GateNetwork.start_open`): every hard gate open; in training the
+# logistic noise still closes a gate now and then (P(s + L < 0) = σ(−4) ≈ 1.8 %).
+OPEN_GATE_LOGIT = 4.0
 
 
 def logistic_noise(shape: torch.Size, *, like: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -77,6 +81,17 @@ class GateNetwork(nn.Module):
             out_features = 2 * lstm_hidden
         self.score = nn.Linear(out_features, 1)
         nn.init.constant_(self.score.bias, bias_init)
+
+    @torch.no_grad()
+    def start_open(self, logit: float = OPEN_GATE_LOGIT) -> None:
+        """Every gate open: s = `logit` > 0 for every token (the last layer's weight 0, its bias
+        `logit`), so hard gates keep every key, as the model had before gating; the density
+        penalty then closes gates while fine-tuning. The last layer still learns (its weight's
+        gradient is the features times the gate's)."""
+        if not logit > 0:
+            raise ConfigError(f"an open gate needs a logit > 0, got {logit}")
+        self.score.weight.zero_()
+        self.score.bias.fill_(logit)
 
     def scores(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """The auxiliary network's logits s [B, T] (no noise)."""

@@ -57,6 +57,16 @@ class QVIAttention(AttentionBase):
         if self.form == "pooled":
             self.pool_weight = nn.Parameter(torch.zeros(h, d))
 
+    @torch.no_grad()
+    def start_as_vanilla(self) -> None:
+        """u = Lin(q̄) = 1 and w = Lin(V) = V, so V̂ = u ⊙ w = V and Ṽ = Γ ⊙ V + (1 − Γ) ⊙ V = V
+        whatever the gate says: exactly vanilla attention, and every map still learns (V̂'s
+        gradient is (1 − Γ) ⊙ ∂Ṽ, Γ ≈ 0.88); the gate learns once V̂ leaves V."""
+        self.q_map_weight.zero_()
+        self.q_map_bias.fill_(1.0)
+        self.v_map_weight.copy_(torch.eye(self.head_dim).expand_as(self.v_map_weight))
+        self.v_map_bias.zero_()
+
     def forward(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         mask = as_key_padding_mask(key_padding_mask, x)  # [B, T]
         q, k, v = self.project(x)  # [B, H, T, d]
