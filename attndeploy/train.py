@@ -59,6 +59,7 @@ from attndeploy.training.evaluation import (  # noqa: F401  (re-exported: the pu
     task_loss,
 )
 from attndeploy.training.refit import refit_on_all_examples
+from attndeploy.training.schedule import learning_rate_factor  # noqa: F401  (re-exported)
 from attndeploy.training.selection import BestTracker
 from attndeploy.variants.registry import variant_spec
 
@@ -72,16 +73,6 @@ class TrainResult:
     summary: dict[str, Any]
     history: list[dict[str, float]] = field(default_factory=list)
     evaluations: list[dict[str, Any]] = field(default_factory=list)
-
-
-def learning_rate_factor(step: int, config: TrainConfig, horizon: int | None = None
-                         ) -> float:
-    """Linear warm-up, then cosine decay to 0 at `horizon` steps (default `config.steps`)."""
-    horizon = config.steps if horizon is None else horizon
-    if step < config.warmup_steps:
-        return (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, horizon - config.warmup_steps)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 @torch.no_grad()
@@ -217,6 +208,7 @@ def fit(
     clean_gates: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     teacher: Any = None,
     taught: torch.Tensor | None = None,
+    before_step: Callable[[int, int], None] | None = None,
 ) -> TrainResult:
     """Train `model` in place (a built-in model or a converted Hugging Face one: both take
     `(input_ids, attention_mask, details=True)`); returns it in eval mode with metrics on
@@ -232,7 +224,8 @@ def fit(
     mode) mixes its soft targets on the uncorrupted examples (computed once, before the first
     step) into the loss with weight `config.distill` (`attndeploy.training.distill`); `taught`
     ([N] bool, default all) names the examples of `train_set` it learnt from, the only ones whose
-    loss it enters.
+    loss it enters. `before_step(step, horizon)` runs before each optimizer step (a warm-started
+    conversion brings its variant in: `integrations.hf_train`).
     """
     if not len(train_set):
         raise ConfigError("the training set is empty")
@@ -309,6 +302,8 @@ def fit(
                 bucket=config.bucket_by_length,
             ):
                 input_ids, attention_mask, labels = train_set.batch_at(rows)  # [B, t]
+                if before_step is not None:
+                    before_step(step, horizon)
                 clean_ids = input_ids
                 if corrupt is not None:
                     input_ids = corrupt(input_ids, attention_mask, generator)

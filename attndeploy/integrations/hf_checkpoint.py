@@ -45,6 +45,7 @@ from attndeploy.integrations.transformers import (
     conversion_of,
     convert,
     forward_state,
+    layer_modules,
     supported_class,
 )
 from attndeploy.models.inputs import check_model_inputs, position_limit
@@ -199,12 +200,24 @@ def save_hf_checkpoint(
     metrics: dict[str, Any] | None = None,
     force: bool = False,
 ) -> Path:
-    """Write the checkpoint atomically; an existing directory is replaced only with `force`."""
+    """Write the checkpoint atomically; an existing directory is replaced only with `force`.
+
+    A warm-started conversion is saved only once its variant is whole (`warm_start_progress`
+    1): the checkpoint records the variant's hyperparameters, which loading applies as they are.
+    """
     from transformers import __version__ as transformers_version
 
     from attndeploy.checkpoint import write_checkpoint
 
     config, hf_model = model.config, model.model
+    conversion = conversion_of(hf_model)
+    if conversion is not None and not all(layer.attention.warm_start_complete
+                                          for layer in layer_modules(hf_model)):
+        raise ConfigError(
+            f"the warm-started {conversion.variant} conversion is only "
+            f"{conversion.warm_start_progress:.0%} of the way to its variant, which a checkpoint "
+            "cannot record: fine-tune it first, or call attndeploy.integrations.transformers."
+            "set_warm_start_progress(model, 1.0)")
     hf_config = hf_model.config.to_dict()
     hf_config["id2label"] = {str(i): name for i, name in enumerate(label_names)}
     hf_config["label2id"] = {name: i for i, name in enumerate(label_names)}
@@ -273,7 +286,7 @@ def build_hf_model(hf: dict[str, Any], *, device: str | torch.device | None = No
     cls = supported_class(hf["architecture"])
     config = _hf_config(hf)
     with torch.device(device or "cpu"), no_init_weights():  # every weight is loaded next
-        model = convert(cls(config), hf["variant"], **hf["options"])
+        model = convert(cls(config), hf["variant"], warm_start=False, **hf["options"])
     return HFClassifier(model, model_config_of(model, hf["max_seq"]))
 
 

@@ -32,6 +32,7 @@ whichever is fewer). The bag-of-words baseline (on the texts' words) joins the h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,17 @@ from attndeploy.integrations.hf_data import (
     load_source,
 )
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
-from attndeploy.integrations.transformers import convert, variant_config
+from attndeploy.integrations.transformers import (
+    conversion_of,
+    convert,
+    set_warm_start_progress,
+    variant_config,
+)
 from attndeploy.models.inputs import position_limit
 from attndeploy.train import TrainConfig, TrainResult, fit
 from attndeploy.training.baseline import compare_with_baseline
+from attndeploy.training.config import defaults_for
+from attndeploy.training.schedule import warmup_steps
 
 # ----------------------------------------------------------------------------- the model
 
@@ -92,7 +100,7 @@ def build_classifier(
         )
     else:
         model = cls(config)
-    convert(model, variant, **options)
+    convert(model, variant, warm_start=source.weights is not None, **options)
     return HFClassifier(model, model_config_of(model, max_seq))
 
 
@@ -135,12 +143,28 @@ def fine_tune(
             return _drop_pieces(input_ids, attention_mask, config.word_dropout,
                                 tokenizer.unk_id, keep, generator)
 
+    config = replace(config, density_calibrate=None, refit=False)
     return fit(
-        model, train_set, eval_set, replace(config, density_calibrate=None, refit=False),
-        density_weight=density_weight,
+        model, train_set, eval_set, config, density_weight=density_weight,
         label=f"fine-tune {model.config.architecture} / {model.config.variant}",
         progress=progress, val_set=val_set, corrupt=corrupt,
+        before_step=_warm_start_ramp(model, config),
     )
+
+
+def _warm_start_ramp(model: HFClassifier, config: TrainConfig
+                     ) -> Callable[[int, int], None] | None:
+    """For a warm-started conversion (`convert(warm_start=True)`), the hook that brings the
+    variant in over the learning rate's warm-up steps, so that it is whole before the first
+    evaluation and while the steps are still small; None otherwise."""
+    conversion = conversion_of(model.model)
+    if conversion is None or not conversion.warm_start:
+        return None
+
+    def ramp(step: int, horizon: int) -> None:
+        set_warm_start_progress(model.model, (step + 1) / warmup_steps(config, horizon))
+
+    return ramp
 
 
 def train_hf_checkpoint(
@@ -160,21 +184,29 @@ def train_hf_checkpoint(
     val_fraction: float = 0.0,
     force: bool = False,
     progress: bool = True,
+    split_seed: int | None = None,
 ) -> HFTrainResult:
     """Load, convert, fine-tune, evaluate (with the baseline beside) and save: the library side
-    of `attndeploy train --hf-model`. `options` are fields of the variant's config."""
+    of `attndeploy train --hf-model`. `options` are fields of the variant's config.
+    `train_config` None takes the defaults for the data (`training.config.defaults_for`: the
+    pretrained recipe when the folder holds weights). The data splits with `split_seed`, by
+    default the training seed."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:  # refuse before spending the training time
         raise CheckpointError(f"{out_dir} already exists; pass --force to replace it")
     if task is not None and data_file is not None:
         raise ConfigError("give either --task or --data, not both")
-    # The encoder keeps its own embeddings: embedding_init does not apply.
-    train_config = replace(train_config or TrainConfig(), embedding_init=0.0)
     options = dict(options or {})
     sub = variant_config(variant, options)
     source = load_source(Path(hf_model))
+    if train_config is None:  # pretrained weights fine-tune with their own recipe
+        train_config = defaults_for(real_text=data_file is not None,
+                                    pretrained=source.weights is not None).training_for(variant)
+    # The encoder keeps its own embeddings: embedding_init does not apply.
+    train_config = replace(train_config, embedding_init=0.0)
     data = load_hf_training_data(
-        source, task=task, data_file=data_file, seed=train_config.seed, n_train=n_train,
+        source, task=task, data_file=data_file,
+        seed=train_config.seed if split_seed is None else split_seed, n_train=n_train,
         n_eval=n_eval, n_val=n_val, eval_fraction=eval_fraction, val_fraction=val_fraction,
         max_seq=max_seq,
     )

@@ -221,3 +221,86 @@ def test_word_dropout_replaces_pieces_by_unk_and_never_the_framing():
     dropped = _drop_pieces(ids, mask, 0.999, 1, torch.tensor([2, 3]),
                            torch.Generator().manual_seed(0))
     assert dropped.tolist() == [[2, 1, 1, 1, 3, 0], [2, 1, 3, 0, 0, 0]]
+
+
+# --------------------------------------------------------------------------- pretrained weights
+
+
+def pretrained_folder(folder: Path) -> Path:
+    """A tiny `save_pretrained` folder with weights (safetensors) and a WordPiece tokenizer."""
+    tokenizer = WordPieceTokenizer.train(["w1 w2 alpha amber bravo cobalt w3 w4 good bad day"] * 3)
+    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=80)
+    transformers.BertModel(config).save_pretrained(str(folder))
+    tokenizer._tokenizer.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_pretrained_weights_fine_tune_with_the_pretrained_recipe(tmp_path: Path):
+    """No train_config: a folder with weights takes PRETRAINED (AdamW 5e-5, warm-up over 10 %
+    of the steps then linear decay to 0, no word dropout, label smoothing, weight average or
+    selection: every non-held-out example trains and the last step is kept), and the warm-started
+    evolving conversion has its mixing weights whole by the end of the warm-up."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i % 4} {'good' if i % 2 else 'bad'} day",
+                                          "label": "pos" if i % 2 else "neg"})
+                              for i in range(50)) + "\n")
+    result = train_hf_checkpoint(pretrained_folder(tmp_path / "pre"), "evolving",
+                                 tmp_path / "ckpt", data_file=data, max_seq=16, progress=False,
+                                 options={"alpha": 0.3, "beta": 0.5})
+    used = result.summary["config"]
+    assert (used["learning_rate"], used["schedule"], used["warmup_fraction"]) == (
+        5e-5, "linear", 0.1)
+    assert (used["word_dropout"], used["label_smoothing"], used["weight_average"],
+            used["keep_best"], used["patience"]) == (0.0, 0.0, 0.0, False, None)
+    assert result.summary["selected_on"] is None and result.summary["stopped_by"] == "epochs"
+    steps = result.summary["steps_done"]
+    assert steps == result.summary["horizon_steps"] == 4 * math.ceil(40 / 32)  # 4 epochs
+    rates = [record["learning_rate"] for record in result.history]
+    warmup = max(1, round(0.1 * steps))
+    assert rates[warmup - 1] == pytest.approx(5e-5)  # the peak right after the warm-up
+    assert rates[-1] == pytest.approx(5e-5 * (1 - (steps - 1 - warmup) / (steps - warmup)))
+    layers = [m.attention for m in result.model.modules() if hasattr(m, "attention")
+              and hasattr(m.attention, "mix")]
+    assert layers and all((l.alpha_in_use, l.beta_in_use) == (0.3, 0.5) for l in layers)
+    ckpt = read_checkpoint(tmp_path / "ckpt")
+    assert ckpt.model_config.options["alpha"] == 0.3 and ckpt.metadata["data"]["pretrained"]
+    ids, mask = ckpt.tokenizer.encode_batch(["w1 good day", "w2 bad day"], max_seq=16)
+    with torch.no_grad():  # the saved model is the trained one, mixing weights included
+        saved = ckpt.model(torch.from_numpy(ids), torch.from_numpy(mask))["logits"]
+        trained = result.model(torch.from_numpy(ids), torch.from_numpy(mask))["logits"]
+    torch.testing.assert_close(saved, trained)
+
+
+def test_a_config_only_folder_keeps_the_from_scratch_defaults(tmp_path: Path):
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
+                              for i in range(30)) + "\n")
+    result = train_hf_checkpoint(tiny_bert(tmp_path / "bert"), "standard", tmp_path / "ckpt",
+                                 data_file=data, max_seq=16, progress=False,
+                                 train_config=None, val_fraction=0.2)
+    used = result.summary["config"]
+    assert used["learning_rate"] == 2e-3 and used["schedule"] == "cosine"  # REAL_TEXT
+    assert used["label_smoothing"] == 0.1 and used["keep_best"]
+
+
+def test_a_model_mid_warm_start_is_not_saved(tmp_path: Path):
+    from attndeploy.integrations.hf_checkpoint import (
+        HFClassifier,
+        model_config_of,
+        save_hf_checkpoint,
+    )
+    from attndeploy.integrations.transformers import convert, set_warm_start_progress
+
+    from .hf_models import LABELS, make_model
+
+    model = convert(make_model("bert", "seq"), "evolving", alpha=0.3, beta=0.5)
+    classifier = HFClassifier(model, model_config_of(model, 16))
+    set_warm_start_progress(model, 0.5)
+    with pytest.raises(ConfigError, match="50% of the way to its variant"):
+        save_hf_checkpoint(classifier, tmp_path / "ckpt", label_names=LABELS)
+    assert not (tmp_path / "ckpt").exists()
+    set_warm_start_progress(model, 1.0)
+    save_hf_checkpoint(classifier, tmp_path / "ckpt", label_names=LABELS)
+    assert (tmp_path / "ckpt" / "model.safetensors").is_file()
