@@ -347,6 +347,12 @@ CASES: dict[str, BadInput] = {
         "tokens", stdin=b"w1\n" * (LATE - 1) + b"\n"),
     # ---- deploy
     "deploy unknown target": case("deploy", "nomad", stage="usage", fragment="nomad"),
+    "deploy pvc sub-path with a shell command": case(
+        "deploy", "kubernetes", "--repo", "{repo}", "--out", "{tmp}/d", "--model-store",
+        "pvc://claim/p;touch /tmp/X #", stage="deploy", fragment="--model-store"),
+    "deploy replicas beyond int32": case(
+        "deploy", "kubernetes", "--repo", "{repo}", "--out", "{tmp}/d", "--max-replicas",
+        "100000000000", stage="deploy", fragment="at most 2147483647"),
     "deploy min above max": case("deploy", "kubernetes", "--repo", "{repo}", "--out", "{tmp}/d",
                                  "--min-replicas", "5", "--max-replicas", "3", stage="deploy",
                                  fragment="--min-replicas 5 is above --max-replicas 3"),
@@ -394,6 +400,15 @@ CASES: dict[str, BadInput] = {
                                    "0", stage="repository", fragment="instances"),
     "package zero version": case("package", "{onnx}", "--repo", "{tmp}/r", "--version", "0",
                                  stage="repository", fragment="version"),
+    "package zero text limit": case("package", "{onnx}", "--repo", "{tmp}/r",
+                                    "--max-text-bytes", "0", stage="usage",
+                                    fragment="--max-text-bytes"),
+    "package text limit above request limit": case(
+        "package", "{onnx}", "--repo", "{tmp}/r", "--max-text-bytes", "2000",
+        "--max-request-bytes", "1000", stage="repository",
+        fragment="max_text_bytes (2000) exceeds max_request_bytes (1000)"),
+    "predict one huge word": case("predict", "{onnx}", "--text", "w" * 70_000, stage="data",
+                                  fragment="has 70000 bytes, more than the limit of 65536"),
     "package a foreign onnx": case("package", "{tmp}/foreign.onnx", "--repo", "{tmp}/r",
                                    stage="repository", fragment="foreign.onnx",
                                    prepare=_foreign_onnx),

@@ -18,7 +18,6 @@ def _default(field: str):
     return field_default(PackageOptions, field)
 
 
-
 def command(
     sources: Annotated[
         list[Path], typer.Argument(help="Checkpoint directories or exported ONNX files (a "
@@ -65,6 +64,14 @@ def command(
     text_instances: Annotated[
         int, typer.Option(help="Instances of the text model.")
     ] = _default("text_instances"),
+    max_text_bytes: Annotated[
+        int, typer.Option(min=1, help="The text model refuses a longer text (UTF-8 bytes) "
+                                      "before tokenizing it.")
+    ] = _default("max_text_bytes"),
+    max_request_bytes: Annotated[
+        int, typer.Option(min=1, help="The text model and a generic model's python flavour "
+                                      "refuse a larger request (bytes of its inputs).")
+    ] = _default("max_request_bytes"),
     force: ForceFlag = _default("force"),
     json_output: JsonFlag = False,
 ) -> None:
@@ -87,6 +94,7 @@ def command(
             dynamic_batching=dynamic_batching, max_queue_delay_us=max_queue_delay_us,
             warmup=warmup, force=force, threads=threads, text=text,
             truncate_text=truncate_text, text_instances=text_instances,
+            max_text_bytes=max_text_bytes, max_request_bytes=max_request_bytes,
         )
         with console.status(f"packaging {source}") if not json_output else _null():
             written.extend(package_model(source, repo, options, exporter=_export_checkpoint))

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import DataError, ServerError
+from attndeploy.runtime import DEFAULT_MAX_TEXT_BYTES
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
 from attndeploy.runtime.text import TextError, decode_batch, encode_text, label_names_for, softmax
 from attndeploy.serving.client.triton import (
@@ -128,7 +129,8 @@ def infer_request(
                 f"{model}_text"
             )
         try:
-            encoded = encode_text(tokenizer, text, max_seq=meta.max_seq)
+            encoded = encode_text(tokenizer, text, max_seq=meta.max_seq,
+                                  max_bytes=DEFAULT_MAX_TEXT_BYTES)
         except TextError as exc:
             raise DataError(f"--text {exc.reason}" + ("; shorten it" if exc.too_long else "")
                             ) from None
