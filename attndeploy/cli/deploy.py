@@ -77,7 +77,8 @@ def command(
     ] = None,
     server_image: Annotated[
         str | None, typer.Option(help="Python flavour: an image with onnxruntime for model.py "
-                                      "[default: built from images/server.Dockerfile].")
+                                      "(and tokenizers for WordPiece text models) [default: "
+                                      "built from images/server.Dockerfile].")
     ] = None,
     model: Annotated[
         list[str] | None,
