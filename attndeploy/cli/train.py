@@ -26,6 +26,7 @@ from attndeploy.training.config import (
     EVAL_FRACTION,
     N_EVAL,
     N_TRAIN,
+    PRETRAINED_DEFAULTS,
     REAL_TEXT_DEFAULTS,
     TASK_DEFAULTS,
     TrainConfig,
@@ -54,14 +55,29 @@ def _model_default(key: str) -> str:
     return _both(_TASK.model[key], _DATA.model[key])
 
 
-def _both(task: Any, data: Any) -> str:
-    """The help text's note of a default that depends on the data."""
-    def show(value: Any) -> str:
-        return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+def _show(value: Any) -> str:
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
+
+def _both(task: Any, data: Any, pretrained: Any = None) -> str:
+    """The help text's note of a default that depends on the data, and with `pretrained` on
+    fine-tuning pretrained weights (`--hf-model` on a folder with model.safetensors)."""
     if task == data:
-        return f"[default: {show(task)}]"
-    return f"[default: {show(task)} for a task; {show(data)} for --data]"
+        note = f"{_show(task)}"
+    else:
+        note = f"{_show(task)} for a task; {_show(data)} for --data"
+    if pretrained is not None:
+        note += f"; {_show(pretrained)} fine-tuning pretrained weights"
+    return f"[default: {note}]"
+
+
+_PRE = PRETRAINED_DEFAULTS.training
+
+
+def _three(field: str) -> str:
+    """`_both` for a TrainConfig field of all three presets."""
+    return _both(getattr(_TASK.training, field), getattr(_DATA.training, field),
+                 getattr(_PRE, field))
 
 _SHOWN = ("accuracy", "loss", "density", "rescue_rate", "baseline_accuracy")
 
@@ -123,14 +139,16 @@ def command(
         int, typer.Option(help="Longest sequence the model takes.")
     ] = field_default(ModelConfig, "max_seq"),
     steps: Annotated[int | None, typer.Option(
-        help=f"The most optimizer steps. {_both(_TASK.training.steps, _DATA.training.steps)}"
+        help="The most optimizer steps. "
+             f"{_both(_TASK.training.steps, _DATA.training.steps, _PRE.steps)}"
     )] = None,
     max_epochs: Annotated[int | None, typer.Option(
         help="The most passes over the training data. "
-             f"{_both(_TASK.training.max_epochs, _DATA.training.max_epochs)}")] = None,
+             f"{_both(_TASK.training.max_epochs, _DATA.training.max_epochs, _PRE.max_epochs)}"
+    )] = None,
     patience: Annotated[int | None, typer.Option(
         help="Stop after this many evaluations without a better validation score; 0 never "
-             f"stops early. {_both(_TASK.training.patience or 0, _DATA.training.patience)}"
+             f"stops early. {_both(_TASK.training.patience or 0, _DATA.training.patience, 0)}"
     )] = None,
     eval_every: Annotated[int, typer.Option(
         help="Evaluate for model selection every N steps; 0: after every epoch.")
@@ -140,23 +158,24 @@ def command(
     ] = field_default(TrainConfig, "batch_size"),
     lr: Annotated[float | None, typer.Option(
         "--lr", help="Peak learning rate (AdamW). "
-                     f"{_both(_TASK.training.learning_rate, _DATA.training.learning_rate)}"
+                     f"{_three('learning_rate')}"
     )] = None,
     weight_decay: Annotated[float | None, typer.Option(
         help="AdamW weight decay. "
-             f"{_both(_TASK.training.weight_decay, _DATA.training.weight_decay)}")] = None,
+             f"{_three('weight_decay')}")] = None,
     dropout: Annotated[float | None, typer.Option(
         help="Dropout on the attention and feed-forward outputs. "
-             f"{_both(_TASK.model['dropout'], _DATA.model['dropout'])}")] = None,
+             f"{_both(_TASK.model['dropout'], _DATA.model['dropout'])}; --hf-model: the "
+             "model's own (its config's hidden_dropout_prob)")] = None,
     word_dropout: Annotated[float | None, typer.Option(
         help="Chance that a training token becomes <unk>. "
              f"[default: {_TASK.training.word_dropout:g} for a task; "
              f"{_DATA.training.word_dropout:g} for --data, "
              f"{_DATA.training_for('ganet').word_dropout:g} for GA-Net on --data (its gates "
-             "already drop words)]")] = None,
+             "already drop words); 0 with --hf-model]")] = None,
     label_smoothing: Annotated[float | None, typer.Option(
         help="Label smoothing of the training loss. "
-             f"{_both(_TASK.training.label_smoothing, _DATA.training.label_smoothing)}"
+             f"{_three('label_smoothing')}"
     )] = None,
     embedding_init: Annotated[float | None, typer.Option(
         help="Draw token and position embeddings from N(0, this^2) (0: PyTorch's N(0, 1)). "
@@ -164,7 +183,7 @@ def command(
     )] = None,
     weight_average: Annotated[float | None, typer.Option(
         help="Evaluate and keep a moving average of the weights with this decay (0: off). "
-             f"{_both(_TASK.training.weight_average, _DATA.training.weight_average)}"
+             f"{_three('weight_average')}"
     )] = None,
     refit: Annotated[bool | None, typer.Option(
         "--refit/--no-refit",
@@ -184,13 +203,15 @@ def command(
     ] = EVAL_FRACTION,
     val_fraction: Annotated[float | None, typer.Option(
         help="Share of a JSONL file's training part kept apart for model selection; 0: select "
-             f"on the held-out part. [default: {_DATA.val_fraction:g}]")] = None,
+             f"on the held-out part. [default: {_DATA.val_fraction:g}; "
+             f"{PRETRAINED_DEFAULTS.val_fraction:g} fine-tuning pretrained weights, which keep "
+             "the last step's weights]")] = None,
     min_freq: Annotated[int | None, typer.Option(
         help="JSONL: words seen fewer times in the training part encode as <unk>. "
              f"[default: {_DATA.min_freq}]")] = None,
     truncate: Annotated[bool, typer.Option(
-        "--truncate", help="JSONL: keep the first --max-seq tokens of a longer text instead "
-                           "of refusing it.")] = False,
+        "--truncate", help="JSONL: keep the first --max-seq tokens (--hf-model: pieces) of a "
+                           "longer text instead of refusing it.")] = False,
     max_seconds: Annotated[
         float | None, typer.Option(help="Stop training after this many seconds.")
     ] = None,
@@ -255,7 +276,15 @@ def command(
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
-    """Train a model of one variant and save a checkpoint (config.json + model.safetensors)."""
+    """Train a model of one variant and save a checkpoint (config.json + model.safetensors).
+
+    Defaults depend on what is trained: a built-in task; real text (--data), regularised for
+    small models trained from scratch; or pretrained weights (--hf-model on a folder with
+    model.safetensors), which fine-tune with the BERT-family recipe (AdamW 5e-5, warm-up over
+    10 % of the steps then linear decay, 4 epochs, the model's own dropout, no word dropout,
+    label smoothing, weight average or selection: the last step is kept) because the --data
+    defaults destroy pretrained weights. A model built from a config keeps the --data ones.
+    """
     from attndeploy.config import EvolvingConfig, GANetConfig, ModelConfig, QVIConfig
     from attndeploy.configbase import with_options
     from attndeploy.errors import ConfigError
@@ -304,13 +333,14 @@ def command(
         train_hf_command(
             hf_model=hf_model, variant=variant.value,
             variant_config=sub_configs.get(variant.value), out=out, task=task, data=data,
-            max_seq=max_seq, steps=pick(steps, preset.steps), batch_size=batch_size,
-            lr=pick(lr, preset.learning_rate), seed=seed, n_train=n_train, n_eval=n_eval,
+            max_seq=max_seq, steps=steps, batch_size=batch_size,
+            lr=lr, seed=seed, n_train=n_train, n_eval=n_eval,
             eval_fraction=eval_fraction, max_seconds=max_seconds, force=force,
             json_output=json_output, max_epochs=max_epochs, patience=patience,
             eval_every=eval_every, weight_decay=weight_decay, label_smoothing=label_smoothing,
             word_dropout=word_dropout, weight_average=weight_average,
             density_target=density_target, n_val=n_val, val_fraction=val_fraction,
+            truncate=truncate,
         )
         return
 

@@ -3,9 +3,12 @@ with an attndeploy variant and save a checkpoint that export, validate, package 
 
 `train_hf_command` is called by `attndeploy train` (cli/train.py) when `--hf-model` is given;
 the library side is `attndeploy.integrations.hf_train.train_hf_checkpoint`. Training settings
-left out (None) take `attndeploy train`'s defaults for the kind of data (`training.config`:
-a built-in task or a --data file), except word dropout, which is off: those defaults were tuned
-for word vocabularies trained from scratch, and a converted encoder reads WordPiece pieces.
+left out (None) take the defaults of the model and the data (`training.config.defaults_for`):
+pretrained weights (a folder with model.safetensors) fine-tune with `PRETRAINED_DEFAULTS`, the
+BERT-family recipe; a model built from a config (random weights) takes `attndeploy train`'s
+defaults for a built-in task or a --data file, except word dropout, which is off: those defaults
+were tuned for word vocabularies trained from scratch, and a converted encoder reads WordPiece
+pieces.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ def train_hf_command(
     task: str | None,
     data: Path | None,
     max_seq: int,
-    steps: int,
+    steps: int | None,
     batch_size: int,
-    lr: float,
+    lr: float | None,
     seed: int,
     n_train: int,
     n_eval: int,
@@ -46,6 +49,7 @@ def train_hf_command(
     density_target: float | None = None,
     n_val: int | None = None,
     val_fraction: float | None = None,
+    truncate: bool = False,
 ) -> None:
     """Fine-tune `hf_model` (a local `save_pretrained` directory or a config JSON file; nothing
     is downloaded) with `variant`'s attention and save the checkpoint `out`.
@@ -58,6 +62,7 @@ def train_hf_command(
     from attndeploy.cli.train import summary_lines
     from attndeploy.errors import ConfigError
     from attndeploy.fsutil import check_output_dir
+    from attndeploy.integrations.hf_data import load_source
     from attndeploy.integrations.hf_train import train_hf_checkpoint
     from attndeploy.training.config import defaults_for
 
@@ -65,14 +70,16 @@ def train_hf_command(
         raise ConfigError("give either --task or --data, not both")
     check_output_dir(out)  # a file in the way, a read-only place: refused before training
     options = dataclasses.asdict(variant_config) if variant_config is not None else {}
-    defaults = defaults_for(real_text=data is not None)
-    preset = defaults.training
+    pretrained = load_source(Path(hf_model)).weights is not None
+    defaults = defaults_for(real_text=data is not None, pretrained=pretrained)
+    preset = defaults.training_for(variant)
 
     def pick(value: Any, default: Any) -> Any:
         return default if value is None else value
 
     train_config = dataclasses.replace(
-        preset, steps=steps, batch_size=batch_size, learning_rate=lr, seed=seed,
+        preset, steps=pick(steps, preset.steps), batch_size=batch_size,
+        learning_rate=pick(lr, preset.learning_rate), seed=seed,
         max_seconds=max_seconds, max_epochs=pick(max_epochs, preset.max_epochs),
         patience=pick(patience, preset.patience) or None, eval_every=eval_every,
         weight_decay=pick(weight_decay, preset.weight_decay),
@@ -87,7 +94,7 @@ def train_hf_command(
         train_config=train_config, max_seq=max_seq, n_train=n_train, n_eval=n_eval,
         n_val=pick(n_val, defaults.n_val), eval_fraction=eval_fraction,
         val_fraction=pick(val_fraction, defaults.val_fraction), force=force,
-        progress=not json_output,
+        progress=not json_output, truncate=truncate,
     )
     if json_output:
         print_json({"checkpoint": str(out), "metrics": result.metrics,

@@ -24,7 +24,8 @@ from attndeploy.integrations.hf_checkpoint import (
     safe_config_dict,
 )
 from attndeploy.integrations.hf_tokenizer import DEFAULT_VOCAB_SIZE, WordPieceTokenizer
-from attndeploy.runtime.tokenizer import WordTokenizer
+from attndeploy.runtime.text import encode_texts
+from attndeploy.runtime.tokenizer import WordTokenizer, pad_sequences
 from attndeploy.training.baseline import baseline_metrics
 
 # model_type -> the sequence classifier trained on top of that encoder
@@ -171,23 +172,32 @@ def _texts(
 
 
 def _dataset(tokenizer: WordPieceTokenizer, split: Split, names: tuple[str, ...], max_seq: int,
-             what: str) -> TextDataset:
+             what: str, truncate: bool = False) -> tuple[TextDataset, int]:
+    """The split encoded, and how many of its texts were cut to `max_seq` (with `truncate`;
+    without it a longer text is refused, naming it)."""
     texts, labels = split
     try:
-        ids, mask = tokenizer.encode_batch(texts, max_seq=max_seq)  # int64 [N, T] each
+        if truncate:  # as `predict --truncate` cuts: [CLS], the first pieces that fit, [SEP]
+            encoded = encode_texts(tokenizer, texts, max_seq=max_seq, truncate=True)
+            ids, mask = pad_sequences([e.ids for e in encoded])  # int64 [N, T] each
+            cut = sum(e.truncated for e in encoded)
+        else:
+            ids, mask = tokenizer.encode_batch(texts, max_seq=max_seq)  # int64 [N, T] each
+            cut = 0
     except DataError as exc:
         raise DataError(f"{what}: {exc}") from None
     return TextDataset(torch.from_numpy(ids), torch.from_numpy(mask),
-                       torch.tensor(labels, dtype=torch.long), names, "classification")
+                       torch.tensor(labels, dtype=torch.long), names, "classification"), cut
 
 
 def load_hf_training_data(
     source: HFSource, *, task: str | None = None, data_file: Path | None = None, seed: int = 0,
     n_train: int = 4000, n_eval: int = 1000, n_val: int = 0, eval_fraction: float = 0.2,
-    val_fraction: float = 0.0, max_seq: int = 128,
+    val_fraction: float = 0.0, max_seq: int = 128, truncate: bool = False,
 ) -> HFTrainingData:
     """Texts and labels encoded with the source's tokenizer, or with one trained on the
-    training texts (never on validation or held-out ones)."""
+    training texts (never on validation or held-out ones). A text of more than `max_seq`
+    pieces is refused, or with `truncate` keeps its first pieces (counted in the source)."""
     parts, names, origin = _texts(
         task=task, data_file=data_file, seed=seed, n_train=n_train, n_eval=n_eval, n_val=n_val,
         eval_fraction=eval_fraction, val_fraction=val_fraction,
@@ -200,10 +210,14 @@ def load_hf_training_data(
         origin["tokenizer"] = "wordpiece trained on the training texts"
     else:
         origin["tokenizer"] = f"wordpiece from {source.path}"
-    sets = {part: _dataset(tokenizer, split, names, max_seq, what)
-            for part, what in (("train", "training data"), ("held_out", "held-out data"),
-                               ("validation", "validation data")) if (split := parts.get(part))}
+    encoded = {part: _dataset(tokenizer, split, names, max_seq, what, truncate)
+               for part, what in (("train", "training data"), ("held_out", "held-out data"),
+                                  ("validation", "validation data"))
+               if (split := parts.get(part))}
+    sets = {part: dataset for part, (dataset, _) in encoded.items()}
     origin.update({f"{part}_examples": len(dataset) for part, dataset in sets.items()})
+    if truncate:
+        origin["truncated_to_max_seq"] = {part: cut for part, (_, cut) in encoded.items()}
     fit = [parts["train"]] + ([parts["validation"]] if "validation" in parts else [])
     words = {"fit": [WordTokenizer.tokenize(t) for texts, _ in fit for t in texts],
              "held_out": [WordTokenizer.tokenize(t) for t in parts["held_out"][0]]}

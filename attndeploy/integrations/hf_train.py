@@ -185,12 +185,14 @@ def train_hf_checkpoint(
     force: bool = False,
     progress: bool = True,
     split_seed: int | None = None,
+    truncate: bool = False,
 ) -> HFTrainResult:
     """Load, convert, fine-tune, evaluate (with the baseline beside) and save: the library side
     of `attndeploy train --hf-model`. `options` are fields of the variant's config.
     `train_config` None takes the defaults for the data (`training.config.defaults_for`: the
     pretrained recipe when the folder holds weights). The data splits with `split_seed`, by
-    default the training seed."""
+    default the training seed. `truncate` keeps the first `max_seq` pieces of a longer text
+    (without it such a text is refused)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:  # refuse before spending the training time
         raise CheckpointError(f"{out_dir} already exists; pass --force to replace it")
@@ -208,7 +210,7 @@ def train_hf_checkpoint(
         source, task=task, data_file=data_file,
         seed=train_config.seed if split_seed is None else split_seed, n_train=n_train,
         n_eval=n_eval, n_val=n_val, eval_fraction=eval_fraction, val_fraction=val_fraction,
-        max_seq=max_seq,
+        max_seq=max_seq, truncate=truncate,
     )
     model = build_classifier(source, data, variant, options, max_seq=max_seq,
                              seed=train_config.seed)

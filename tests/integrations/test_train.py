@@ -304,3 +304,20 @@ def test_a_model_mid_warm_start_is_not_saved(tmp_path: Path):
     set_warm_start_progress(model, 1.0)
     save_hf_checkpoint(classifier, tmp_path / "ckpt", label_names=LABELS)
     assert (tmp_path / "ckpt" / "model.safetensors").is_file()
+
+
+def test_truncate_cuts_a_long_text_to_max_seq_pieces_and_counts_it(tmp_path: Path):
+    data = tmp_path / "data.jsonl"
+    rows = [{"text": f"w{i % 4} {'good' if i % 2 else 'bad'} day", "label": i % 2}
+            for i in range(30)]
+    rows[3]["text"] = " ".join(["w1 alpha"] * 40)  # 80 words: more than 16 pieces
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    folder = pretrained_folder(tmp_path / "pre")
+    with pytest.raises(DataError, match="more than max_seq=16"):
+        train_hf_checkpoint(folder, "standard", tmp_path / "refused", data_file=data,
+                            max_seq=16, progress=False, split_seed=0)
+    train_hf_checkpoint(folder, "standard", tmp_path / "ckpt", data_file=data, max_seq=16,
+                        progress=False, truncate=True, split_seed=0,
+                        train_config=TrainConfig(steps=1, batch_size=8))
+    cut = read_checkpoint(tmp_path / "ckpt").metadata["data"]["truncated_to_max_seq"]
+    assert sum(cut.values()) == 1
