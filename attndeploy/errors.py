@@ -79,3 +79,9 @@ class DeployError(AttnDeployError):
     """Deployment manifests that cannot be made from these options or this repository."""
 
     stage = "deploy"
+
+
+class QuantizeError(AttnDeployError):
+    """A model that cannot be quantized, or whose int8 version is outside the tolerances."""
+
+    stage = "quantize"

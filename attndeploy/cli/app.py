@@ -49,6 +49,7 @@ COMMANDS = {
     "loadtest": ("loadtest", "command"),
     "quickstart": ("quickstart", "command"),
     "deploy": ("deploy", "command"),
+    "quantize": ("quantize", "command"),
 }
 
 for name, (module, function) in COMMANDS.items():

@@ -1,0 +1,106 @@
+"""`attndeploy quantize`: an exported model -> int8, checked against fp32 before it is written."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attndeploy.cli.defaults import field_default
+from attndeploy.cli.options import ForceFlag, JsonFlag
+from attndeploy.cli.output import console, print_json
+
+
+class Method(str, Enum):  # attndeploy.quantize.options.METHODS, without importing onnx at start
+    dynamic = "dynamic"
+    static = "static"
+    best = "best"
+
+
+def _default(name: str):
+    from attndeploy.quantize.options import QuantizeOptions
+
+    return field_default(QuantizeOptions, name)
+
+
+def command(
+    model: Annotated[Path, typer.Argument(help="ONNX file exported by attndeploy.")],
+    out: Annotated[Path, typer.Option("--out", help="int8 ONNX file to write.")],
+    data: Annotated[
+        Path | None,
+        typer.Option(help="Labelled texts (JSONL, e.g. the held-out split): label agreement "
+                          "and accuracy of int8 against fp32; static quantization calibrates "
+                          "on them."),
+    ] = None,
+    method: Annotated[
+        Method, typer.Option(help="dynamic: activations quantized at run time; static: QDQ "
+                                  "calibrated on --data; best: both, the more accurate.")
+    ] = Method(_default("method")),
+    per_channel: Annotated[
+        bool, typer.Option("--per-channel/--per-tensor", help="Weight scales per output "
+                                                              "channel or per tensor.")
+    ] = _default("per_channel"),
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(help="A MatMul/Gemm node kept in fp32 (repeatable; `attndeploy debug "
+                          "compare` ranks the layers int8 hurts most).")
+    ] = None,
+    max_logit_change: Annotated[
+        float, typer.Option(help="Tolerance: the largest |logit change| on the shape grid.")
+    ] = _default("max_logit_change"),
+    min_agreement: Annotated[
+        float, typer.Option(help="Tolerance with --data: the share of texts whose label stays.")
+    ] = _default("min_agreement"),
+    max_accuracy_drop: Annotated[
+        float, typer.Option(help="Tolerance with --data: held-out accuracy int8 may lose.")
+    ] = _default("max_accuracy_drop"),
+    grid: Annotated[
+        str | None, typer.Option(help="Shapes BATCHxSEQ compared on random ids [default: "
+                                      "1x8,4x32,8x128, seq capped at the model's max_seq].")
+    ] = None,
+    threads: Annotated[
+        int | None, typer.Option(min=1, help="onnxruntime intra-op threads for the checks.")
+    ] = None,
+    force: ForceFlag = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Quantize to int8 (onnxruntime.quantization; the attndeploy nodes keep their functions and
+    the metadata is kept, so predict, package and serve take it), compare with fp32, and write
+    the file only within the tolerances (else exit 1, nothing written)."""
+    import contextlib
+
+    from rich.markup import escape
+
+    from attndeploy.quantize import QuantizeOptions, quantize_model
+
+    options = QuantizeOptions(
+        method=method.value, per_channel=per_channel, exclude=tuple(exclude or ()),
+        grid=grid, max_logit_change=max_logit_change, min_agreement=min_agreement,
+        max_accuracy_drop=max_accuracy_drop, threads=threads, force=force)
+    status = (contextlib.nullcontext() if json_output
+              else console.status(f"quantizing {model}", spinner="dots"))
+    with status:
+        result = quantize_model(model, out, options, data=data)
+    if json_output:
+        print_json(result.to_dict())
+    else:
+        for candidate in result.candidates:
+            grid_check, data_check = candidate.grid, candidate.data
+            line = (f"{candidate.method}: {candidate.quantized_nodes} MatMuls in int8, "
+                    f"{candidate.size_bytes / 2**20:.1f} MiB (fp32 "
+                    f"{result.source_bytes / 2**20:.1f}); grid: largest logit change "
+                    f"{grid_check.max_logit_change:.3g}, labels equal "
+                    f"{grid_check.label_agreement:.1%}")
+            if data_check is not None:
+                line += (f"; {data_check.texts} texts: labels equal "
+                         f"{data_check.label_agreement:.2%}, accuracy "
+                         f"{data_check.fp32_accuracy:.4f} -> {data_check.int8_accuracy:.4f}")
+            mark = "[green]within the tolerances[/]" if candidate.passed else (
+                "[red]" + escape("; ".join(candidate.failures)) + "[/]")
+            console.print(f"{escape(line)}: {mark}", highlight=False)
+        if result.chosen is not None:
+            console.print(f"wrote [bold]{escape(str(result.out))}[/] ({result.chosen.method})",
+                          highlight=False)
+    result.raise_for_failure()

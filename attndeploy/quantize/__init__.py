@@ -1,0 +1,29 @@
+"""`attndeploy quantize`: an exported model to int8, checked against its fp32 self before it is
+written.
+
+    from attndeploy.quantize import QuantizeOptions, quantize_model
+    result = quantize_model("model.onnx", "int8.onnx", QuantizeOptions(), data="held_out.jsonl")
+
+Modules: `options` (what to quantize and the tolerances), `methods` (onnxruntime.quantization's
+dynamic and static QDQ quantization on the main graph; the `attndeploy` nodes keep their
+functions), `check` (fp32 against int8: the largest logit change on a shape grid, label agreement
+and held-out accuracy on labelled texts), `quantizer` (`quantize_model`: quantize, check, write
+only within the tolerances).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attndeploy.quantize.options import QuantizeOptions
+
+__all__ = ["QuantizeOptions", "QuantizeResult", "quantize_model"]
+
+
+def __getattr__(name: str) -> Any:
+    """The quantizer on first use: the CLI reads the options' defaults at start, without onnx."""
+    if name in ("QuantizeResult", "quantize_model"):
+        from attndeploy.quantize import quantizer
+
+        return getattr(quantizer, name)
+    raise AttributeError(f"module 'attndeploy.quantize' has no attribute {name!r}")

@@ -1,0 +1,192 @@
+"""`quantize_model`: quantize, check against fp32, write only within the tolerances."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from attndeploy.errors import DataError, QuantizeError
+from attndeploy.fsutil import atomic_write_bytes, check_not_an_input, check_output_file
+from attndeploy.quantize import check, methods
+from attndeploy.quantize.options import QuantizeOptions
+from attndeploy.runtime.metadata import PREFIX
+from attndeploy.runtime.model import InferenceModel
+
+META_QUANTIZATION = PREFIX + "quantization"
+
+
+@dataclass
+class Candidate:
+    """One quantized model and how it compares with fp32."""
+
+    method: str
+    grid: check.GridCheck
+    data: check.DataCheck | None
+    size_bytes: int
+    quantized_nodes: int
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "passed": self.passed, "failures": self.failures,
+                "grid": check.to_dict(self.grid), "data": check.to_dict(self.data),
+                "size_bytes": self.size_bytes, "quantized_nodes": self.quantized_nodes}
+
+
+@dataclass
+class QuantizeResult:
+    source: Path
+    out: Path
+    options: QuantizeOptions
+    candidates: list[Candidate]
+    chosen: Candidate | None  # the candidate written; None when none passed
+    source_bytes: int
+
+    @property
+    def passed(self) -> bool:
+        return self.chosen is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": str(self.source), "out": str(self.out), "written": self.passed,
+            "method": self.chosen.method if self.chosen else None,
+            "options": asdict(self.options), "source_bytes": self.source_bytes,
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+    def raise_for_failure(self) -> None:
+        if self.chosen is None:
+            reasons = "; ".join(f"{c.method}: {', '.join(c.failures)}" for c in self.candidates)
+            raise QuantizeError(f"no int8 model within the tolerances, nothing written ({reasons})")
+
+
+def _failures(candidate: Candidate, options: QuantizeOptions) -> list[str]:
+    found = []
+    if candidate.grid.max_logit_change > options.max_logit_change:
+        found.append(f"largest logit change {candidate.grid.max_logit_change:.3g} > "
+                     f"{options.max_logit_change:g}")
+    data = candidate.data
+    if data is not None:
+        if data.label_agreement < options.min_agreement:
+            found.append(f"labels agree on {data.label_agreement:.2%} of {data.texts} texts < "
+                         f"{options.min_agreement:.2%}")
+        if data.accuracy_drop > options.max_accuracy_drop:
+            found.append(f"accuracy {data.int8_accuracy:.4f} against fp32 "
+                         f"{data.fp32_accuracy:.4f}, a drop of {data.accuracy_drop:.4f} > "
+                         f"{options.max_accuracy_drop:g}")
+    return found
+
+
+def _with_metadata(path: Path, source: onnx.ModelProto, record: dict[str, Any]) -> bytes:
+    """The quantized model with the fp32 model's metadata (what predict, package and serve read)
+    and `attndeploy.quantization`; the functions of the attndeploy nodes are checked to be there."""
+    model = onnx.load(str(path))
+    del model.metadata_props[:]
+    for entry in source.metadata_props:
+        if entry.key != META_QUANTIZATION:
+            model.metadata_props.append(entry)
+    model.metadata_props.append(onnx.StringStringEntryProto(key=META_QUANTIZATION,
+                                                            value=json.dumps(record)))
+    wanted = {(f.domain, f.name) for f in source.functions}
+    if {(f.domain, f.name) for f in model.functions} != wanted:
+        raise QuantizeError("quantization lost the attndeploy functions; re-export the model")
+    return model.SerializeToString()
+
+
+def _count_quantized(data: bytes) -> int:
+    model = onnx.load_from_string(data)
+    kinds = {"MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul", "QuantizeLinear"}
+    return sum(node.op_type in kinds for node in model.graph.node)
+
+
+def quantize_model(
+    source: Path | str, out: Path | str, options: QuantizeOptions | None = None, *,
+    data: Path | str | None = None,
+) -> QuantizeResult:
+    """Quantize the exported model `source` to int8 at `out` (see the package docstring).
+
+    Writes `out` atomically, and only if the int8 model passes every tolerance of `options`;
+    returns the comparison either way (`raise_for_failure` turns a miss into a QuantizeError).
+    `data`: a JSONL file of labelled texts (the held-out split) for label agreement and accuracy,
+    and for static quantization the calibration texts.
+    """
+    options = options or QuantizeOptions()
+    source, out = Path(source), Path(out)
+    fp32 = InferenceModel(source, threads=options.threads)  # refuses what is not our export
+    check_output_file(out)
+    check_not_an_input(out, [source] + ([Path(data)] if data is not None else []))
+    if out.exists() and not options.force:
+        raise QuantizeError(f"{out} already exists; pass --force to replace it")
+    texts = gold = None
+    if data is not None:
+        texts, gold = check.read_labelled(Path(data), fp32.labels)
+    if options.method in ("static", "best") and texts is None:
+        raise DataError(f"--method {options.method} calibrates on labelled texts: give --data "
+                        "(a JSONL file, e.g. the held-out split)")
+    feeds = check.grid_feeds(check.parse_grid(options.grid, fp32.max_seq),
+                             fp32.metadata.vocab_size, options.seed)
+    proto = onnx.load(str(source))
+    wanted = ["dynamic", "static"] if options.method == "best" else [options.method]
+    candidates: list[tuple[Candidate, bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="attndeploy-quantize-") as scratch:
+        for method in wanted:
+            target = Path(scratch) / f"{method}.onnx"
+            try:
+                if method == "dynamic":
+                    methods.quantize_dynamic_file(source, target, options)
+                else:
+                    calibration = _calibration_feeds(fp32, texts or [], options)
+                    methods.quantize_static_file(source, target, options, calibration)
+            except QuantizeError:
+                raise
+            except Exception as exc:  # onnxruntime.quantization raises many types
+                raise QuantizeError(f"{method} quantization of {source} failed: {exc}") from exc
+            record = {"method": method, "per_channel": options.per_channel,
+                      "reduce_range": options.reduce_range, "exclude": list(options.exclude),
+                      "source_weights_sha256": fp32.metadata.weights_sha256}
+            blob = _with_metadata(target, proto, record)
+            target.write_bytes(blob)
+            int8 = InferenceModel(target, threads=options.threads)
+            candidate = Candidate(
+                method, check.compare_on_grid(fp32, int8, feeds),
+                check.compare_on_texts(fp32, int8, texts, gold, str(data))
+                if texts is not None and fp32.head == "classification" else None,
+                len(blob), _count_quantized(blob))
+            candidate.failures = _failures(candidate, options)
+            candidates.append((candidate, blob))
+    passing = [(c, blob) for c, blob in candidates if c.passed]
+    chosen = None
+    if passing:  # the most accurate on the texts, then the fewest label changes on the grid
+        chosen, blob = max(passing, key=lambda item: (
+            item[0].data.int8_accuracy if item[0].data else 0.0,
+            item[0].data.label_agreement if item[0].data else 0.0,
+            item[0].grid.label_agreement, -item[0].grid.max_logit_change))
+        atomic_write_bytes(out, blob)
+    return QuantizeResult(source, out, options, [c for c, _ in candidates], chosen,
+                          source.stat().st_size)
+
+
+def _calibration_feeds(model: InferenceModel, texts: list[str], options: QuantizeOptions
+                       ) -> list[dict[str, Any]]:
+    """Batches of up to 32 of the first `calibration_texts` texts, tokenized as predict does."""
+    from attndeploy.interface import ATTENTION_MASK, INPUT_IDS
+    from attndeploy.runtime.text import encode_texts
+    from attndeploy.runtime.tokenizer import pad_sequences
+
+    if model.tokenizer is None:
+        raise DataError(f"{model.path} holds no vocabulary, so it cannot read --data texts")
+    chosen = texts[: options.calibration_texts]
+    encoded = encode_texts(model.tokenizer, chosen, max_seq=model.max_seq, truncate=True)
+    feeds = []
+    for start in range(0, len(encoded), 32):
+        ids, mask = pad_sequences([e.ids for e in encoded[start:start + 32]])  # [B, T] each
+        feeds.append({INPUT_IDS: ids, ATTENTION_MASK: mask})
+    return feeds

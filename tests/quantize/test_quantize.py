@@ -1,0 +1,136 @@
+"""`quantize_model` and `attndeploy quantize`: int8 models that keep the attndeploy nodes, their
+functions and the metadata, checked against fp32, written only within the tolerances."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from attndeploy.errors import ConfigError, DataError, QuantizeError
+from attndeploy.quantize import QuantizeOptions, quantize_model
+from attndeploy.runtime import InferenceModel
+from tests.cli.test_train_cli import assert_one_line_error, parse_json, run_cli
+from tests.runtime.conftest import TEXTS
+
+from .conftest import labelled_texts
+
+CASES = ("standard", "qvi_pooled", "ganet_mlp", "evolving")
+
+
+def attndeploy_nodes(model: onnx.ModelProto) -> Counter:
+    return Counter(n.op_type for n in model.graph.node if n.domain == "attndeploy")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_int8_keeps_the_attndeploy_nodes_functions_and_metadata_and_stays_close(
+    text_exports, tmp_path: Path, case: str
+):
+    source = text_exports.get(case).path
+    result = quantize_model(source, tmp_path / "int8.onnx", QuantizeOptions(threads=1))
+    assert result.passed and result.chosen.method == "dynamic"
+    fp32, int8 = onnx.load(str(source)), onnx.load(str(tmp_path / "int8.onnx"))
+    assert attndeploy_nodes(int8) == attndeploy_nodes(fp32)
+    assert [f.name for f in int8.functions] == [f.name for f in fp32.functions]
+    kinds = Counter(n.op_type for n in int8.graph.node)
+    assert kinds["MatMulInteger"] == result.chosen.quantized_nodes > 0
+    meta = {p.key: p.value for p in int8.metadata_props}
+    assert {p.key: p.value for p in fp32.metadata_props}.items() <= meta.items()
+    record = json.loads(meta["attndeploy.quantization"])
+    assert record["method"] == "dynamic" and record["per_channel"] is True
+    assert result.chosen.grid.max_logit_change < 0.5
+    assert result.chosen.size_bytes < (tmp_path / "int8.onnx").stat().st_size + 1
+    predictions = InferenceModel(tmp_path / "int8.onnx", threads=1).predict(TEXTS[:5])
+    assert len(predictions) == 5 and all(p.label for p in predictions)  # predict takes it
+
+
+def test_labelled_texts_give_agreement_and_accuracy_and_static_is_calibrated_on_them(
+    text_exports, tmp_path: Path
+):
+    source = text_exports.get("qvi_pooled").path
+    data = labelled_texts(tmp_path / "held_out.jsonl", source, wrong=4)
+    result = quantize_model(source, tmp_path / "int8.onnx",
+                            QuantizeOptions(method="best", threads=1, min_agreement=0.5,
+                                            max_accuracy_drop=0.5), data=data)
+    assert [c.method for c in result.candidates] == ["dynamic", "static"]
+    for candidate in result.candidates:
+        checked = candidate.data
+        assert checked.texts == len(TEXTS)
+        assert checked.fp32_accuracy == pytest.approx(1 - 4 / len(TEXTS))
+        assert 0.5 <= checked.label_agreement <= 1.0
+    static = onnx.load(str(tmp_path / "int8.onnx")) if result.chosen.method == "static" else None
+    if static is not None:
+        assert any(n.op_type == "QuantizeLinear" for n in static.graph.node)
+    assert result.chosen in result.candidates
+    assert json.loads(json.dumps(result.to_dict()))["written"] is True
+
+
+def test_outside_a_tolerance_nothing_is_written_and_the_numbers_say_why(text_exports,
+                                                                        tmp_path: Path):
+    source = text_exports.get("evolving").path
+    out = tmp_path / "int8.onnx"
+    result = quantize_model(source, out, QuantizeOptions(threads=1, max_logit_change=1e-9))
+    assert not result.passed and not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary left either
+    assert "largest logit change" in result.candidates[0].failures[0]
+    with pytest.raises(QuantizeError, match="no int8 model within the tolerances"):
+        result.raise_for_failure()
+
+
+def test_refusals_come_before_any_work(text_exports, tmp_path: Path):
+    source = text_exports.get("standard").path
+    with pytest.raises(Exception, match="input of this command"):
+        quantize_model(source, source)
+    (tmp_path / "taken.onnx").write_bytes(b"x")
+    with pytest.raises(QuantizeError, match="--force"):
+        quantize_model(source, tmp_path / "taken.onnx")
+    with pytest.raises(DataError, match="calibrates on labelled texts"):
+        quantize_model(source, tmp_path / "s.onnx", QuantizeOptions(method="static"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "w1", "label": "neg"}\n{"text": "w2", "label": "maybe"}\n')
+    with pytest.raises(DataError, match="'maybe' are not the model's"):
+        quantize_model(source, tmp_path / "d.onnx", data=bad)
+    with pytest.raises(ConfigError, match="grid shape '2x999'"):
+        quantize_model(source, tmp_path / "g.onnx", QuantizeOptions(grid="2x999"))
+    with pytest.raises(ConfigError, match="unknown quantization method"):
+        QuantizeOptions(method="fp4")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "taken.onnx"]
+
+
+def test_the_cli_writes_json_and_exits_1_with_nothing_written_outside_the_tolerances(
+    text_exports, tmp_path: Path
+):
+    source = text_exports.get("ganet_mlp").path
+    data = labelled_texts(tmp_path / "held_out.jsonl", source)
+    done = run_cli("quantize", str(source), "--out", str(tmp_path / "q.onnx"), "--data",
+                   str(data), "--threads", "1", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = parse_json(done)
+    assert report["written"] and report["method"] == "dynamic"
+    checked = report["candidates"][0]["data"]
+    assert checked["fp32_accuracy"] == 1.0 and checked["texts"] == len(TEXTS)
+    assert report["candidates"][0]["grid"]["gate_flips"] is not None  # GA-Net's gates compared
+    missed = run_cli("quantize", str(source), "--out", str(tmp_path / "r.onnx"),
+                     "--max-logit-change", "1e-9", "--threads", "1", cwd=tmp_path)
+    assert_one_line_error(missed, "quantize", "no int8 model within the tolerances")
+    assert not (tmp_path / "r.onnx").exists()
+
+
+def test_an_int8_model_is_packaged_and_checked_like_its_fp32_model(text_exports, tmp_path):
+    from attndeploy.serving.packaging.check_repo import check_repository
+    from attndeploy.serving.packaging.repository import PackageOptions, package_model
+
+    source = text_exports.get("standard").path
+    quantize_model(source, tmp_path / "int8.onnx", QuantizeOptions(threads=1))
+    package_model(tmp_path / "int8.onnx", tmp_path / "repo", PackageOptions(name="std_int8"))
+    report = check_repository(tmp_path / "repo")
+    assert report.passed, report.summary()
+    ids = np.array([[3, 4, 5, 6]], dtype=np.int64)
+    mask = np.ones_like(ids)
+    served = InferenceModel(tmp_path / "repo" / "std_int8" / "1" / "model.onnx", threads=1)
+    want = InferenceModel(tmp_path / "int8.onnx", threads=1).run(ids, mask)["logits"]
+    np.testing.assert_array_equal(served.run(ids, mask)["logits"], want)
