@@ -17,7 +17,15 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from attndeploy.cli.output import console, print_json
+from attndeploy.cli.output import console, print_json, print_warning
+
+UNTOKENIZED = (
+    "{folder} holds pretrained weights but no tokenizer (tokenizer.json or vocab.txt): a "
+    "WordPiece vocabulary will be trained on the training texts, and its piece ids are not the "
+    "ones the pretrained embedding table was trained with, so every piece starts from another "
+    "piece's embedding (the pretraining is largely lost); copy the model's own tokenizer.json "
+    "into the folder"
+)
 
 
 def train_hf_command(
@@ -70,7 +78,10 @@ def train_hf_command(
         raise ConfigError("give either --task or --data, not both")
     check_output_dir(out)  # a file in the way, a read-only place: refused before training
     options = dataclasses.asdict(variant_config) if variant_config is not None else {}
-    pretrained = load_source(Path(hf_model)).weights is not None
+    source = load_source(Path(hf_model))
+    pretrained = source.weights is not None
+    if pretrained and source.tokenizer is None:
+        print_warning(UNTOKENIZED.format(folder=hf_model))
     defaults = defaults_for(real_text=data is not None, pretrained=pretrained)
     preset = defaults.training_for(variant)
 

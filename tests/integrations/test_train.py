@@ -321,3 +321,23 @@ def test_truncate_cuts_a_long_text_to_max_seq_pieces_and_counts_it(tmp_path: Pat
                         train_config=TrainConfig(steps=1, batch_size=8))
     cut = read_checkpoint(tmp_path / "ckpt").metadata["data"]["truncated_to_max_seq"]
     assert sum(cut.values()) == 1
+
+
+def test_pretrained_weights_without_a_tokenizer_are_warned_about(tmp_path: Path, monkeypatch,
+                                                                  capsys):
+    from attndeploy.cli import app as cli_app
+
+    folder = pretrained_folder(tmp_path / "pre")
+    (folder / "tokenizer.json").unlink()
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
+                              for i in range(30)) + "\n")
+    monkeypatch.setattr("sys.argv", [
+        "attndeploy", "train", "--hf-model", str(folder), "--data", str(data), "--max-seq",
+        "16", "--steps", "1", "--out", str(tmp_path / "ckpt"), "--json"])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    err = capsys.readouterr().err
+    assert info.value.code == 0, err
+    assert "holds pretrained weights but no tokenizer" in err
+    assert "piece ids are not the ones the pretrained embedding table was trained with" in err
