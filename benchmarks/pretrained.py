@@ -104,9 +104,9 @@ def _parse_value(text: str) -> object:
 
 def run_one(model_dir: Path, data_file: Path, variant: str, seed: int, args, work: Path, *,
             dense: bool = False) -> dict:
-    preset = defaults_for(real_text=True, pretrained=True).training_for(variant)
-    config = dataclasses.replace(preset, seed=seed, **args.overrides)
-    options = dict(args.options.get(variant, {}))
+    defaults = defaults_for(real_text=True, pretrained=True)
+    config = dataclasses.replace(defaults.training_for(variant), seed=seed, **args.overrides)
+    options = {**defaults.options_for(variant), **args.options.get(variant, {})}
     if dense:  # GA-Net's reference: the same model, its gates never pushed shut
         config = dataclasses.replace(config, density_target=None)
         options["density_weight"] = 0.0

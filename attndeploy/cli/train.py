@@ -51,6 +51,10 @@ def _evolving(field: str) -> Any:
     return field_default(EvolvingConfig, field)
 
 
+def _pretrained_evolving(field: str) -> Any:
+    return PRETRAINED_DEFAULTS.evolving.get(field, _evolving(field))
+
+
 def _model_default(key: str) -> str:
     return _both(_TASK.model[key], _DATA.model[key])
 
@@ -255,12 +259,14 @@ def command(
              "gates exactly 0, as at inference). "
              f"{_both(_ganet_default(_TASK, 'relaxation'), _ganet_default(_DATA, 'relaxation'))}"
     )] = None,
-    alpha: Annotated[
-        float, typer.Option(help="Evolving: weight of the previous logits.")
-    ] = _evolving("alpha"),
-    beta: Annotated[
-        float, typer.Option(help="Evolving: weight of the conv branch.")
-    ] = _evolving("beta"),
+    alpha: Annotated[float | None, typer.Option(
+        help="Evolving: weight of the previous logits. "
+             f"{_both(_evolving('alpha'), _evolving('alpha'), _pretrained_evolving('alpha'))}"
+    )] = None,
+    beta: Annotated[float | None, typer.Option(
+        help="Evolving: weight of the conv branch. "
+             f"{_both(_evolving('beta'), _evolving('beta'), _pretrained_evolving('beta'))}"
+    )] = None,
     negative_slope: Annotated[
         float, typer.Option(help="Evolving: LeakyReLU slope.")
     ] = _evolving("negative_slope"),
@@ -296,6 +302,11 @@ def command(
         raise ConfigError("give either --task or --data, not both")
     check_output_dir(out)  # a file in the way, a read-only place: refused before training
     defaults = _DATA if data is not None else _TASK  # what an option left out means
+    if hf_model is not None:
+        from attndeploy.integrations.hf_data import holds_weights
+
+        if holds_weights(hf_model):
+            defaults = PRETRAINED_DEFAULTS
     if family is Family.bilstm:
         aux = AuxNetwork.bilstm  # the paper's model always gates with a BiLSTM
     elif aux is None:  # the preset's network is measured on the built-in Transformer only
@@ -307,7 +318,10 @@ def command(
         relaxation=(_ganet_default(defaults, "relaxation") if relaxation is None
                     else relaxation.value),
     )
-    evolving = EvolvingConfig(alpha=alpha, beta=beta, negative_slope=negative_slope)
+    evolving = EvolvingConfig(
+        alpha=defaults.evolving.get("alpha", _evolving("alpha")) if alpha is None else alpha,
+        beta=defaults.evolving.get("beta", _evolving("beta")) if beta is None else beta,
+        negative_slope=negative_slope)
     qvi = QVIConfig(form=qvi_form.value)
     sub_configs = {"qvi": qvi, "ganet": ganet, "evolving": evolving}  # the named options above
     if option:

@@ -93,6 +93,13 @@ def load_source(path: Path) -> HFSource:
     return HFSource(path, config, weights, tokenizer)
 
 
+def holds_weights(path: Path) -> bool:
+    """Whether `--hf-model PATH` is a folder with safetensors weights (pretrained), not a
+    config alone (random weights)."""
+    path = Path(path)
+    return path.is_dir() and any((path / name).is_file() for name in WEIGHT_FILES)
+
+
 def check_weight_files(folder: Path) -> None:
     """Read the header of each safetensors file holding the folder's weights (nothing is
     loaded), so that a corrupt, truncated or oversized one is a CheckpointError naming it here,

@@ -190,7 +190,8 @@ def train_hf_checkpoint(
     """Load, convert, fine-tune, evaluate (with the baseline beside) and save: the library side
     of `attndeploy train --hf-model`. `options` are fields of the variant's config.
     `train_config` None takes the defaults for the data (`training.config.defaults_for`: the
-    pretrained recipe when the folder holds weights). The data splits with `split_seed`, by
+    pretrained recipe when the folder holds weights), and the preset's variant options under
+    `options`. The data splits with `split_seed`, by
     default the training seed. `truncate` keeps the first `max_seq` pieces of a longer text
     (without it such a text is refused)."""
     out_dir = Path(out_dir)
@@ -199,11 +200,14 @@ def train_hf_checkpoint(
     if task is not None and data_file is not None:
         raise ConfigError("give either --task or --data, not both")
     options = dict(options or {})
-    sub = variant_config(variant, options)
+    variant_config(variant, options)  # an unknown variant or option fails before any loading
     source = load_source(Path(hf_model))
     if train_config is None:  # pretrained weights fine-tune with their own recipe
-        train_config = defaults_for(real_text=data_file is not None,
-                                    pretrained=source.weights is not None).training_for(variant)
+        defaults = defaults_for(real_text=data_file is not None,
+                                pretrained=source.weights is not None)
+        train_config = defaults.training_for(variant)
+        options = {**defaults.options_for(variant), **options}
+    sub = variant_config(variant, options)
     # The encoder keeps its own embeddings: embedding_init does not apply.
     train_config = replace(train_config, embedding_init=0.0)
     data = load_hf_training_data(

@@ -66,8 +66,9 @@ LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
         "qvi_form": field_default(QVIConfig, "form"),
         **{name: field_default(GANetConfig, name)
            for name in ("temperature", "density_weight", "gate_mode", "straight_through")},
-        **{name: field_default(EvolvingConfig, name)
-           for name in ("alpha", "beta", "negative_slope")},
+        "negative_slope": field_default(EvolvingConfig, "negative_slope"),
+        # alpha and beta depend on what is trained (None: the preset's, see train --help)
+        "alpha": None, "beta": None,
     },
     "package": {
         name: field_default(PackageOptions, name)

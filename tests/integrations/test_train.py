@@ -247,8 +247,8 @@ def test_pretrained_weights_fine_tune_with_the_pretrained_recipe(tmp_path: Path)
                                           "label": "pos" if i % 2 else "neg"})
                               for i in range(50)) + "\n")
     result = train_hf_checkpoint(pretrained_folder(tmp_path / "pre"), "evolving",
-                                 tmp_path / "ckpt", data_file=data, max_seq=16, progress=False,
-                                 options={"alpha": 0.3, "beta": 0.5})
+                                 tmp_path / "ckpt", data_file=data, max_seq=16, progress=False)
+    assert result.model.config.options["alpha"] == 0.3  # the pretrained preset's α and β
     used = result.summary["config"]
     assert (used["learning_rate"], used["schedule"], used["warmup_fraction"]) == (
         5e-5, "linear", 0.1)
@@ -321,6 +321,27 @@ def test_truncate_cuts_a_long_text_to_max_seq_pieces_and_counts_it(tmp_path: Pat
                         train_config=TrainConfig(steps=1, batch_size=8))
     cut = read_checkpoint(tmp_path / "ckpt").metadata["data"]["truncated_to_max_seq"]
     assert sum(cut.values()) == 1
+
+
+def test_the_cli_takes_the_pretrained_evolving_options_unless_given(tmp_path: Path,
+                                                                     monkeypatch, capsys):
+    from attndeploy.cli import app as cli_app
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
+                              for i in range(30)) + "\n")
+    folder = pretrained_folder(tmp_path / "pre")
+    for name, extra, want in (("preset", [], (0.3, 0.5)),
+                              ("given", ["--alpha", "0.2", "--beta", "0.4"], (0.2, 0.4))):
+        monkeypatch.setattr("sys.argv", [
+            "attndeploy", "train", "--hf-model", str(folder), "--variant", "evolving", "--data",
+            str(data), "--max-seq", "16", "--steps", "1", "--out", str(tmp_path / name),
+            "--json", *extra])
+        with pytest.raises(SystemExit) as info:
+            cli_app.main()
+        assert info.value.code == 0, capsys.readouterr().err
+        options = read_checkpoint(tmp_path / name).model_config.options
+        assert (options["alpha"], options["beta"]) == want
 
 
 def test_pretrained_weights_without_a_tokenizer_are_warned_about(tmp_path: Path, monkeypatch,
