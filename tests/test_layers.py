@@ -45,7 +45,8 @@ LAYERS: tuple[Layer, ...] = (
                     "attndeploy.integrations.hf_train", "attndeploy.integrations.hf_data")),
     Layer("export", ("attndeploy.export", "attndeploy.integrations.hf_export")),
     Layer("validate", ("attndeploy.validate",)),
-    Layer("optimize", ("attndeploy.optimize",)),
+    Layer("optimize", ("attndeploy.optimize", "attndeploy.quantize")),
+    Layer("debug", ("attndeploy.debug",)),
     Layer("serving", ("attndeploy.serving",), torch_free=True),
     Layer("deploy", ("attndeploy.deploy",), torch_free=True),
     Layer("quickstart", ("attndeploy.quickstart",)),
@@ -170,6 +171,7 @@ def test_the_import_scan_sees_function_level_type_checking_and_relative_imports(
     ("attndeploy.integrations.hf_export", "export"),
     ("attndeploy.serving.packaging.text_model", "serving"),
     ("attndeploy.interface", "runtime"),
+    ("attndeploy.debug.inside", "debug"),
 ])
 def test_the_most_specific_prefix_decides_the_layer(module, layer):
     assert layer_of(module).name == layer

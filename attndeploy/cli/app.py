@@ -50,6 +50,7 @@ COMMANDS = {
     "quickstart": ("quickstart", "command"),
     "deploy": ("deploy", "command"),
     "quantize": ("quantize", "command"),
+    "debug": ("debug", "command"),
 }
 
 for name, (module, function) in COMMANDS.items():

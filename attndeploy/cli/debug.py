@@ -1,0 +1,263 @@
+"""`attndeploy debug compare`: where an exported model diverges, layer by layer, down inside the
+`attndeploy` functions (`attndeploy.debug`).
+
+    attndeploy debug compare CKPT MODEL.onnx                     PyTorch (the checkpoint) vs MODEL
+    attndeploy debug compare --model MODULE:FACTORY MODEL.onnx   PyTorch (your model) vs MODEL
+    attndeploy debug compare MODEL.onnx --against REF.onnx       REF vs MODEL, no PyTorch
+    attndeploy debug compare CKPT MODEL.onnx --against REF.onnx  the same, CKPT makes the inputs
+
+MODEL.onnx is always the model under test; the reference is PyTorch, or `--against`'s file.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from attndeploy.cli.export import UserModelOption, WeightsOption
+from attndeploy.cli.output import console, error_console, print_json
+
+
+class Action(str, Enum):
+    compare = "compare"
+
+
+def command(
+    action: Annotated[Action, typer.Argument(help="What to do: compare, layer by layer.")],
+    source: Annotated[
+        Path | None, typer.Argument(
+            metavar="[SOURCE]", help="Checkpoint directory the model was exported from; leave "
+                                     "it out with --model, optional with --against (then it "
+                                     "only makes the inputs).")
+    ] = None,
+    onnx_file: Annotated[
+        Path | None, typer.Argument(metavar="MODEL.onnx", help="The ONNX file under test.")
+    ] = None,
+    against: Annotated[
+        Path | None, typer.Option("--against", metavar="REF.onnx",
+                                  help="Compare MODEL.onnx with this ONNX file (e.g. an int8 or "
+                                       "fp16 model against its fp32 export) instead of PyTorch.")
+    ] = None,
+    user_model: UserModelOption = None,
+    weights: WeightsOption = None,
+    shapes: Annotated[
+        str | None, typer.Option(help="Shapes BxS, comma-separated [default: 4x17, seq clipped "
+                                      "to the model's max_seq; with --model: the factory's "
+                                      "example].")
+    ] = None,
+    atol: Annotated[float | None, typer.Option(help="Absolute tolerance [by dtype].")] = None,
+    rtol: Annotated[float | None, typer.Option(help="Relative tolerance [by dtype].")] = None,
+    providers: Annotated[
+        str | None, typer.Option(help="onnxruntime providers, comma-separated.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    top: Annotated[
+        int, typer.Option(min=0, help="Layers listed by the error they add (0: none).")
+    ] = 5,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the report as one JSON document on stdout.")
+    ] = False,
+    json_path: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the JSON report here (atomically).")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write a PNG of the error by layer here (log scale).")
+    ] = None,
+) -> None:
+    """Compare every attention node, block and output of MODEL.onnx with its reference on the
+    same inputs; name the first divergence and, for an attention node, the first op inside its
+    function that diverges. Exits 1 when something diverges (the reports are written first).
+
+    `debug compare CKPT MODEL.onnx`, `debug compare --model MODULE:FACTORY MODEL.onnx`, or
+    `debug compare [CKPT] MODEL.onnx --against REF.onnx` (two ONNX files, no PyTorch)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from attndeploy.debug import DebugOptions
+    from attndeploy.errors import ValidationError
+
+    checkpoint, model = _sources(source, onnx_file, user_model, against, shapes)
+    inputs = [p for p in (model, against, weights) if p is not None]
+    if checkpoint is not None:
+        inputs += _checkpoint_files(checkpoint)
+    _check_outputs(inputs, [json_path, plot])
+    progress = Progress(TextColumn("[bold]debug compare"), BarColumn(),
+                        TextColumn("{task.completed}/{task.total} {task.description}"),
+                        TimeElapsedColumn(), console=error_console, transient=True)
+    with progress:
+        options = DebugOptions(
+            atol=atol, rtol=rtol, progress=progress,
+            providers=tuple(p.strip() for p in providers.split(",")) if providers else None,
+        )
+        report = _run(checkpoint, model, against, user_model, weights, shapes, seed, options)
+    if json_path is not None:
+        report.write_json(json_path)
+    if plot is not None:
+        report.write_plot(plot)
+    if json_output:
+        print_json(report.to_json())
+    else:
+        _print(report, top)
+    if not report.passed:
+        where = f"; report: {json_path}" if json_path is not None else ""
+        raise ValidationError(report.verdict + where)
+    if not json_output:
+        console.print(f"[bold green]{_escape(report.verdict)}[/]", highlight=False)
+
+
+# ----------------------------------------------------------------------------- arguments
+
+
+def _sources(source: Path | None, onnx_file: Path | None, user_model: str | None,
+             against: Path | None, shapes: str | None) -> tuple[Path | None, Path]:
+    """(checkpoint or None, the ONNX file under test) from the positional arguments."""
+    from attndeploy.errors import ValidationError
+
+    given = [p for p in (source, onnx_file) if p is not None]
+    if user_model is not None:
+        if len(given) != 1:
+            raise ValidationError("with --model give one argument, the ONNX file (no "
+                                  "checkpoint)")
+        if shapes is not None:
+            raise ValidationError("--shapes (BxS) applies to checkpoints; with --model the "
+                                  "inputs are the factory's example")
+        return None, given[0]
+    if against is not None and len(given) == 1:
+        return None, given[0]
+    if len(given) != 2:
+        raise ValidationError("give a checkpoint directory and its ONNX file, --model "
+                              "MODULE:FACTORY and the ONNX file, or the ONNX file and "
+                              "--against REF.onnx")
+    return given[0], given[1]
+
+
+def _checkpoint_files(checkpoint: Path) -> list[Path]:
+    from attndeploy.checkpoint import CONFIG_FILE, WEIGHTS_FILE
+
+    return [checkpoint, checkpoint / CONFIG_FILE, checkpoint / WEIGHTS_FILE]
+
+
+def _check_outputs(inputs: list[Path], outputs: list[Path | None]) -> None:
+    """Before the work: each output can be written, destroys no input and is not the other."""
+    from attndeploy.errors import OutputError
+    from attndeploy.fsutil import check_not_an_input, check_output_file, same_path
+
+    written: list[Path] = []
+    for path in (p for p in outputs if p is not None):
+        check_output_file(path)
+        check_not_an_input(path, inputs)
+        if any(same_path(path, other) for other in written):
+            raise OutputError(f"cannot write {path}: --json-out and --plot name the same file")
+        written.append(path)
+
+
+# ----------------------------------------------------------------------------- the work
+
+
+def _run(checkpoint: Path | None, model: Path, against: Path | None, user_model: str | None,
+         weights: Path | None, shapes: str | None, seed: int, options: Any) -> Any:
+    """The report of the mode the arguments chose (module docstring)."""
+    from attndeploy import debug
+    from attndeploy.errors import ValidationError
+
+    if weights is not None and user_model is None:
+        raise ValidationError("--weights goes with --model; a checkpoint holds its own weights")
+    if against is None and user_model is None:
+        return debug.compare_checkpoint(checkpoint, model, options, shapes=shapes, seed=seed)
+    user = _user_model(user_model, weights, model) if user_model is not None else None
+    if against is None:
+        return _guarded(user_model, lambda: debug.compare_module(
+            user.module, model, [user.inputs], options, feed_labels=["example"]))
+    if user is not None:
+        feeds, labels = [user.inputs], ["example"]
+    elif checkpoint is not None:
+        from attndeploy.checkpoint import read_checkpoint
+
+        config = read_checkpoint(checkpoint).model_config
+        feeds, labels = debug.token_feeds(config.vocab_size, config.max_seq, shapes, seed,
+                                          str(checkpoint))
+    else:
+        from attndeploy.debug.sources import load_onnx
+
+        _, metadata = load_onnx(model)
+        feeds, labels = debug.metadata_feeds(metadata, shapes, seed, str(model))
+    return debug.compare_models(against, model, feeds, options, feed_labels=labels)
+
+
+def _user_model(spec: str, weights: Path | None, model: Path) -> Any:
+    from attndeploy.cli.user_model import load_user_model
+    from attndeploy.debug.sources import load_onnx
+
+    load_onnx(model)  # a missing or foreign file is refused before the factory runs
+    return load_user_model(spec, weights, stage="validation")
+
+
+def _guarded(spec: str | None, work: Any) -> Any:
+    """Run `work`; an exception of the user's own forward pass becomes one ValidationError."""
+    from attndeploy.cli.user_model import describe
+    from attndeploy.errors import AttnDeployError, ValidationError
+
+    try:
+        return work()
+    except AttnDeployError:
+        raise
+    except Exception as exc:  # the user's forward may raise anything
+        raise ValidationError(f"--model {spec}: running the model failed: "
+                              f"{describe(exc)}") from None
+
+
+# ----------------------------------------------------------------------------- printing
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _number(value: float | None) -> str:
+    from attndeploy.debug.report import short
+
+    return "" if value is None else short(value)
+
+
+def _print(report: Any, top: int) -> None:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"{_escape(Path(report.candidate).name)} against "
+                        f"{_escape(Path(report.reference).name)}: atol "
+                        f"{report.tolerance.atol:g}, rtol {report.tolerance.rtol:g}, "
+                        f"{', '.join(report.shapes)}", title_justify="left",
+                  box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    gated = any(layer.gates is not None for layer in report.layers)
+    table.add_column("layer", overflow="fold")
+    table.add_column("type", overflow="fold")
+    for column in ("max|Δ|", "‖Δ‖/‖b‖", "added", *(("flips",) if gated else ())):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("", no_wrap=True)
+    first = report.first_divergence
+    for layer in report.layers:
+        status = "[green]ok[/]" if layer.passed else (
+            "[bold red]FIRST[/]" if layer is first else "[red]✗[/]")
+        flips = ("" if layer.gates is None else str(layer.gates["flips"]),) if gated else ()
+        table.add_row(_escape(layer.label), _escape(layer.op_type), _number(layer.max_abs),
+                      _number(layer.rel_error), _number(layer.added_error), *flips, status)
+    console.print(table)
+    if top and not report.passed:
+        ranked = [layer for layer in report.ranked()
+                  if layer.added_error and not layer.passed][:top]
+        if ranked:
+            console.print("adds the most error: " + ", ".join(
+                f"{_escape(layer.label)} (+{_number(layer.added_error)}"
+                + (f"; {len(layer.matmuls)} MatMul/Gemm" if layer.matmuls else "") + ")"
+                for layer in ranked), highlight=False)
+    inside = report.inside
+    if inside is not None:
+        console.print(f"inside {_escape(inside.function)} of layer {inside.layer}: "
+                      f"{_escape(inside.finding())}", highlight=False)
+        console.print(f"  oracle: {_escape(inside.oracle)}", highlight=False)
+    for note in report.notes:
+        console.print(f"note: {_escape(note)}", highlight=False)

@@ -1,0 +1,55 @@
+"""The comparison's PNG: error by layer in graph order, log scale (matplotlib, Agg), written
+atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attndeploy.fsutil import atomic_write_png
+
+if TYPE_CHECKING:
+    from attndeploy.debug.report import DebugReport
+
+FLOOR = 1e-12  # exact agreement is drawn at the floor of the log axis
+MARKERS = {"node": "o", "block": "s", "output": "D"}
+
+
+def write_error_plot(report: DebugReport, path: Path) -> Path:
+    """PNG at `path`: each layer's largest |a - b| and ||a - b|| / ||b||, the tolerance, and
+    the first divergence marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    layers = report.layers
+    figure = Figure(figsize=(max(6.0, 0.45 * len(layers) + 2), 4.2), dpi=100)
+    axes = figure.subplots()
+    positions = range(len(layers))
+    absolute = [max(layer.max_abs or 0.0, FLOOR) for layer in layers]
+    relative = [max(layer.rel_error or 0.0, FLOOR) for layer in layers]
+    axes.plot(positions, absolute, color="tab:blue", linewidth=1, label="max |a - b|")
+    axes.plot(positions, relative, color="tab:orange", linewidth=1, linestyle=":",
+              label="||a - b|| / ||b||")
+    for kind, marker in MARKERS.items():
+        chosen = [i for i, layer in enumerate(layers) if layer.kind == kind]
+        if chosen:
+            axes.scatter(chosen, [absolute[i] for i in chosen], marker=marker, s=28,
+                         color=["tab:red" if not layers[i].passed else "tab:blue"
+                                for i in chosen], zorder=3, label=f"{kind}s")
+    axes.axhline(report.tolerance.atol, color="gray", linestyle="--",
+                 label=f"atol {report.tolerance.atol:g}")
+    first = report.first_divergence
+    if first is not None:
+        axes.axvline(layers.index(first), color="tab:red", linewidth=0.8, alpha=0.6)
+    axes.set_yscale("log")
+    axes.set_xticks(list(positions))
+    axes.set_xticklabels([layer.label for layer in layers], rotation=60, ha="right", fontsize=7)
+    axes.set_ylabel(f"error (exact at {FLOOR:g})")
+    title = "no divergence" if first is None else f"first divergence: {first.label}"
+    axes.set_title(f"{Path(report.candidate).name} against {Path(report.reference).name}: "
+                   f"{title}", fontsize=9)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    return atomic_write_png(figure, path)
