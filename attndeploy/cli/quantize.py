@@ -47,6 +47,11 @@ def command(
         typer.Option(help="A MatMul/Gemm node kept in fp32 (repeatable; `attndeploy debug "
                           "compare` ranks the layers int8 hurts most).")
     ] = None,
+    exclude_worst: Annotated[
+        int, typer.Option(min=0, help="Keep the N layers int8 hurts most in fp32: rank them "
+                                      "(attndeploy debug compare on the shape grid), then "
+                                      "quantize again without their MatMuls.")
+    ] = _default("exclude_worst"),
     max_logit_change: Annotated[
         float, typer.Option(help="Tolerance: the largest |logit change| on the shape grid.")
     ] = _default("max_logit_change"),
@@ -77,6 +82,7 @@ def command(
 
     options = QuantizeOptions(
         method=method.value, per_channel=per_channel, exclude=tuple(exclude or ()),
+        exclude_worst=exclude_worst,
         grid=grid, max_logit_change=max_logit_change, min_agreement=min_agreement,
         max_accuracy_drop=max_accuracy_drop, threads=threads, force=force)
     status = (contextlib.nullcontext() if json_output
@@ -93,6 +99,10 @@ def command(
                     f"{result.source_bytes / 2**20:.1f}); grid: largest logit change "
                     f"{grid_check.max_logit_change:.3g}, labels equal "
                     f"{grid_check.label_agreement:.1%}")
+            if candidate.ranking:
+                worst = ", ".join(r["label"] for r in candidate.ranking[:exclude_worst])
+                line += (f"; kept in fp32: {len(candidate.excluded)} MatMuls of the worst "
+                         f"layer(s) {worst}")
             if data_check is not None:
                 line += (f"; {data_check.texts} texts: labels equal "
                          f"{data_check.label_agreement:.2%}, accuracy "

@@ -19,7 +19,10 @@ class QuantizeOptions:
     - `per_channel`: one scale per output channel of each weight (fp32 labels agreed on 98.8 %
       of 1,500 real texts per channel, 97.6 % per tensor, on all-MiniLM-L6-v2).
     - `exclude`: names of main-graph nodes (MatMul/Gemm) kept in fp32, e.g. from
-      `attndeploy debug compare` ranking the layers int8 hurts most.
+      `attndeploy debug compare` ranking the layers int8 hurts most; `exclude_worst` N does that
+      itself: it quantizes once, ranks the layers by the error each adds against fp32 on the
+      shape grid (`attndeploy.debug.compare_models`), and quantizes again with the MatMuls of the
+      N worst kept in fp32.
     - Tolerances: the largest |logit change| on the shape grid (`max_logit_change`), and with
       labelled texts the share of equal labels (`min_agreement`) and the held-out accuracy lost
       (`max_accuracy_drop`). Outside any of them nothing is written.
@@ -33,6 +36,7 @@ class QuantizeOptions:
     max_logit_change: float = 1.0
     min_agreement: float = 0.99
     max_accuracy_drop: float = 0.005
+    exclude_worst: int = 0  # keep the MatMuls of the N layers int8 hurts most in fp32
     calibration_texts: int = 256  # static: how many of the --data texts calibrate
     threads: int | None = None
     seed: int = 0
@@ -49,6 +53,8 @@ class QuantizeOptions:
         if not 0.0 <= self.max_accuracy_drop <= 1.0:
             raise ConfigError(
                 f"--max-accuracy-drop must lie in [0, 1], got {self.max_accuracy_drop}")
+        if self.exclude_worst < 0:
+            raise ConfigError(f"--exclude-worst must be >= 0, got {self.exclude_worst}")
         if self.calibration_texts < 1:
             raise ConfigError(f"calibration_texts must be >= 1, got {self.calibration_texts}")
         object.__setattr__(self, "exclude", tuple(self.exclude))

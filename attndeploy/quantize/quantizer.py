@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,8 @@ class Candidate:
     size_bytes: int
     quantized_nodes: int
     failures: list[str] = field(default_factory=list)
+    ranking: list[dict[str, Any]] = field(default_factory=list)  # exclude_worst: the layers
+    excluded: list[str] = field(default_factory=list)  # MatMul/Gemm nodes kept in fp32
 
     @property
     def passed(self) -> bool:
@@ -38,7 +40,8 @@ class Candidate:
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "passed": self.passed, "failures": self.failures,
                 "grid": check.to_dict(self.grid), "data": check.to_dict(self.data),
-                "size_bytes": self.size_bytes, "quantized_nodes": self.quantized_nodes}
+                "size_bytes": self.size_bytes, "quantized_nodes": self.quantized_nodes,
+                "excluded": self.excluded, "ranking": self.ranking}
 
 
 @dataclass
@@ -139,18 +142,17 @@ def quantize_model(
     with tempfile.TemporaryDirectory(prefix="attndeploy-quantize-") as scratch:
         for method in wanted:
             target = Path(scratch) / f"{method}.onnx"
-            try:
-                if method == "dynamic":
-                    methods.quantize_dynamic_file(source, target, options)
-                else:
-                    calibration = _calibration_feeds(fp32, texts or [], options)
-                    methods.quantize_static_file(source, target, options, calibration)
-            except QuantizeError:
-                raise
-            except Exception as exc:  # onnxruntime.quantization raises many types
-                raise QuantizeError(f"{method} quantization of {source} failed: {exc}") from exc
+            calibration = (_calibration_feeds(fp32, texts or [], options)
+                           if method == "static" else None)
+            _quantize(method, source, target, options, calibration)
+            ranking: list[dict[str, Any]] = []
+            used = options
+            if options.exclude_worst:
+                ranking, worst = _worst_layers(source, target, feeds, options)
+                used = replace(options, exclude=tuple(options.exclude) + tuple(worst))
+                _quantize(method, source, target, used, calibration)
             record = {"method": method, "per_channel": options.per_channel,
-                      "reduce_range": options.reduce_range, "exclude": list(options.exclude),
+                      "reduce_range": options.reduce_range, "exclude": list(used.exclude),
                       "source_weights_sha256": fp32.metadata.weights_sha256}
             blob = _with_metadata(target, proto, record)
             target.write_bytes(blob)
@@ -159,7 +161,8 @@ def quantize_model(
                 method, check.compare_on_grid(fp32, int8, feeds),
                 check.compare_on_texts(fp32, int8, texts, gold, str(data))
                 if texts is not None and fp32.head == "classification" else None,
-                len(blob), _count_quantized(blob))
+                len(blob), _count_quantized(blob), ranking=ranking,
+                excluded=list(used.exclude))
             candidate.failures = _failures(candidate, options)
             candidates.append((candidate, blob))
     passing = [(c, blob) for c, blob in candidates if c.passed]
@@ -172,6 +175,33 @@ def quantize_model(
         atomic_write_bytes(out, blob)
     return QuantizeResult(source, out, options, [c for c, _ in candidates], chosen,
                           source.stat().st_size)
+
+
+def _quantize(method: str, source: Path, target: Path, options: QuantizeOptions,
+              calibration: list[dict[str, Any]] | None) -> None:
+    try:
+        if method == "dynamic":
+            methods.quantize_dynamic_file(source, target, options)
+        else:
+            methods.quantize_static_file(source, target, options, calibration or [])
+    except Exception as exc:  # onnxruntime.quantization raises many types
+        raise QuantizeError(f"{method} quantization of {source} failed: {exc}") from exc
+
+
+def _worst_layers(source: Path, quantized: Path, feeds: list[dict[str, Any]],
+                  options: QuantizeOptions) -> tuple[list[dict[str, Any]], list[str]]:
+    """The layers ranked by the error int8 adds in each (`attndeploy.debug.compare_models` on
+    the grid), and the MatMul/Gemm nodes of the `exclude_worst` worst that hold any."""
+    from attndeploy.debug import DebugOptions, compare_models
+
+    report = compare_models(source, quantized, feeds,
+                            DebugOptions(inside=False, threads=options.threads))
+    ranked = [layer for layer in report.ranked() if layer.matmuls]
+    ranking = [{"label": layer.label, "added_error": layer.added_error,
+                "rel_error": layer.rel_error, "matmuls": list(layer.matmuls)}
+               for layer in ranked]
+    worst = [name for layer in ranked[: options.exclude_worst] for name in layer.matmuls]
+    return ranking, worst
 
 
 def _calibration_feeds(model: InferenceModel, texts: list[str], options: QuantizeOptions

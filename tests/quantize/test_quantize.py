@@ -134,3 +134,20 @@ def test_an_int8_model_is_packaged_and_checked_like_its_fp32_model(text_exports,
     served = InferenceModel(tmp_path / "repo" / "std_int8" / "1" / "model.onnx", threads=1)
     want = InferenceModel(tmp_path / "int8.onnx", threads=1).run(ids, mask)["logits"]
     np.testing.assert_array_equal(served.run(ids, mask)["logits"], want)
+
+
+def test_exclude_worst_keeps_the_layer_int8_hurts_most_in_fp32(text_exports, tmp_path: Path):
+    source = text_exports.get("evolving").path
+    plain = quantize_model(source, tmp_path / "a.onnx", QuantizeOptions(threads=1))
+    kept = quantize_model(source, tmp_path / "b.onnx", QuantizeOptions(threads=1,
+                                                                        exclude_worst=1))
+    ranking = kept.chosen.ranking
+    assert ranking and ranking[0]["added_error"] >= ranking[-1]["added_error"]
+    assert kept.chosen.excluded == ranking[0]["matmuls"]
+    assert kept.chosen.quantized_nodes == (plain.chosen.quantized_nodes
+                                           - len(ranking[0]["matmuls"]))
+    graph = onnx.load(str(tmp_path / "b.onnx")).graph
+    assert {n.name for n in graph.node if n.op_type == "MatMul"} >= set(ranking[0]["matmuls"])
+    record = json.loads({p.key: p.value for p in onnx.load(str(tmp_path / "b.onnx"))
+                         .metadata_props}["attndeploy.quantization"])
+    assert record["exclude"] == ranking[0]["matmuls"]
