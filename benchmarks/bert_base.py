@@ -93,7 +93,9 @@ def prepare(variant: str, folder: Path) -> dict[str, Any]:
     )
     from attndeploy.integrations.transformers import convert
 
-    model = convert(BertForSequenceClassification(BertConfig(num_labels=2)).eval(), variant)
+    # a random model: no pretrained function to keep, so no warm start (as --hf-model CONFIG)
+    model = convert(BertForSequenceClassification(BertConfig(num_labels=2)).eval(), variant,
+                    warm_start=False)
     classifier = HFClassifier(model, model_config_of(model, SEQ))
     save_hf_checkpoint(classifier, checkpoint, label_names=LABELS)
     return {"parameters": sum(p.numel() for p in model.parameters())}
