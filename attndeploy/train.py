@@ -58,6 +58,7 @@ from attndeploy.training.evaluation import (  # noqa: F401  (re-exported: the pu
     evaluate,
     task_loss,
 )
+from attndeploy.training.parameters import parameter_groups
 from attndeploy.training.refit import refit_on_all_examples
 from attndeploy.training.schedule import learning_rate_factor  # noqa: F401  (re-exported)
 from attndeploy.training.selection import BestTracker
@@ -209,6 +210,7 @@ def fit(
     teacher: Any = None,
     taught: torch.Tensor | None = None,
     before_step: Callable[[int, int], None] | None = None,
+    new_parameters: set[str] | None = None,
 ) -> TrainResult:
     """Train `model` in place (a built-in model or a converted Hugging Face one: both take
     `(input_ids, attention_mask, details=True)`); returns it in eval mode with metrics on
@@ -225,14 +227,14 @@ def fit(
     step) into the loss with weight `config.distill` (`attndeploy.training.distill`); `taught`
     ([N] bool, default all) names the examples of `train_set` it learnt from, the only ones whose
     loss it enters. `before_step(step, horizon)` runs before each optimizer step (a warm-started
-    conversion brings its variant in: `integrations.hf_train`).
+    conversion brings its variant in: `integrations.hf_train`). `new_parameters` names the
+    parameters a pretrained model lacked, which train at `config.new_learning_rate`.
     """
     if not len(train_set):
         raise ConfigError("the training set is empty")
     model.train()
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
-    )
+    optimizer = torch.optim.AdamW(parameter_groups(model, config, new_parameters),
+                                  lr=config.learning_rate, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
     horizon = config.steps  # the most steps the run can take: the schedule ends there
     if config.max_epochs is not None:

@@ -55,6 +55,7 @@ from attndeploy.integrations.hf_data import (
 )
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
 from attndeploy.integrations.transformers import (
+    added_parameters,
     conversion_of,
     convert,
     set_warm_start_progress,
@@ -101,7 +102,11 @@ def build_classifier(
     else:
         model = cls(config)
     convert(model, variant, warm_start=source.weights is not None, **options)
-    return HFClassifier(model, model_config_of(model, max_seq))
+    classifier = HFClassifier(model, model_config_of(model, max_seq))
+    if source.weights is not None:  # the variant's own parameters train at their own rate;
+        # the new head (`missing`) trains with the encoder, as in the usual fine-tuning recipe
+        classifier.new_parameters = {f"model.{name}" for name in added_parameters(model)}
+    return classifier
 
 
 # ----------------------------------------------------------------------------- training
@@ -149,6 +154,7 @@ def fine_tune(
         label=f"fine-tune {model.config.architecture} / {model.config.variant}",
         progress=progress, val_set=val_set, corrupt=corrupt,
         before_step=_warm_start_ramp(model, config),
+        new_parameters=getattr(model, "new_parameters", None),
     )
 
 

@@ -66,6 +66,7 @@ from attndeploy.variants.registry import variant_spec
 __all__ = [
     "SUPPORTED_CLASSES",
     "Conversion",
+    "added_parameters",
     "ConvertedSelfAttention",
     "ForwardState",
     "conversion_of",
@@ -452,6 +453,21 @@ def set_warm_start_progress(model: nn.Module, fraction: float) -> None:
     conversion.warm_start_progress = min(1.0, max(0.0, float(fraction)))
     for module in layer_modules(model):
         module.attention.set_warm_start_progress(conversion.warm_start_progress)
+
+
+def added_parameters(model: nn.Module) -> set[str]:
+    """Names of the parameters `convert` added that hold no weight of the original model: the
+    variant's own (QVI's maps, Evolving Attention's convs, GA-Net's gate network), not the
+    layers' Q/K/V and output projections, which are the model's own weights."""
+    if conversion_of(model) is None:
+        raise ConfigError(f"{type(model).__name__} was not converted by attndeploy")
+    own = {id(p) for layer in layer_modules(model)
+           for part in (layer.attention.qkv, layer.attention.out) for p in part.parameters()}
+    added = {id(p) for layer in layer_modules(model) for p in layer.attention.parameters()}
+    gate_network = conversion_of(model).gate_network
+    if gate_network is not None:
+        added |= {id(p) for p in gate_network.parameters()}
+    return {name for name, p in model.named_parameters() if id(p) in added - own}
 
 
 def layer_modules(model: nn.Module) -> list[ConvertedSelfAttention]:

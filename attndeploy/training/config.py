@@ -19,6 +19,8 @@ class TrainConfig:
     steps: int = 300  # the most optimizer steps
     batch_size: int = 32
     learning_rate: float = 3e-3
+    new_learning_rate: float | None = None  # the parameters a pretrained model lacked (a
+    # conversion's variant parameters, a new head): their own peak rate; None: learning_rate
     weight_decay: float = 0.01
     warmup_steps: int = 30
     warmup_fraction: float | None = None  # warm up over this share of the steps instead
@@ -55,6 +57,9 @@ class TrainConfig:
             raise ConfigError(f"batch size must be >= 1, got {self.batch_size}")
         if not self.learning_rate > 0:
             raise ConfigError(f"learning rate must be > 0, got {self.learning_rate}")
+        if self.new_learning_rate is not None and not self.new_learning_rate > 0:
+            raise ConfigError(f"the new parameters' learning rate must be > 0, got "
+                              f"{self.new_learning_rate}")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"unknown learning-rate schedule {self.schedule!r}; valid: "
                               f"{', '.join(SCHEDULES)}")

@@ -362,3 +362,28 @@ def test_pretrained_weights_without_a_tokenizer_are_warned_about(tmp_path: Path,
     assert info.value.code == 0, err
     assert "holds pretrained weights but no tokenizer" in err
     assert "piece ids are not the ones the pretrained embedding table was trained with" in err
+
+
+def test_the_parameters_a_conversion_adds_train_at_their_own_rate(tmp_path: Path):
+    """A warm-started GA-Net's gate network is new: at the encoder's 5e-5 its gates never
+    closed. `new_learning_rate` gives the variant's own parameters their own group; the
+    pretrained weights and the new head keep `learning_rate`."""
+    from attndeploy.integrations.hf_data import load_hf_training_data, load_source
+    from attndeploy.integrations.hf_train import build_classifier
+    from attndeploy.training.parameters import parameter_groups
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i % 4} day", "label": i % 2})
+                              for i in range(20)) + "\n")
+    source = load_source(pretrained_folder(tmp_path / "pre"))
+    hf_data = load_hf_training_data(source, data_file=data, max_seq=16)
+    model = build_classifier(source, hf_data, "ganet", {}, max_seq=16)
+    assert model.new_parameters == {f"model.bert.embeddings.gate_network.{name}" for name in
+                                    ("body.0.weight", "body.0.bias", "score.weight",
+                                     "score.bias")}
+    groups = parameter_groups(model, TrainConfig(learning_rate=5e-5, new_learning_rate=2e-3),
+                              model.new_parameters)
+    assert [len(g["params"]) for g in groups] == [
+        len(list(model.parameters())) - 4, 4]
+    assert groups[1]["lr"] == 2e-3 and "lr" not in groups[0]
+    assert len(parameter_groups(model, TrainConfig(), model.new_parameters)) == 1
