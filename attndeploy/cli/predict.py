@@ -54,7 +54,7 @@ def command(
     ] = False,
 ) -> None:
     """Label texts with an exported model: label, scores and (GA-Net) the attended tokens."""
-    from attndeploy.errors import DataError, ExportError, ModelError
+    from attndeploy.errors import DataError
     from attndeploy.runtime.model import InferenceModel
     from attndeploy.runtime.text import TextError
 
@@ -63,12 +63,7 @@ def command(
         both = ", not both" if text is not None else ""
         raise DataError("give texts with --text \"...\" (repeatable) or --file lines.txt "
                         f"('-' reads stdin){both}")
-    try:
-        runner = InferenceModel(model, threads=threads)
-    except ModelError:
-        raise
-    except ExportError as exc:  # the runtime's word for a model it cannot load
-        raise ModelError(str(exc)) from None
+    runner = InferenceModel(model, threads=threads)  # ModelError: `error (model): ...`
     lines = LineReader(file) if file is not None else None
     texts: Iterator[str] = iter(text) if lines is None else iter(lines)
     printer: Callable[[int, list[str], list], None] = (

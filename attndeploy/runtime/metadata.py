@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from attndeploy.errors import DataError, ExportError
+from attndeploy.errors import DataError, ModelError
 from attndeploy.runtime.shipping import TOKENIZER_TYPES
 from attndeploy.runtime.tokenizer import TextTokenizer
 
@@ -67,7 +67,7 @@ class ModelMetadata:
 
 def _positive_int(value: Any, what: str, source: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ExportError(f"{source}: {what} must be a positive integer, got {value!r}; "
+        raise ModelError(f"{source}: {what} must be a positive integer, got {value!r}; "
                           "re-export the model.")
     return value
 
@@ -76,7 +76,7 @@ def _json(meta: Mapping[str, str], key: str, source: str) -> Any:
     try:
         return json.loads(meta[key])
     except json.JSONDecodeError as exc:
-        raise ExportError(f"{source}: corrupt attndeploy metadata {key} ({exc}).") from exc
+        raise ModelError(f"{source}: corrupt attndeploy metadata {key} ({exc}).") from exc
 
 
 def tokenizer_from_record(record: Any) -> TextTokenizer:
@@ -100,42 +100,42 @@ def tokenizer_from_record(record: Any) -> TextTokenizer:
 
 def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
                    read_tokenizer: bool = True) -> ModelMetadata:
-    """The `ModelMetadata` in an exported model's metadata_props; ExportError naming what is
+    """The `ModelMetadata` in an exported model's metadata_props; ModelError naming what is
     missing or wrong (`source` names the file in the message). The one reader of that metadata:
     the packager's `read_model_info` calls it with `read_tokenizer=False` (a text model checks
     its tokenizer record itself), leaving `tokenizer` None."""
     missing = [key for key in REQUIRED if key not in meta]
     if missing:
-        raise ExportError(
+        raise ModelError(
             f"{source} was not exported by attndeploy: its metadata lacks {', '.join(missing)}. "
             "Export the checkpoint with `attndeploy export CHECKPOINT --out model.onnx`."
         )
     config = _json(meta, META_CONFIG, source)
     labels = _json(meta, META_LABELS, source)
     if not isinstance(config, dict):
-        raise ExportError(f"{source}: {META_CONFIG} must be a JSON object.")
+        raise ModelError(f"{source}: {META_CONFIG} must be a JSON object.")
     missing = [key for key in REQUIRED_CONFIG_KEYS if key not in config]
     if missing:
-        raise ExportError(f"{source}: the model config in {META_CONFIG} lacks "
+        raise ModelError(f"{source}: the model config in {META_CONFIG} lacks "
                           f"{', '.join(missing)}; re-export the model with this attndeploy.")
     num_labels = _positive_int(config["num_labels"], "num_labels", source)
     if not (isinstance(labels, list) and all(isinstance(x, str) for x in labels)):
-        raise ExportError(f"{source}: {META_LABELS} must be a JSON list of strings.")
+        raise ModelError(f"{source}: {META_LABELS} must be a JSON list of strings.")
     if len(labels) != num_labels:
-        raise ExportError(
+        raise ModelError(
             f"{source}: {len(labels)} label names in {META_LABELS} but num_labels = {num_labels}."
         )
     if config["head"] not in HEADS:
-        raise ExportError(f"{source}: unknown head {config['head']!r} in the model config.")
+        raise ModelError(f"{source}: unknown head {config['head']!r} in the model config.")
     if config["variant"] != meta[META_VARIANT]:
-        raise ExportError(f"{source}: {META_VARIANT} = {meta[META_VARIANT]!r} but the model "
+        raise ModelError(f"{source}: {META_VARIANT} = {meta[META_VARIANT]!r} but the model "
                           f"config says {config['variant']!r}.")
     config_max_seq = _positive_int(config["max_seq"], "the config's max_seq", source)
     max_seq = config_max_seq
     raw_max_seq = meta.get(META_MAX_SEQ)
     if raw_max_seq is not None:  # export --max-seq may lower it
         if not raw_max_seq.isdigit() or not 1 <= int(raw_max_seq) <= config_max_seq:
-            raise ExportError(f"{source}: {META_MAX_SEQ} = {raw_max_seq!r} must be an integer "
+            raise ModelError(f"{source}: {META_MAX_SEQ} = {raw_max_seq!r} must be an integer "
                               f"in [1, {config_max_seq}] (the config's max_seq); re-export.")
         max_seq = int(raw_max_seq)
     vocab_size = _positive_int(config["vocab_size"], "the config's vocab_size", source)
@@ -144,9 +144,9 @@ def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
         try:
             tokenizer = tokenizer_from_record(_json(meta, META_TOKENIZER, source))
         except DataError as exc:
-            raise ExportError(f"{source}: {META_TOKENIZER}: {exc}") from exc
+            raise ModelError(f"{source}: {META_TOKENIZER}: {exc}") from exc
         if len(tokenizer) > vocab_size:
-            raise ExportError(f"{source}: the vocabulary has {len(tokenizer)} tokens but the "
+            raise ModelError(f"{source}: the vocabulary has {len(tokenizer)} tokens but the "
                               f"model embeds {vocab_size}; re-export the model.")
     return ModelMetadata(
         variant=str(config["variant"]),

@@ -25,7 +25,7 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
-from attndeploy.errors import ConfigError, DataError, ExportError
+from attndeploy.errors import ConfigError, DataError, ModelError
 from attndeploy.runtime import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TEXT_BYTES, sessions
 from attndeploy.runtime.checks import ATTENTION_MASK, INPUT_IDS, check_inputs
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
@@ -62,7 +62,7 @@ class InferenceModel:
     `providers`: onnxruntime execution providers, default CPU only. `threads`: intra-op threads
     (default: onnxruntime's, one per core). `session_options`: an `ort.SessionOptions` of your own
     (then `threads` must be left out). A file that is not an attndeploy export fails with an
-    ExportError saying so.
+    ModelError (an ExportError) saying so.
     """
 
     def __init__(
@@ -77,9 +77,9 @@ class InferenceModel:
         if self.path.is_dir():
             inside = self.path / "model.onnx"
             hint = f" (did you mean {inside}?)" if inside.is_file() else ""
-            raise ExportError(f"{self.path} is a folder; give the exported ONNX file{hint}")
+            raise ModelError(f"{self.path} is a folder; give the exported ONNX file{hint}")
         if not self.path.is_file():
-            raise ExportError(f"no ONNX model at {self.path}")
+            raise ModelError(f"no ONNX model at {self.path}")
         if threads is not None and session_options is not None:
             raise ConfigError("give threads or session_options, not both (set "
                               "intra_op_num_threads on your session options)")
@@ -91,14 +91,14 @@ class InferenceModel:
             )
         except _LOAD_ERRORS as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ExportError(f"onnxruntime cannot load {self.path}: {first}") from exc
+            raise ModelError(f"onnxruntime cannot load {self.path}: {first}") from exc
         meta = self.session.get_modelmeta().custom_metadata_map
         self.metadata: ModelMetadata = parse_metadata(meta, str(self.path))
         self.output_names = [LOGITS, GATES] if self.metadata.gated else [LOGITS]
         inputs = sorted(i.name for i in self.session.get_inputs())
         outputs = {o.name for o in self.session.get_outputs()}
         if inputs != sorted([INPUT_IDS, ATTENTION_MASK]) or not set(self.output_names) <= outputs:
-            raise ExportError(
+            raise ModelError(
                 f"{self.path}: inputs {inputs} and outputs {sorted(outputs)} are not the "
                 f"attndeploy interface ({INPUT_IDS}, {ATTENTION_MASK} -> "
                 f"{', '.join(self.output_names)}); re-export the model."
