@@ -51,6 +51,7 @@ COMMANDS = {
     "deploy": ("deploy", "command"),
     "quantize": ("quantize", "command"),
     "debug": ("debug", "command"),
+    "tune": ("tune", "command"),
 }
 
 for name, (module, function) in COMMANDS.items():

@@ -1,0 +1,198 @@
+"""`attndeploy tune`: search serving configurations on the local server and write the best one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from attndeploy.cli.defaults import field_default, number_list
+from attndeploy.cli.options import JsonFlag
+from attndeploy.cli.output import console, print_json, print_warning
+from attndeploy.errors import AttnDeployError, LoadTestError
+from attndeploy.serving.client.protocol import Protocol
+from attndeploy.serving.loadtest.config import parse_number_list
+from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
+from attndeploy.serving.tune.options import TuneOptions
+
+
+def _default(name: str):
+    return field_default(TuneOptions, name)
+
+
+def _levels(what: str):
+    """A callback refusing (exit 2) a list that is not integers >= 1."""
+    def check(value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            numbers = parse_number_list(value, what)
+        except LoadTestError as exc:
+            raise typer.BadParameter(str(exc).rstrip(".")) from None
+        bad = [n for n in numbers if n < 1]
+        if bad:
+            raise typer.BadParameter(f"{bad[0]} is not an integer >= 1")
+        return value
+
+    return check
+
+
+def _positive(value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"{value:g} is not > 0")
+    return value
+
+
+def command(
+    model: Annotated[str, typer.Option(help="The model to tune: an id model, or NAME_text "
+                                            "(tuned with the id model it calls).")],
+    repo: Annotated[Path, typer.Option(help="Model repository holding it.")
+    ] = DEFAULT_REPOSITORY,
+    latency_budget_ms: Annotated[
+        float | None,
+        typer.Option(help="p95 latency (ms) the chosen configuration must keep at some "
+                          "concurrency level [default: none, the highest throughput].",
+                     callback=_positive),
+    ] = None,
+    concurrency: Annotated[
+        str, typer.Option(help="Concurrency levels each candidate is measured at (closed "
+                               "loop, rising).", callback=_levels("concurrency"))
+    ] = number_list(_default("concurrency")),
+    budget_minutes: Annotated[
+        float, typer.Option(help="Wall time of the whole run, search and references.",
+                            callback=_positive)
+    ] = _default("budget_minutes"),
+    int8: Annotated[
+        Path | None,
+        typer.Option(help="An int8 ONNX of the same model (e.g. from `attndeploy quantize`), "
+                          "tried as another version of the id model."),
+    ] = None,
+    seq: Annotated[
+        str, typer.Option(help="Sequence length(s) of the requests (tokens, or words of a text "
+                               "model's random texts).", callback=_levels("seq"))
+    ] = number_list(_default("seq_lengths")),
+    text_file: Annotated[
+        Path | None, typer.Option(help="Send these texts (non-blank lines) instead.")
+    ] = None,
+    protocol: Annotated[Protocol, typer.Option(help="gRPC or HTTP.")
+    ] = Protocol(_default("protocol")),
+    window: Annotated[
+        float, typer.Option(help="Measurement window (s) of each level.", callback=_positive)
+    ] = _default("window_s"),
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Write the chosen configuration into the "
+                                           "repository (config.pbtxt replaced atomically, the "
+                                           "old one kept as config.pbtxt.previous).")
+    ] = False,
+    json_output: JsonFlag = False,
+    json_out: Annotated[
+        Path | None, typer.Option("--json-out", help="Write the JSON result here.")
+    ] = None,
+    plot_path: Annotated[
+        Path | None, typer.Option("--plot", help="Write the Pareto front (PNG) here.")
+    ] = None,
+) -> None:
+    """Measure serving configurations (batch size, queue delay, preferred sizes, instances,
+    threads, int8) on the real local server; print the Pareto front of throughput against p95
+    and the configuration of highest throughput within the latency budget.
+
+    Each candidate is a scratch copy of the repository served by a fresh tritonserver and load
+    tested level by level; a coordinate search (model analyzer's quick search, simplified)
+    proposes the next one until nothing improves or the budget is spent. The package default
+    and in-process onnxruntime are measured as references, and the chosen configuration a second
+    time. Ctrl-C keeps what was measured (--json-out, --json and --plot get it, marked partial;
+    exit 130); nothing is applied then, nor when no candidate meets the budget.
+    """
+    from attndeploy.fsutil import check_output_file
+    from attndeploy.serving.tune import apply_candidate, run_tune
+    from attndeploy.serving.tune.report import write_plot
+
+    options = TuneOptions(
+        repo=repo, model=model, latency_budget_ms=latency_budget_ms,
+        concurrency=parse_number_list(concurrency, "concurrency"),
+        budget_minutes=budget_minutes, int8=int8, seq_lengths=parse_number_list(seq, "seq"),
+        text_file=text_file, protocol=protocol.value, window_s=window,
+    )
+    for path in (json_out, plot_path):  # unwritable outputs fail now, not after the search
+        if path is not None:
+            check_output_file(path)
+
+    def write(result: Any) -> None:
+        if json_out is not None:
+            result.write_json(json_out)
+        if plot_path is not None:
+            write_plot(result, plot_path)
+        if json_output:
+            print_json(result.to_dict())
+
+    def write_partial(result: Any) -> None:
+        try:
+            write(result)
+        except (AttnDeployError, OSError) as exc:  # the interrupt comes next
+            print_warning(f"the partial result could not be written: {exc}")
+
+    wants = json_output or json_out is not None or plot_path is not None
+    result = run_tune(options, progress=not json_output,
+                      on_partial=write_partial if wants else None)
+    if apply and result.chosen is not None:
+        result = result.with_applied(apply_candidate(result.target, result.chosen.candidate))
+    write(result)
+    if not json_output:
+        _print(result.to_dict(), apply)
+
+
+def _fmt(value: Any, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _print(data: dict[str, Any], applied: bool) -> None:
+    from rich.table import Table
+
+    budget = data["latency_budget_ms"]
+    table = Table(title=f"Pareto front of {data['target']['model']}: throughput against p95"
+                        + (f" (budget {budget:g} ms)" if budget is not None else ""))
+    for column in ("configuration", "concurrency", "infer/s", "p95 ms", ""):
+        table.add_column(column, justify="right")
+    chosen = data["chosen"] or {}
+    for point in data["pareto"]:
+        mark = ("chosen" if point["name"] == chosen.get("name")
+                and point["concurrency"] == chosen.get("concurrency") else "")
+        if budget is not None and point["p95_ms"] > budget:
+            mark = mark or "over budget"
+        table.add_row(point["name"], str(point["concurrency"]), _fmt(point["throughput"], ".0f"),
+                      _fmt(point["p95_ms"], ".2f"), mark)
+    console.print(table)
+    measured = [m for m in data["measurements"] if m["role"] != "repeat"]
+    console.print(f"{len(measured)} configuration(s) measured in {data['duration_s'] / 60:.1f} "
+                  f"min; search stopped: {data['search']['stopped_because'] or '-'}")
+    default = data["package_default"]
+    console.print(f"chosen: [bold]{chosen.get('name')}[/] at concurrency "
+                  f"{chosen.get('concurrency')}: {_fmt(chosen.get('throughput'), '.0f')} infer/s, "
+                  f"p95 {_fmt(chosen.get('p95_ms'), '.2f')} ms (package default: "
+                  f"{default['name']})")
+    for row in data["versus_default"]:
+        console.print(f"  c{row['concurrency']}: {row['throughput_ratio']:.2f}x the package "
+                      f"default's throughput, p95 {row['chosen_p95_ms']:.2f} ms vs "
+                      f"{row['default_p95_ms']:.2f} ms")
+    for row in data["served_vs_in_process"]:
+        console.print(f"  c{row['concurrency']}: served {row['ratio']:.2f}x in-process "
+                      f"onnxruntime at batch {row['batch_size']} ({row['served']:.0f} vs "
+                      f"{row['in_process']:.0f}/s)")
+    stability = data["stability"]
+    if stability is not None:
+        diff = stability["relative_difference"]
+        console.print(f"  repeat: {_fmt(stability['repeat_throughput'], '.0f')} infer/s, "
+                      f"{'-' if diff is None else f'{diff:.1%}'} from the first measurement "
+                      f"({'stable' if stability['stable'] else 'NOT stable'} within "
+                      f"{stability['tolerance']:.0%})")
+    for note in data["notes"]:
+        print_warning(note)
+    if data["applied"] is not None and not data["applied"]["configs"]:
+        console.print("applied: nothing to write, the repository holds this configuration")
+    elif data["applied"] is not None:
+        configs = ", ".join(data["applied"]["configs"].values())
+        console.print(f"applied: {configs} (the old configs kept as config.pbtxt.previous); "
+                      "restart the server to serve it")
+    elif not applied:
+        console.print("run again with --apply to write it into the repository")

@@ -1,0 +1,229 @@
+"""Measuring one candidate: its own scratch repository, a fresh `TritonServer` on free ports and
+the project's load tester at each concurrency level, lowest first.
+
+The concurrency sweep stops early, as model analyzer's does: after a level whose p95 exceeds
+the latency budget (in a closed loop more clients only queue longer), a level with errors or
+wrong answers, or a level that added less than `min_level_gain` throughput over the best level
+before it (the server is saturated; more clients only add latency).
+
+A candidate the server cannot load, or whose load test cannot run, is a failed measurement
+(`failure`), not an error: the search goes on without it. Only Ctrl-C passes through.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attndeploy.errors import LoadTestError, RepositoryError, ServerError
+from attndeploy.serving.loadtest import LoadTestConfig, run_load_test
+from attndeploy.serving.loadtest.report import LevelResult
+from attndeploy.serving.server import TritonServer, free_ports
+from attndeploy.serving.tune.scratch import materialize
+from attndeploy.serving.tune.space import INT8, Candidate
+from attndeploy.serving.tune.target import TuneTarget
+
+CURRENT = "current"  # roles of a measurement
+PACKAGE_DEFAULT = "package_default"
+SEARCH = "search"
+REPEAT = "repeat"
+
+
+@dataclass(frozen=True)
+class LevelPoint:
+    """One concurrency level of one candidate (latencies in ms; throughput in inferences/s)."""
+
+    concurrency: int
+    throughput: float
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    avg_batch_size: float | None  # what the tuned (driven) model's batcher formed
+    errors: int
+    checks_failed: int
+    stable: bool
+
+    @property
+    def ok(self) -> bool:
+        """Measured, without errors or wrong answers."""
+        return self.p95_ms is not None and not self.errors and not self.checks_failed
+
+    def within(self, budget_ms: float | None) -> bool:
+        return self.ok and (budget_ms is None or self.p95_ms <= budget_ms)  # type: ignore[operator]
+
+    @classmethod
+    def from_level(cls, level: LevelResult) -> LevelPoint:
+        server = level.server or {}
+        batch = server.get("avg_batch_size")
+        return cls(
+            concurrency=int(level.concurrency or 0),
+            throughput=float(level.throughput_infer_per_s),
+            p50_ms=level.latency_ms.get("p50"),  # type: ignore[arg-type]
+            p95_ms=level.latency_ms.get("p95"),  # type: ignore[arg-type]
+            p99_ms=level.latency_ms.get("p99"),  # type: ignore[arg-type]
+            avg_batch_size=float(batch) if batch is not None else None,
+            errors=level.error_count,
+            checks_failed=level.checks.failed,
+            stable=level.stable,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A candidate measured at its concurrency levels (lowest first), or why it could not be."""
+
+    candidate: Candidate
+    role: str
+    levels: tuple[LevelPoint, ...] = ()
+    failure: str | None = None
+    stopped: str | None = None  # why the sweep ended before the last level
+    duration_s: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    def best(self, budget_ms: float | None) -> LevelPoint | None:
+        """The level of highest throughput within the budget (ties: the lower p95)."""
+        kept = [p for p in self.levels if p.within(budget_ms)]
+        return max(kept, key=lambda p: (p.throughput, -(p.p95_ms or 0.0)), default=None)
+
+    def score(self, budget_ms: float | None) -> float | None:
+        """The objective: the best throughput within the budget; None when no level meets it."""
+        best = self.best(budget_ms)
+        return best.throughput if best is not None else None
+
+    def at(self, concurrency: int) -> LevelPoint | None:
+        return next((p for p in self.levels if p.concurrency == concurrency), None)
+
+    def to_dict(self, budget_ms: float | None = None) -> dict[str, Any]:
+        best = self.best(budget_ms)
+        return {
+            "name": self.candidate.name,
+            "role": self.role,
+            "candidate": self.candidate.to_dict(),
+            "levels": [p.to_dict() for p in self.levels],
+            "score": self.score(budget_ms),
+            "best_concurrency": best.concurrency if best is not None else None,
+            "failure": self.failure,
+            "stopped": self.stopped,
+            "duration_s": round(self.duration_s, 2),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """How every candidate is measured (from `TuneOptions`)."""
+
+    concurrency: tuple[int, ...]
+    latency_budget_ms: float | None
+    seq_lengths: tuple[int, ...] = (32,)
+    text_file: Path | None = None
+    protocol: str = "grpc"
+    window_s: float = 2.0
+    stable_windows: int = 2
+    max_windows: int = 4
+    stability_threshold: float = 0.10
+    warmup_requests: int = 20
+    check_fraction: float = 0.01
+    min_level_gain: float = 0.05
+    ready_timeout_s: float = 120.0
+    seed: int = 0
+
+    def load_config(self, target: TuneTarget, candidate: Candidate, url: str, concurrency: int
+                    ) -> LoadTestConfig:
+        level_s = self.warmup_requests * 0.5 + self.max_windows * self.window_s + 30.0
+        checks = self.check_fraction if checked(candidate, concurrency) else 0.0
+        return LoadTestConfig(
+            model=target.model, url=url, protocol=self.protocol, concurrency=(concurrency,),
+            seq_lengths=self.seq_lengths, text_file=self.text_file, window_s=self.window_s,
+            stable_windows=self.stable_windows, max_windows=self.max_windows,
+            stability_threshold=self.stability_threshold, warmup_requests=self.warmup_requests,
+            check_fraction=checks, onnx_path=target.onnx_for(candidate.precision),
+            seed=self.seed, max_level_s=level_s,
+        )
+
+
+def checked(candidate: Candidate, concurrency: int) -> bool:
+    """Whether answers at this level are compared with in-process onnxruntime.
+
+    An int8 model is checked at concurrency 1 only, where every request runs alone and must
+    match the int8 file exactly: dynamic quantization scales activations per batch, so an answer
+    computed inside a batch differs from the same request run alone by quantization noise (up
+    to 0.012 in the test model's logits, and a GA-Net gate near its threshold may flip). How
+    accurate the int8 model is, is for `attndeploy quantize` to validate, not the tuner.
+    """
+    return candidate.precision != INT8 or concurrency == 1
+
+
+def sweep_stop(levels: list[LevelPoint], budget_ms: float | None, min_gain: float) -> str | None:
+    """Why the concurrency sweep stops after its last level, or None to go on."""
+    last = levels[-1]
+    if not last.ok:
+        what = f"{last.errors} error(s)" if last.errors else (
+            f"{last.checks_failed} wrong answer(s)" if last.checks_failed else "no latency")
+        return f"{what} at concurrency {last.concurrency}"
+    if budget_ms is not None and last.p95_ms > budget_ms:  # type: ignore[operator]
+        return (f"p95 {last.p95_ms:.2f} ms over the {budget_ms:g} ms budget at concurrency "
+                f"{last.concurrency}")
+    before = [p.throughput for p in levels[:-1] if p.ok]
+    if before and last.throughput < max(before) * (1.0 + min_gain):
+        return (f"throughput grew less than {min_gain:.0%} at concurrency {last.concurrency} "
+                "(saturated)")
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def measure_candidate(
+    target: TuneTarget,
+    candidate: Candidate,
+    settings: MeasureSettings,
+    workdir: Path,
+    *,
+    role: str = SEARCH,
+    on_level: Callable[[LevelPoint], None] | None = None,
+) -> Measurement:
+    """Serve `candidate` from a scratch repository under `workdir` and load-test it."""
+    t0 = time.monotonic()
+    folder = Path(workdir) / f"{role}-{candidate.name}"
+    shutil.rmtree(folder, ignore_errors=True)
+    levels: list[LevelPoint] = []
+    failure = stopped = None
+    try:
+        repo = materialize(target, candidate, folder / "repo")
+        grpc, http, metrics = free_ports(3)
+        server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics,
+                              log_file=folder / "server.log",
+                              ready_timeout_s=settings.ready_timeout_s)
+        with server:
+            url = server.http_url if settings.protocol == "http" else server.grpc_url
+            for concurrency in settings.concurrency:
+                config = settings.load_config(target, candidate, url, concurrency)
+                report = run_load_test(config, progress=False)
+                levels.append(LevelPoint.from_level(report.levels[0]))
+                if on_level is not None:
+                    on_level(levels[-1])
+                stopped = sweep_stop(levels, settings.latency_budget_ms,
+                                     settings.min_level_gain)
+                if stopped is not None:
+                    break
+        if stopped is not None and len(levels) == len(settings.concurrency):
+            stopped = None  # the last level: nothing was skipped
+    except (ServerError, LoadTestError, RepositoryError) as exc:
+        failure = f"{exc.stage}: {_first_line(exc)}"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    notes = ()
+    if any(not checked(candidate, c) for c in settings.concurrency):
+        notes = ("int8 answers compared with the int8 file at concurrency 1 only (batched "
+                 "answers differ by quantization noise)",)
+    return Measurement(candidate, role, tuple(levels), failure, stopped,
+                       time.monotonic() - t0, notes)

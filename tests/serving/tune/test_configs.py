@@ -1,0 +1,57 @@
+"""Candidates to and from Triton configs, and the scratch repository that holds one."""
+
+from __future__ import annotations
+
+from attndeploy.serving.packaging import model_config as cfgmod
+from attndeploy.serving.packaging.check_repo import check_repository
+from attndeploy.serving.packaging.options import PackageOptions
+from attndeploy.serving.tune.configs import (
+    candidate_configs,
+    package_default,
+    read_candidate,
+)
+from attndeploy.serving.tune.scratch import materialize
+from attndeploy.serving.tune.space import Candidate
+from attndeploy.serving.tune.target import read_target
+from tests.serving.tune.fixtures import NAME, TEXT, int8_copy, tiny_repo
+
+TUNED = Candidate(max_batch_size=16, max_queue_delay_us=250, instances=2, threads=1,
+                  preferred="half+max", text_instances=2, text_queue_delay_us=100)
+
+
+def test_the_package_default_is_what_package_writes_with_its_defaults(tmp_path):
+    target = read_target(tiny_repo(tmp_path), TEXT)
+    options = PackageOptions()
+    default = package_default(target)
+    assert (default.max_batch_size, default.max_queue_delay_us, default.instances,
+            default.threads, default.text_instances) == (
+        options.max_batch_size, options.max_queue_delay_us, options.instances, options.threads,
+        options.text_instances)
+    assert default == read_candidate(target.id_config, target.text_config)  # packaged so
+
+
+def test_a_candidate_written_into_configs_reads_back_as_itself(tmp_path):
+    target = read_target(tiny_repo(tmp_path), TEXT)
+    configs = candidate_configs(target, TUNED)
+    assert read_candidate(configs[NAME], configs[TEXT]) == TUNED
+    assert list(configs[NAME].dynamic_batching.preferred_batch_size) == [8, 16]
+    assert configs[TEXT].max_batch_size == 16  # tied to the id model's
+    assert configs[NAME].parameters[cfgmod.PARAM_MAX_SEQ] == target.id_config.parameters[
+        cfgmod.PARAM_MAX_SEQ]  # everything else kept as packaged
+
+
+def test_a_scratch_repository_passes_check_repo_and_leaves_the_original_alone(tmp_path):
+    repo = tiny_repo(tmp_path)
+    before = (repo / NAME / "config.pbtxt").read_text()
+    target = read_target(repo, TEXT, int8_copy(tmp_path / "tiny.onnx", tmp_path / "q.onnx"))
+    scratch = materialize(target, Candidate(**{**TUNED.__dict__, "precision": "int8"}),
+                          tmp_path / "scratch")
+    report = check_repository(scratch)
+    assert report.passed, report.summary()
+    configs = {name: cfgmod.parse_config((scratch / name / "config.pbtxt").read_text())
+               for name in (NAME, TEXT)}
+    assert list(configs[NAME].version_policy.specific.versions) == [2]
+    assert configs[TEXT].parameters["ID_MODEL_VERSION"].string_value == "2"
+    assert (scratch / NAME / "2" / "model.onnx").read_bytes() == target.int8.path.read_bytes()
+    assert (repo / NAME / "config.pbtxt").read_text() == before
+    assert not (repo / NAME / "2").exists()

@@ -1,0 +1,128 @@
+"""The run without a server: a simulated measurement and clock drive `run_tune` through its
+budget, its interrupts and its refusals."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from attndeploy.errors import ConfigError, LoadTestError, ServerError
+from attndeploy.serving.tune.measure import Measurement
+from attndeploy.serving.tune.options import TuneOptions
+from attndeploy.serving.tune.run import run_tune
+from attndeploy.serving.tune.space import SearchSpace
+from tests.serving.tune.fixtures import TEXT, Simulated, simulated_reference, tiny_repo
+
+SPACE = SearchSpace(max_batch_size=(4, 8, 16, 32), max_queue_delay_us=(0, 500),
+                    instances=(1, 2), threads=(1,), preferred=("none",), text_instances=(1,),
+                    text_queue_delay_us=(0,), cores=2)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    monkeypatch.setattr("attndeploy.serving.tune.run.find_tritonserver", lambda: None)
+    return tiny_repo(tmp_path)
+
+
+def tune(repo, simulated, **changes):
+    options = TuneOptions(**({"repo": repo, "model": TEXT, "concurrency": (1, 4, 16),
+                              "budget_minutes": 30.0, "space": SPACE} | changes))
+    return run_tune(options, progress=False, clock=simulated.clock, measure=simulated,
+                    reference=simulated_reference)
+
+
+def test_the_run_measures_current_then_searches_then_repeats_the_chosen_one(repo):
+    simulated = Simulated()
+    result = tune(repo, simulated)
+    roles = [role for _, role in simulated.calls]
+    assert roles[0] == "current" and roles[-1] == "repeat"
+    assert "package_default" not in roles  # the repository holds the package default
+    chosen = result.chosen.candidate  # no batch above 16 forms at concurrency 16
+    assert (chosen.max_batch_size, chosen.instances, chosen.max_queue_delay_us) == (16, 2, 0)
+    assert result.search["stopped_because"].startswith("converged")
+    assert result.repeat.candidate == result.chosen.candidate
+    assert result.in_process and result.stability()["stable"]
+    assert result.versus_default()[-1]["throughput_ratio"] > 1.3
+
+
+def test_the_search_stops_when_the_next_candidate_would_not_leave_time_for_the_repeat(repo):
+    simulated = Simulated(seconds=60.0)
+    result = tune(repo, simulated, budget_minutes=5.0)
+    assert result.search["stopped_because"] == "time budget"
+    assert simulated.now <= 5 * 60
+    assert simulated.calls[-1][1] == "repeat"
+
+
+def test_a_budget_shorter_than_one_measurement_is_refused_before_anything_runs(repo):
+    simulated = Simulated()
+    with pytest.raises(ConfigError, match="shorter than one measurement"):
+        tune(repo, simulated, budget_minutes=0.1)
+    assert simulated.calls == []
+
+
+def test_no_candidate_within_the_latency_budget_names_the_closest_and_returns_nothing(repo):
+    with pytest.raises(LoadTestError, match=r"no configuration kept p95 within 0.01 ms .* the "
+                                            r"closest was b\d+-d\d+-i\d-t1-ti1-td0 at concurrency "
+                                            r"1: p95 [\d.]+ ms"):
+        tune(repo, Simulated(), latency_budget_ms=0.01)
+
+
+def test_a_latency_budget_keeps_the_chosen_level_within_it(repo):
+    result = tune(repo, Simulated(), latency_budget_ms=15.0)
+    assert result.chosen_level.p95_ms <= 15.0
+
+
+def test_ctrl_c_hands_over_what_was_measured_then_stops(repo):
+    partial = []
+    simulated = Simulated(interrupt_at=4)
+    with pytest.raises(KeyboardInterrupt):
+        run_tune(TuneOptions(repo=repo, model=TEXT, concurrency=(1, 16), space=SPACE),
+                 progress=False, clock=simulated.clock, measure=simulated,
+                 on_partial=partial.append)
+    (result,) = partial
+    assert result.partial and result.partial_reason == "interrupted"
+    assert len(result.measurements) == 3 and result.chosen is not None
+    assert result.to_dict()["partial"] is True
+
+
+def test_a_repository_whose_own_configuration_cannot_be_served_is_a_server_error(repo):
+    def failing(target, candidate, settings, workdir, *, role, on_level=None):
+        return Measurement(candidate, role, (), "server: model 'tiny' failed to load: boom")
+
+    with pytest.raises(ServerError, match="own configuration of tiny_text could not be measured"):
+        run_tune(TuneOptions(repo=repo, model=TEXT), progress=False, measure=failing)
+
+
+def test_a_failed_candidate_is_skipped_and_the_search_goes_on(repo):
+    simulated = Simulated()
+
+    def flaky(target, candidate, settings, workdir, *, role, on_level=None):
+        if candidate.instances == 2:
+            return Measurement(candidate, role, (), "server: model 'tiny' failed to load")
+        return simulated(target, candidate, settings, workdir, role=role, on_level=on_level)
+
+    result = run_tune(TuneOptions(repo=repo, model=TEXT, concurrency=(1, 16), space=SPACE),
+                      progress=False, clock=simulated.clock, measure=flaky,
+                      reference=simulated_reference)
+    assert result.chosen.candidate.instances == 1
+    assert any(m.failure for m in result.measurements)
+
+
+def test_without_a_tritonserver_the_run_stops_before_measuring(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNDEPLOY_TRITONSERVER", str(tmp_path / "no-such-tritonserver"))
+    simulated = Simulated()
+    with pytest.raises(ServerError):
+        run_tune(TuneOptions(repo=tiny_repo(tmp_path), model=TEXT), progress=False,
+                 measure=simulated)
+    assert simulated.calls == []
+
+
+def test_int8_is_tried_first_when_offered(repo, tmp_path):
+    from tests.serving.tune.fixtures import int8_copy
+
+    int8 = int8_copy(tmp_path / "tiny.onnx", tmp_path / "tiny.int8.onnx")
+    simulated = Simulated()
+    result = tune(repo, simulated, int8=int8, space=replace(SPACE, max_batch_size=(8,)))
+    assert simulated.calls[1][0].endswith("-int8-ti1-td0")
+    assert result.chosen.candidate.precision == "int8"
