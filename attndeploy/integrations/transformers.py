@@ -34,7 +34,10 @@ What `convert` changes (and nothing else):
   no conv); layer l > 0 mixes its logits with those layer l-1 handed on ([B, H, T, T]).
 - GA-Net: ONE `GateNetwork` (registered as `<embeddings>.gate_network`) scores the token
   embeddings (the word-embedding table's output, before positions; docs/variants.md §3.2) once per
-  forward pass; every layer gates its keys with those logits. After a forward pass,
+  forward pass; every layer gates its keys with those logits. The ids of the option
+  `open_token_ids` (fine-tuning passes the tokenizer's [CLS] and [SEP]) always get the logit
+  `ALWAYS_OPEN_LOGIT`: a pretrained BERT's heads park attention on them, and a closed [SEP] takes
+  that away in every layer at once. After a forward pass,
   `forward_state(model).gates` holds the gates the last layer applied (bool [B, T]) and
   `.gate_logits` the logits they were decided on (plus logistic noise in training).
 
@@ -96,6 +99,9 @@ SUPPORTED_CLASSES: dict[str, tuple[str, ...]] = {
     ),
 }
 CONVERSION_ATTR = "_attndeploy_conversion"
+# The gate logit of GA-Net's `open_token_ids`: open at eval (> 0) and, past every draw of the
+# training noise that matters, in training (σ(12 + L) < 0.5 has probability σ(-12) ≈ 6e-6).
+ALWAYS_OPEN_LOGIT = 12.0
 GATE_NETWORK_NAME = "gate_network"
 
 
@@ -382,10 +388,17 @@ def _install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Modu
     conversion.hooks.append(base.register_forward_pre_hook(before, with_kwargs=True))
     conversion.hooks.append(base.register_forward_hook(after, with_kwargs=True))
     if gate_network is not None:
+        open_ids = tuple(conversion.options.get("open_token_ids", ()))
 
         def score_tokens(module: nn.Module, args: tuple, output: Tensor) -> None:
             if state.active and state.gate_logits is None:
-                state.gate_logits = gate_network(output, state.key_padding_mask)  # [B, T]
+                logits = gate_network(output, state.key_padding_mask)  # [B, T]
+                if open_ids:  # these keys stay open, in training (noise or not) and at eval
+                    kept = torch.zeros_like(args[0], dtype=torch.bool)  # [B, T]
+                    for token_id in open_ids:
+                        kept = kept | (args[0] == token_id)
+                    logits = torch.where(kept, torch.full_like(logits, ALWAYS_OPEN_LOGIT), logits)
+                state.gate_logits = logits
 
         word_embeddings = base.embeddings.word_embeddings
         conversion.hooks.append(word_embeddings.register_forward_hook(score_tokens))

@@ -276,3 +276,28 @@ def test_a_converted_layer_runs_only_inside_its_model():
     layer = model.bert.encoder.layer[0].attention.self
     with pytest.raises(ConfigError, match="inside its model's forward"):
         layer(torch.zeros(1, 3, 32))
+
+
+def test_open_token_ids_keep_their_gates_open_in_training_and_at_eval():
+    """A converted BERT's heads park attention on [CLS] and [SEP]; GA-Net's `open_token_ids`
+    keep those keys open whatever the gate network says (it closed [SEP] in every layer)."""
+    model = convert(make_model("bert", "seq"), "ganet", open_token_ids=(1, 2))
+    with torch.no_grad():  # the gate network closes every key
+        conversion_of(model).gate_network.score.bias.fill_(-50.0)
+    ids, mask = padded_batch(3, 8)
+    ids[:, 0], ids[:, 3] = 1, 2  # every row holds both kept ids
+    for training in (False, True):
+        model.train(training)
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)
+        gates = forward_state(model).gates
+        kept = ((ids == 1) | (ids == 2)) & mask.bool()
+        assert gates[kept].all()
+        if not training:  # the rest stays closed (no rescue needed: a row has open keys)
+            assert not gates[mask.bool() & ~kept].any()
+    assert conversion_of(model).options["open_token_ids"] == (1, 2)
+
+
+def test_open_token_ids_must_be_token_ids():
+    with pytest.raises(ConfigError, match="open_token_ids must be token ids"):
+        convert(make_model("bert", "seq"), "ganet", open_token_ids=(-1,))

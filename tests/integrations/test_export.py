@@ -163,3 +163,25 @@ def test_export_model_takes_string_dims_on_a_converted_model_and_finds_the_posit
     assert report.passed, [(o.name, o.message) for o in report.oracles.values() if not o.passed]
     with torch.no_grad():
         assert model(input_ids=ids, attention_mask=mask).logits.shape == (2, NUM_LABELS)
+
+
+def test_gates_kept_open_by_token_id_export_and_match_pytorch(tmp_path: Path):
+    """GA-Net's `open_token_ids` become a few ops before the gated layers; the hard gates of the
+    exported graph equal PyTorch's (validate counts flips) on ids that hold the kept tokens."""
+    import torch
+
+    from attndeploy.export import export_model
+    from attndeploy.integrations.transformers import conversion_of, convert
+
+    from .hf_models import make_model, padded_batch
+
+    model = convert(make_model("bert"), "ganet", warm_start=False, open_token_ids=(5, 7))
+    with torch.no_grad():  # close about half of the other keys
+        conversion_of(model).gate_network.score.bias.fill_(-0.05)
+    ids, mask = padded_batch(2, 7)
+    ids[:, 0] = 5
+    dims = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    export_model(model, tmp_path / "g.onnx", inputs={"input_ids": ids, "attention_mask": mask},
+                 dynamic_shapes=dims, output_names=["logits"])
+    report = validate_model(model, tmp_path / "g.onnx", grid="1x1,3x17,2x40", vocab_size=8)
+    assert report.passed, [(o.name, o.message) for o in report.oracles.values() if not o.passed]

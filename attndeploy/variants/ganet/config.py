@@ -23,9 +23,15 @@ class GANetConfig:
     gate_mode: str = "threshold"
     straight_through: bool = False
     gather_open_keys: bool = False
+    open_token_ids: tuple[int, ...] = ()  # tokens whose gates never close (a converted BERT's
+    # [CLS] and [SEP]: the keys its pretrained heads park attention on; docs/variants.md §7)
 
     def __post_init__(self) -> None:
         check_types(self)
+        ids = tuple(self.open_token_ids)  # a list after a JSON round trip
+        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+            raise ConfigError(f"open_token_ids must be token ids (ints >= 0), got {ids!r}")
+        object.__setattr__(self, "open_token_ids", ids)
         choice("ganet aux network", self.aux, ("mlp", "conv", "bilstm"))
         choice("gate_mode", self.gate_mode, ("threshold", "sample"))
         choice("gate relaxation", self.relaxation, RELAXATIONS)
