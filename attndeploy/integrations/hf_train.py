@@ -132,6 +132,7 @@ def fine_tune(
     model: HFClassifier, train_set: TextDataset, eval_set: TextDataset, config: TrainConfig, *,
     density_weight: float = 0.0, val_set: TextDataset | None = None,
     tokenizer: WordPieceTokenizer | None = None, progress: bool = True,
+    teacher: HFClassifier | None = None,
 ) -> HFTrainResult:
     """Train `model` in place with `attndeploy train`'s loop (`attndeploy.train.fit`); returns it
     in eval mode with metrics on `eval_set`. Selection reads `val_set` when given, else
@@ -158,7 +159,7 @@ def fine_tune(
         label=f"fine-tune {model.config.architecture} / {model.config.variant}",
         progress=progress, val_set=val_set, corrupt=corrupt,
         before_step=_warm_start_ramp(model, config),
-        new_parameters=getattr(model, "new_parameters", None),
+        new_parameters=getattr(model, "new_parameters", None), teacher=teacher,
     )
 
 
@@ -231,9 +232,26 @@ def train_hf_checkpoint(
     if not model.is_gated:
         train_config = replace(train_config, density_target=None)  # no gates to steer
     density_weight = float(getattr(sub, "density_weight", 0.0)) if model.is_gated else 0.0
+    teacher = None
+    if train_config.distill:  # GA-Net learns from its dense-gate run (training.distill)
+        if not model.is_gated:
+            raise ConfigError(f"distillation from a dense-gate teacher applies to gated "
+                              f"variants (GA-Net), not {variant!r}; leave --distill at 0")
+        dense = build_classifier(source, data, variant, {**options, "density_weight": 0.0},
+                                 max_seq=max_seq, seed=train_config.seed)
+        teacher = fine_tune(dense, data.train_set, data.eval_set,
+                            replace(train_config, density_target=None, distill=0.0),
+                            val_set=data.val_set, tokenizer=data.tokenizer, progress=progress)
     result = fine_tune(model, data.train_set, data.eval_set, train_config,
                        density_weight=density_weight, val_set=data.val_set,
-                       tokenizer=data.tokenizer, progress=progress)
+                       tokenizer=data.tokenizer, progress=progress,
+                       teacher=None if teacher is None else teacher.model)
+    if teacher is not None:
+        result.summary["teacher"] = {
+            "accuracy": teacher.metrics["accuracy"], "seconds": teacher.summary["seconds"],
+            "weight": train_config.distill, "temperature": train_config.distill_temperature}
+        result.summary["seconds"] = round(result.summary["seconds"]
+                                          + teacher.summary["seconds"], 3)
     result.metrics.update(fit_hf_baseline(data))
     result.metrics.update(compare_with_baseline(result.metrics))
     origin = dict(data.source, hf_model=str(source.path),

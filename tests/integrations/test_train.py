@@ -387,3 +387,20 @@ def test_the_parameters_a_conversion_adds_train_at_their_own_rate(tmp_path: Path
         len(list(model.parameters())) - 4, 4]
     assert groups[1]["lr"] == 2e-3 and "lr" not in groups[0]
     assert len(parameter_groups(model, TrainConfig(), model.new_parameters)) == 1
+
+
+def test_a_pretrained_ganet_can_learn_from_its_dense_gate_run(tmp_path: Path):
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i % 4} {'good' if i % 2 else 'bad'} day",
+                                          "label": i % 2}) for i in range(40)) + "\n")
+    folder = pretrained_folder(tmp_path / "pre")
+    config = TrainConfig(steps=4, batch_size=16, learning_rate=5e-5, distill=0.5,
+                         density_target=0.45)
+    result = train_hf_checkpoint(folder, "ganet", tmp_path / "ckpt", data_file=data,
+                                 max_seq=16, progress=False, train_config=config)
+    teacher = result.summary["teacher"]
+    assert teacher["weight"] == 0.5 and 0.0 <= teacher["accuracy"] <= 1.0
+    assert result.summary["seconds"] >= teacher["seconds"]
+    with pytest.raises(ConfigError, match="applies to gated variants"):
+        train_hf_checkpoint(folder, "standard", tmp_path / "std", data_file=data, max_seq=16,
+                            progress=False, train_config=config)
