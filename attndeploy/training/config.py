@@ -204,7 +204,11 @@ REAL_TEXT_DEFAULTS = Defaults(REAL_TEXT, {**_SMALL_MODEL, "dropout": 0.4}, val_f
 # linear warm-up over 10 % of the steps then linear decay to 0, gradient clipping at 1.0 (every
 # run), the model's own dropout, a fixed number of epochs and the last step's weights: no
 # selection on a validation split, which on a few dozen examples picks noise, so every
-# non-held-out example trains (benchmarks/README.md, `pretrained.py`).
+# non-held-out example trains (on 800 quotations in 4 classes, keeping the best of 8 epochs on a
+# 10 % split scored 0.755, the last of 4 epochs 0.765). Batches of similar lengths (windows of 50
+# batches sorted by length, as Hugging Face's group_by_length): the same accuracy over three
+# seeds on the Debian descriptions (0.834 against 0.835), 2.8 times fewer padded tokens on the
+# quotations (benchmarks/README.md, `pretrained.py`).
 PRETRAINED = TrainConfig(
     steps=1_000_000,  # epochs end training
     batch_size=32,
@@ -214,6 +218,7 @@ PRETRAINED = TrainConfig(
     schedule="linear",
     max_epochs=4,
     keep_best=False,
+    bucket_by_length=True,
     density_target=0.3,
 )
 # Evolving Attention warm-starts (docs/variants.md §7) into α = 0.3, β = 0.5: on the Debian
