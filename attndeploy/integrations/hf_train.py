@@ -66,7 +66,6 @@ from attndeploy.train import TrainConfig, TrainResult, fit
 from attndeploy.training.baseline import compare_with_baseline
 from attndeploy.training.config import defaults_for
 from attndeploy.training.schedule import warmup_steps
-from attndeploy.variants.registry import variant_spec
 
 # ----------------------------------------------------------------------------- the model
 
@@ -92,9 +91,6 @@ def build_classifier(
     if max_seq > position_limit(config):
         raise ConfigError(f"--max-seq {max_seq} exceeds the model's {position_limit(config)} "
                           "positions")
-    if variant_spec(variant).gated and "open_token_ids" not in options:
-        # [CLS] and [SEP] keep their gates open (integrations.transformers, docs/variants.md §7)
-        options = {**options, "open_token_ids": (data.tokenizer.cls_id, data.tokenizer.sep_id)}
     variant_config(variant, options)  # refuse bad options before building anything
     cls = getattr(transformers, source.classifier)
     torch.manual_seed(seed)  # the new head and the variant's parameters

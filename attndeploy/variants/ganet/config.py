@@ -23,8 +23,8 @@ class GANetConfig:
     gate_mode: str = "threshold"
     straight_through: bool = False
     gather_open_keys: bool = False
-    open_token_ids: tuple[int, ...] = ()  # tokens whose gates never close (a converted BERT's
-    # [CLS] and [SEP]: the keys its pretrained heads park attention on; docs/variants.md §7)
+    open_token_ids: tuple[int, ...] = ()  # tokens whose gates never close (in a converted
+    # Hugging Face model; e.g. [CLS] and [SEP], the keys its pretrained heads park attention on)
 
     def __post_init__(self) -> None:
         check_types(self)
