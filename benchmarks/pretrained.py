@@ -207,6 +207,26 @@ def plot(report: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def merge(paths: list[Path], out: Path, name: str) -> None:
+    """One report (and plot) from several runs of this script (e.g. variants split over two
+    processes): their sets and variants side by side, the targets judged again."""
+    reports = [json.loads(path.read_text()) for path in paths]
+    sets: dict = {}
+    for report in reports:
+        for set_name, result in report["sets"].items():
+            entry = sets.setdefault(set_name, {"baseline_accuracy": result["baseline_accuracy"],
+                                               "variants": {}})
+            entry["variants"].update(result["variants"])
+    merged = {**reports[0], "sets": sets, "targets": targets(sets),
+              "merged_from": [str(path) for path in paths],
+              "machines": [report["machine"] for report in reports]}
+    atomic_write_text(out / f"{name}.json", json.dumps(merged, indent=2) + "\n")
+    plot(merged, out / f"{name}.png")
+    for check in merged["targets"]:
+        mark = "[green]met[/]" if check["met"] else "[red]not met[/]"
+        console.print(f"{check['set']:15s} {check['target']:40s} {check['value']!s:>10.7s} {mark}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, default=None)
@@ -227,7 +247,12 @@ def main() -> None:
     parser.add_argument("--name", default="pretrained", help="output file stem")
     parser.add_argument("--keep", type=Path, default=None,
                         help="keep the first seed's checkpoints as KEEP/<set>/<variant>")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None,
+                        help="merge these reports of earlier runs into --out/--name instead")
     args = parser.parse_args()
+    if args.merge:
+        merge(args.merge, args.out, args.name)
+        return
     args.overrides = {k: _parse_value(v) for k, v in (item.split("=", 1) for item in args.set)}
     args.options = {}
     for item in args.option:
