@@ -51,6 +51,15 @@ def _evolving(field: str) -> Any:
     return field_default(EvolvingConfig, field)
 
 
+def _pretrained_ganet(field: str) -> Any:
+    return PRETRAINED_DEFAULTS.ganet.get(field, _ganet(field))
+
+
+def _ganet_help(field: str) -> str:
+    return _both(_ganet_default(_TASK, field), _ganet_default(_DATA, field),
+                 _pretrained_ganet(field))
+
+
 def _pretrained_evolving(field: str) -> Any:
     return PRETRAINED_DEFAULTS.evolving.get(field, _evolving(field))
 
@@ -164,6 +173,13 @@ def command(
         "--lr", help="Peak learning rate (AdamW). "
                      f"{_three('learning_rate')}"
     )] = None,
+    new_lr: Annotated[float | None, typer.Option(
+        "--new-lr", help="--hf-model on pretrained weights: peak learning rate of the "
+                         "parameters the conversion adds (the variant's own). [default: "
+                         f"{PRETRAINED_DEFAULTS.training_for('ganet').new_learning_rate:g} for "
+                         "GA-Net, whose new gate network must learn to close gates; --lr for "
+                         "the others]")
+    ] = None,
     weight_decay: Annotated[float | None, typer.Option(
         help="AdamW weight decay. "
              f"{_three('weight_decay')}")] = None,
@@ -227,9 +243,9 @@ def command(
              f"{_ganet('aux')} unless given). "
              f"{_both(_ganet_default(_TASK, 'aux'), _ganet_default(_DATA, 'aux'))}"
     )] = None,
-    temperature: Annotated[
-        float, typer.Option(help="GA-Net Gumbel-sigmoid temperature.")
-    ] = _ganet("temperature"),
+    temperature: Annotated[float | None, typer.Option(
+        help=f"GA-Net Gumbel-sigmoid temperature. {_ganet_help('temperature')}"
+    )] = None,
     density_weight: Annotated[
         float, typer.Option(help="GA-Net density penalty weight (lambda); with a density "
                             "target, its starting value.")
@@ -313,7 +329,8 @@ def command(
         aux = AuxNetwork(_ganet("aux") if hf_model is not None
                          else _ganet_default(defaults, "aux"))
     ganet = GANetConfig(
-        aux=aux.value, temperature=temperature, density_weight=density_weight,
+        aux=aux.value, density_weight=density_weight,
+        temperature=_ganet_default(defaults, "temperature") if temperature is None else temperature,
         gate_mode=gate_mode.value, straight_through=straight_through,
         relaxation=(_ganet_default(defaults, "relaxation") if relaxation is None
                     else relaxation.value),
@@ -354,7 +371,7 @@ def command(
             eval_every=eval_every, weight_decay=weight_decay, label_smoothing=label_smoothing,
             word_dropout=word_dropout, weight_average=weight_average,
             density_target=density_target, n_val=n_val, val_fraction=val_fraction,
-            truncate=truncate,
+            truncate=truncate, new_lr=new_lr,
         )
         return
 

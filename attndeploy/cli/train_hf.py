@@ -58,6 +58,7 @@ def train_hf_command(
     n_val: int | None = None,
     val_fraction: float | None = None,
     truncate: bool = False,
+    new_lr: float | None = None,
 ) -> None:
     """Fine-tune `hf_model` (a local `save_pretrained` directory or a config JSON file; nothing
     is downloaded) with `variant`'s attention and save the checkpoint `out`.
@@ -91,6 +92,7 @@ def train_hf_command(
     train_config = dataclasses.replace(
         preset, steps=pick(steps, preset.steps), batch_size=batch_size,
         learning_rate=pick(lr, preset.learning_rate), seed=seed,
+        new_learning_rate=pick(new_lr, preset.new_learning_rate),
         max_seconds=max_seconds, max_epochs=pick(max_epochs, preset.max_epochs),
         patience=pick(patience, preset.patience) or None, eval_every=eval_every,
         weight_decay=pick(weight_decay, preset.weight_decay),

@@ -65,7 +65,8 @@ LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
         "eval_fraction": parameter_default(load_training_data, "eval_fraction"),
         "qvi_form": field_default(QVIConfig, "form"),
         **{name: field_default(GANetConfig, name)
-           for name in ("temperature", "density_weight", "gate_mode", "straight_through")},
+           for name in ("density_weight", "gate_mode", "straight_through")},
+        "temperature": None,  # depends on what is trained (the preset's, see train --help)
         "negative_slope": field_default(EvolvingConfig, "negative_slope"),
         # alpha and beta depend on what is trained (None: the preset's, see train --help)
         "alpha": None, "beta": None,

@@ -404,3 +404,23 @@ def test_a_pretrained_ganet_can_learn_from_its_dense_gate_run(tmp_path: Path):
     with pytest.raises(ConfigError, match="applies to gated variants"):
         train_hf_checkpoint(folder, "standard", tmp_path / "std", data_file=data, max_seq=16,
                             progress=False, train_config=config)
+
+
+def test_a_pretrained_ganet_takes_its_preset(tmp_path: Path, monkeypatch, capsys):
+    from attndeploy.cli import app as cli_app
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
+                              for i in range(30)) + "\n")
+    monkeypatch.setattr("sys.argv", [
+        "attndeploy", "train", "--hf-model", str(pretrained_folder(tmp_path / "pre")),
+        "--variant", "ganet", "--data", str(data), "--max-seq", "16", "--steps", "1", "--out",
+        str(tmp_path / "ckpt"), "--json"])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    assert info.value.code == 0, capsys.readouterr().err
+    ckpt = read_checkpoint(tmp_path / "ckpt")
+    options, used = ckpt.model_config.options, ckpt.metadata["training"]["config"]
+    assert (options["relaxation"], options["temperature"]) == ("hard_concrete", 0.5)
+    assert (used["new_learning_rate"], used["density_target"], used["learning_rate"]) == (
+        5e-3, 0.45, 5e-5)
