@@ -6,7 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attndeploy.errors import ValidationError
-from attndeploy.validate.compare import GATE_FLIP_TOLERANCE, Tolerance, default_tolerance
+from attndeploy.validate.compare import (
+    GATE_FLIP_TOLERANCE,
+    Tolerance,
+    check_tolerance_fields,
+    default_tolerance,
+)
 
 FP16_GATE_FLIP_TOLERANCE = 1e-2  # as validate: a gate logit this close to 0 may round either way
 
@@ -34,10 +39,7 @@ class DebugOptions:
     progress: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("atol", "rtol", "gate_flip_tolerance"):
-            value = getattr(self, name)
-            if value is not None and not value >= 0:
-                raise ValidationError(f"{name} must be >= 0, got {value}")
+        check_tolerance_fields(self)
         if self.optimization not in ("all", "none"):
             raise ValidationError(f"unknown onnxruntime optimization {self.optimization!r}; "
                                   "valid: all, none")

@@ -45,6 +45,18 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 }
 
 
+def check_tolerance_fields(options: Any,
+                           names: tuple[str, ...] = ("atol", "rtol", "gate_flip_tolerance")
+                           ) -> None:
+    """ValidationError for a tolerance field of `options` below 0 (None means the default)."""
+    from attndeploy.errors import ValidationError
+
+    for name in names:
+        value = getattr(options, name)
+        if value is not None and not value >= 0:
+            raise ValidationError(f"{name} must be >= 0, got {value}")
+
+
 def default_tolerance(dtype: str) -> Tolerance:
     if dtype not in DEFAULT_TOLERANCES:
         raise KeyError(f"no default tolerance for dtype {dtype!r}")

@@ -30,6 +30,7 @@ from attndeploy.interface import model_interface
 from attndeploy.validate.compare import (
     GATE_FLIP_TOLERANCE,
     Tolerance,
+    check_tolerance_fields,
     compare_outputs,
     default_tolerance,
 )
@@ -93,10 +94,7 @@ class ValidationOptions:
     progress: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("atol", "rtol", "gate_flip_tolerance"):
-            value = getattr(self, name)
-            if value is not None and not value >= 0:
-                raise ValidationError(f"{name} must be >= 0, got {value}")
+        check_tolerance_fields(self)
         unknown = [o for o in self.oracles if o not in ORACLES]
         if unknown:
             raise ValidationError(

@@ -177,14 +177,14 @@ def _csv_row(level: LevelResult) -> dict[str, Any]:
     }
 
 
-def _finite(value: Any) -> Any:
+def finite_json(value: Any) -> Any:
     """JSON has no NaN/Inf: write them as null (recursively)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite_json(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [finite_json(v) for v in value]
     return value
 
 
@@ -249,7 +249,7 @@ class LoadTestReport:
             "config": self.config,
             "levels": [asdict(level) for level in self.levels],
         }
-        return dict(_finite(body))
+        return dict(finite_json(body))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"

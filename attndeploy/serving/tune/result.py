@@ -36,13 +36,13 @@ throughput in inferences (rows or texts) per second, `null` where nothing was me
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from attndeploy.fsutil import atomic_write_text
+from attndeploy.serving.loadtest.report import finite_json
 from attndeploy.serving.tune.in_process import InProcessPoint
 from attndeploy.serving.tune.measure import REPEAT, LevelPoint, Measurement
 from attndeploy.serving.tune.options import TuneOptions
@@ -98,16 +98,6 @@ def closest(measurements: Iterable[Measurement]) -> tuple[Measurement, LevelPoin
     """The good level of lowest p95 (what comes nearest a budget none meets)."""
     points = [(m, p) for m in _searched(measurements) for p in m.levels if p.ok]
     return min(points, key=lambda mp: (mp[1].p95_ms, -mp[1].throughput), default=None)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 @dataclass(frozen=True)
@@ -237,7 +227,7 @@ class TuneResult:
             "notes": list(self.notes),
             "applied": self.applied,
         }
-        return dict(_finite(body))
+        return dict(finite_json(body))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
