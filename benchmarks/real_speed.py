@@ -120,7 +120,8 @@ def fresh_checkpoint(model_dir: Path, variant: str, work: Path) -> Path:
         save_hf_checkpoint,
     )
     from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
-    from attndeploy.integrations.transformers import convert, set_warm_start_progress
+    from attndeploy.integrations.transformers import convert
+    from attndeploy.integrations.warm_start import set_warm_start_progress
 
     torch.manual_seed(0)
     hf = transformers.BertForSequenceClassification.from_pretrained(

@@ -216,7 +216,7 @@ def save_hf_checkpoint(
         raise ConfigError(
             f"the warm-started {conversion.variant} conversion is only "
             f"{conversion.warm_start_progress:.0%} of the way to its variant, which a checkpoint "
-            "cannot record: fine-tune it first, or call attndeploy.integrations.transformers."
+            "cannot record: fine-tune it first, or call attndeploy.integrations.warm_start."
             "set_warm_start_progress(model, 1.0)")
     hf_config = hf_model.config.to_dict()
     hf_config["id2label"] = {str(i): name for i, name in enumerate(label_names)}

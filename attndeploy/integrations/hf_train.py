@@ -54,13 +54,8 @@ from attndeploy.integrations.hf_data import (
     load_source,
 )
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
-from attndeploy.integrations.transformers import (
-    added_parameters,
-    conversion_of,
-    convert,
-    set_warm_start_progress,
-    variant_config,
-)
+from attndeploy.integrations.transformers import conversion_of, convert, variant_config
+from attndeploy.integrations.warm_start import added_parameters, set_warm_start_progress
 from attndeploy.models.inputs import position_limit
 from attndeploy.train import TrainConfig, TrainResult, fit
 from attndeploy.training.baseline import compare_with_baseline

@@ -22,7 +22,8 @@ What `convert` changes (and nothing else):
   into the variant. QVI's maps make the query-aware values equal the values; GA-Net's gate
   network opens every gate (its last layer's weight 0, bias `OPEN_GATE_LOGIT`) and the density
   penalty closes them while training; Evolving Attention's conv is the identity and its mixing
-  weights α, β start at 0 and reach the asked values as `set_warm_start_progress(model, f)`
+  weights α, β start at 0 and reach the asked values as
+  `integrations.warm_start.set_warm_start_progress(model, f)`
   goes to 1 (fine-tuning does this over its first steps; a loop of your own calls it). In eval
   mode the converted model's outputs equal the original's up to float rounding (tested at
   1e-5). `warm_start=False` leaves the variant's parameters at the layers' own initialisation
@@ -54,7 +55,6 @@ copy's layers refuse to run).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +64,7 @@ from torch import Tensor, nn
 
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
+from attndeploy.integrations.hf_hooks import install_hooks
 from attndeploy.variants._common import AttentionBase, LayerContext
 from attndeploy.variants.ganet.layer import GateNetwork
 from attndeploy.variants.registry import variant_spec
@@ -71,13 +72,11 @@ from attndeploy.variants.registry import variant_spec
 __all__ = [
     "SUPPORTED_CLASSES",
     "Conversion",
-    "added_parameters",
     "ConvertedSelfAttention",
     "ForwardState",
     "conversion_of",
     "convert",
     "forward_state",
-    "set_warm_start_progress",
     "supported_class",
     "variant_config",
 ]
@@ -101,9 +100,6 @@ SUPPORTED_CLASSES: dict[str, tuple[str, ...]] = {
     ),
 }
 CONVERSION_ATTR = "_attndeploy_conversion"
-# The gate logit of GA-Net's `open_token_ids`: open at eval (> 0) and, past every draw of the
-# training noise that matters, in training (σ(12 + L) < 0.5 has probability σ(-12) ≈ 6e-6).
-ALWAYS_OPEN_LOGIT = 12.0
 GATE_NETWORK_NAME = "gate_network"
 
 
@@ -343,69 +339,6 @@ def _build_layer(spec: Any, layer_config: ModelConfig, index: int, site: _Site) 
     return layer
 
 
-def _forward_signature(module: nn.Module) -> inspect.Signature:
-    return inspect.signature(module.forward)
-
-
-def _install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Module]) -> None:
-    state = conversion.state
-    signature = _forward_signature(base)
-    gate_network = conversion.gate_network
-    evolving_chain = conversion.expected_nodes().get("EvolvingAttention", 0) > 0
-
-    def before(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        bound = signature.bind(*args, **kwargs)
-        arguments = bound.arguments
-        ids, embeds = arguments.get("input_ids"), arguments.get("inputs_embeds")
-        reference = ids if ids is not None else embeds
-        if reference is None:
-            return None  # the model raises its own error
-        mask = arguments.get("attention_mask")
-        if mask is None:
-            key_padding_mask = torch.ones(reference.shape[:2], dtype=torch.bool,
-                                          device=reference.device)  # [B, T]
-        elif mask.dim() != 2:
-            raise ConfigError(
-                f"converted models take a 2-D attention_mask [batch, seq] (1 = real token); got "
-                f"{list(mask.shape)}"
-            )
-        else:
-            key_padding_mask = mask != 0  # [B, T]
-        if evolving_chain and module.training and any(
-            getattr(layer, "gradient_checkpointing", False) for layer in layers
-        ):
-            raise ConfigError("gradient checkpointing recomputes layers out of order, which breaks "
-                              "the evolving-attention chain; disable it for evolving models")
-        state.start(key_padding_mask)
-        if gate_network is not None and ids is None:  # no token lookup: score the given embeds
-            state.gate_logits = gate_network(embeds, key_padding_mask)
-        if mask is None:
-            return None
-        arguments["attention_mask"] = None  # the layers read state.key_padding_mask
-        return bound.args, bound.kwargs
-
-    def after(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        state.finish()
-
-    conversion.hooks.append(base.register_forward_pre_hook(before, with_kwargs=True))
-    conversion.hooks.append(base.register_forward_hook(after, with_kwargs=True))
-    if gate_network is not None:
-        open_ids = tuple(conversion.options.get("open_token_ids", ()))
-
-        def score_tokens(module: nn.Module, args: tuple, output: Tensor) -> None:
-            if state.active and state.gate_logits is None:
-                logits = gate_network(output, state.key_padding_mask)  # [B, T]
-                if open_ids:  # these keys stay open, in training (noise or not) and at eval
-                    kept = torch.zeros_like(args[0], dtype=torch.bool)  # [B, T]
-                    for token_id in open_ids:
-                        kept = kept | (args[0] == token_id)
-                    logits = torch.where(kept, torch.full_like(logits, ALWAYS_OPEN_LOGIT), logits)
-                state.gate_logits = logits
-
-        word_embeddings = base.embeddings.word_embeddings
-        conversion.hooks.append(word_embeddings.register_forward_hook(score_tokens))
-
-
 def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
             **options: Any) -> nn.Module:
     """Swap every self-attention layer of `model` for `variant`'s, in place; returns `model`.
@@ -450,39 +383,11 @@ def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
             conversion.gate_network.start_open()
     encoder_layers = list(base.transformer.layer if model_type == "distilbert"
                           else base.encoder.layer)
-    _install_hooks(conversion, base, encoder_layers)
+    install_hooks(conversion, base, encoder_layers)
     for module in layer_modules(model) + ([conversion.gate_network] if spec.gated else []):
         module.train(model.training)  # new modules take the model's mode (eval stays eval)
     object.__setattr__(model, CONVERSION_ATTR, conversion)  # not a module: no state-dict entry
     return model
-
-
-def set_warm_start_progress(model: nn.Module, fraction: float) -> None:
-    """Bring a warm-started model's variant `fraction` (0 to 1) of the way in: Evolving
-    Attention's α and β in use become `fraction` times the asked values (other variants learn
-    their way and need nothing). Fine-tuning calls it every step until it reaches 1; once at 1
-    the model is the variant as configured, which is what a checkpoint records."""
-    conversion = conversion_of(model)
-    if conversion is None:
-        raise ConfigError(f"{type(model).__name__} was not converted by attndeploy")
-    conversion.warm_start_progress = min(1.0, max(0.0, float(fraction)))
-    for module in layer_modules(model):
-        module.attention.set_warm_start_progress(conversion.warm_start_progress)
-
-
-def added_parameters(model: nn.Module) -> set[str]:
-    """Names of the parameters `convert` added that hold no weight of the original model: the
-    variant's own (QVI's maps, Evolving Attention's convs, GA-Net's gate network), not the
-    layers' Q/K/V and output projections, which are the model's own weights."""
-    if conversion_of(model) is None:
-        raise ConfigError(f"{type(model).__name__} was not converted by attndeploy")
-    own = {id(p) for layer in layer_modules(model)
-           for part in (layer.attention.qkv, layer.attention.out) for p in part.parameters()}
-    added = {id(p) for layer in layer_modules(model) for p in layer.attention.parameters()}
-    gate_network = conversion_of(model).gate_network
-    if gate_network is not None:
-        added |= {id(p) for p in gate_network.parameters()}
-    return {name for name, p in model.named_parameters() if id(p) in added - own}
 
 
 def layer_modules(model: nn.Module) -> list[ConvertedSelfAttention]:

@@ -17,8 +17,8 @@ from attndeploy.integrations.transformers import (  # noqa: E402
     conversion_of,
     convert,
     forward_state,
-    set_warm_start_progress,
 )
+from attndeploy.integrations.warm_start import set_warm_start_progress  # noqa: E402
 from attndeploy.variants.functional import hard_gates  # noqa: E402
 
 from .hf_models import MODEL_TYPES, VARIANTS, make_model, padded_batch  # noqa: E402

@@ -291,7 +291,8 @@ def test_a_model_mid_warm_start_is_not_saved(tmp_path: Path):
         model_config_of,
         save_hf_checkpoint,
     )
-    from attndeploy.integrations.transformers import convert, set_warm_start_progress
+    from attndeploy.integrations.transformers import convert
+    from attndeploy.integrations.warm_start import set_warm_start_progress
 
     from .hf_models import LABELS, make_model
 

@@ -1,0 +1,88 @@
+"""The forward hooks a converted model runs on: the mask, GA-Net's gate logits, the chain.
+
+`install_hooks` puts on the base model (`model.base_model`) a forward pre-hook that reads the 2-D
+`attention_mask` as the layers' key padding mask (and hands the model None instead, so it builds
+no 4-D mask), a forward hook that ends the pass, and for GA-Net a hook on the word-embedding
+table that scores the token embeddings once per pass (`integrations.transformers`, module
+docstring).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from attndeploy.errors import ConfigError
+
+if TYPE_CHECKING:
+    from attndeploy.integrations.transformers import Conversion
+
+# The gate logit of GA-Net's `open_token_ids`: open at eval (> 0) and, past every draw of the
+# training noise that matters, in training (σ(12 + L) < 0.5 has probability σ(-12) ≈ 6e-6).
+ALWAYS_OPEN_LOGIT = 12.0
+
+
+def _forward_signature(module: nn.Module) -> inspect.Signature:
+    return inspect.signature(module.forward)
+
+
+def install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Module]) -> None:
+    state = conversion.state
+    signature = _forward_signature(base)
+    gate_network = conversion.gate_network
+    evolving_chain = conversion.expected_nodes().get("EvolvingAttention", 0) > 0
+
+    def before(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        bound = signature.bind(*args, **kwargs)
+        arguments = bound.arguments
+        ids, embeds = arguments.get("input_ids"), arguments.get("inputs_embeds")
+        reference = ids if ids is not None else embeds
+        if reference is None:
+            return None  # the model raises its own error
+        mask = arguments.get("attention_mask")
+        if mask is None:
+            key_padding_mask = torch.ones(reference.shape[:2], dtype=torch.bool,
+                                          device=reference.device)  # [B, T]
+        elif mask.dim() != 2:
+            raise ConfigError(
+                f"converted models take a 2-D attention_mask [batch, seq] (1 = real token); got "
+                f"{list(mask.shape)}"
+            )
+        else:
+            key_padding_mask = mask != 0  # [B, T]
+        if evolving_chain and module.training and any(
+            getattr(layer, "gradient_checkpointing", False) for layer in layers
+        ):
+            raise ConfigError("gradient checkpointing recomputes layers out of order, which breaks "
+                              "the evolving-attention chain; disable it for evolving models")
+        state.start(key_padding_mask)
+        if gate_network is not None and ids is None:  # no token lookup: score the given embeds
+            state.gate_logits = gate_network(embeds, key_padding_mask)
+        if mask is None:
+            return None
+        arguments["attention_mask"] = None  # the layers read state.key_padding_mask
+        return bound.args, bound.kwargs
+
+    def after(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        state.finish()
+
+    conversion.hooks.append(base.register_forward_pre_hook(before, with_kwargs=True))
+    conversion.hooks.append(base.register_forward_hook(after, with_kwargs=True))
+    if gate_network is not None:
+        open_ids = tuple(conversion.options.get("open_token_ids", ()))
+
+        def score_tokens(module: nn.Module, args: tuple, output: Tensor) -> None:
+            if state.active and state.gate_logits is None:
+                logits = gate_network(output, state.key_padding_mask)  # [B, T]
+                if open_ids:  # these keys stay open, in training (noise or not) and at eval
+                    kept = torch.zeros_like(args[0], dtype=torch.bool)  # [B, T]
+                    for token_id in open_ids:
+                        kept = kept | (args[0] == token_id)
+                    logits = torch.where(kept, torch.full_like(logits, ALWAYS_OPEN_LOGIT), logits)
+                state.gate_logits = logits
+
+        word_embeddings = base.embeddings.word_embeddings
+        conversion.hooks.append(word_embeddings.register_forward_hook(score_tokens))
