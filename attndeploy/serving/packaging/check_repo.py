@@ -17,9 +17,6 @@ is an error, and `raise_for_errors()` turns a failed report into one `Repository
 
 from __future__ import annotations
 
-import importlib
-import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +29,6 @@ from attndeploy import __version__
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import is_staging_name, is_stale_temporary, parse_temporary_name
 from attndeploy.interface import ATTENTION_MASK
-from attndeploy.runtime.shipping import TOKENIZER_TYPES
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.generic import (
     GenericInfo,
@@ -56,10 +52,12 @@ from attndeploy.serving.packaging.onnx_info import (
     read_model_info,
 )
 from attndeploy.serving.packaging.signature import config_mismatches, onnx_mismatches
-from attndeploy.serving.packaging.text_model import (
+from attndeploy.serving.packaging.text_model import (  # noqa: F401  (re-exported)
     TOKENIZER_FILE,
+    check_server_python,
     check_text_model,
     is_text_config,
+    text_model_requirement,
 )
 
 Severity = Literal["error", "warning"]
@@ -208,44 +206,6 @@ def _hidden_folder_message(name: str) -> str:
 
 
 # --------------------------------------------------------------------------- one model
-
-
-def text_model_requirement(folder: Path) -> tuple[str, str] | None:
-    """(tokenizer type, Python package) when the text model in `folder` needs a package in the
-    server's Python beyond numpy (`TOKENIZER_TYPES`: WordPiece needs `tokenizers`), read from its
-    `tokenizer.json` as its model.py reads it; None when it needs none, or when the file is
-    unreadable or names an unknown type (the model's own findings say so)."""
-    try:
-        record = json.loads((Path(folder) / TOKENIZER_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    kind = record.get("type") if isinstance(record, dict) else None
-    entry = TOKENIZER_TYPES.get(kind) if isinstance(kind, str) else None
-    if entry is None or entry.requires is None:
-        return None
-    return kind, entry.requires
-
-
-def _importable(package: str) -> bool:
-    try:
-        importlib.import_module(package)
-    except ImportError:
-        return False
-    return True
-
-
-def _check_server_python(model: _Model) -> None:
-    """A warning when the text model's tokenizer needs a package this Python cannot import."""
-    needed = text_model_requirement(model.path)
-    if needed is None or _importable(needed[1]):
-        return
-    kind, package = needed
-    model.warning(
-        f"its {kind} tokenizer needs the Python package {package!r}, which this Python "
-        f"({sys.executable}) cannot import: `attndeploy serve` runs this Python in its python "
-        f"backend and would fail to load the model; pip install {package} (a server image that "
-        "serves it needs it too)"
-    )
 
 
 def _flavor(cfg: mc.ModelConfig) -> str | None:
@@ -431,7 +391,7 @@ def _check_model(model: _Model) -> None:
         model.error(f"config name {cfg.name!r} differs from the folder name")
     if is_text_config(cfg):  # `<name>_text`: checked against the id model it calls
         check_text_model(model, cfg, _served_versions(model, cfg))
-        _check_server_python(model)
+        check_server_python(model)
         return
     flavor = _flavor(cfg)
     if flavor is None:

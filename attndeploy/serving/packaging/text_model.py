@@ -41,7 +41,9 @@ lower text throughput at concurrency 16.
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -400,3 +402,41 @@ def check_text_model(model: _Findings, cfg: mc.ModelConfig, versions: list[int])
         model.error(f"{cfgmod.LABELS_FILE} is missing")
     elif tuple(labels.read_text(encoding="utf-8").splitlines()) != info.labels:
         model.error(f"{cfgmod.LABELS_FILE} differs from its id model's labels {list(info.labels)}")
+
+
+def text_model_requirement(folder: Path) -> tuple[str, str] | None:
+    """(tokenizer type, Python package) when the text model in `folder` needs a package in the
+    server's Python beyond numpy (`TOKENIZER_TYPES`: WordPiece needs `tokenizers`), read from its
+    `tokenizer.json` as its model.py reads it; None when it needs none, or when the file is
+    unreadable or names an unknown type (the model's own findings say so)."""
+    try:
+        record = json.loads((Path(folder) / TOKENIZER_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    kind = record.get("type") if isinstance(record, dict) else None
+    entry = TOKENIZER_TYPES.get(kind) if isinstance(kind, str) else None
+    if entry is None or entry.requires is None:
+        return None
+    return kind, entry.requires
+
+
+def _importable(package: str) -> bool:
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        return False
+    return True
+
+
+def check_server_python(model: _Findings) -> None:
+    """A warning when the text model's tokenizer needs a package this Python cannot import."""
+    needed = text_model_requirement(model.path)
+    if needed is None or _importable(needed[1]):
+        return
+    kind, package = needed
+    model.warning(
+        f"its {kind} tokenizer needs the Python package {package!r}, which this Python "
+        f"({sys.executable}) cannot import: `attndeploy serve` runs this Python in its python "
+        f"backend and would fail to load the model; pip install {package} (a server image that "
+        "serves it needs it too)"
+    )
