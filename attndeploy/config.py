@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from attndeploy.configbase import check_types, choice, positive, sub_from_dict
+from attndeploy.configbase import check_types, choice, json_ready, positive, sub_from_dict
 from attndeploy.errors import ConfigError
 from attndeploy.variants.registry import variant_spec, variant_specs
 
@@ -79,7 +79,7 @@ class _ModelConfigMethods:
         return self.d_model // self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return json_ready(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:

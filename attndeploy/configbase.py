@@ -29,6 +29,16 @@ def check_types(obj: Any) -> None:
             raise ConfigError(f"{f.name} must be of type {annotation}, got {value!r}")
 
 
+def json_ready(value: Any) -> Any:
+    """A config's dict as it reads back from JSON: tuples (e.g. GA-Net's `open_token_ids`) become
+    lists, so a saved config compares equal to the one loaded from its `config.json`."""
+    if isinstance(value, dict):
+        return {key: json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(item) for item in value]
+    return value
+
+
 def choice(name: str, value: str, valid: tuple[str, ...]) -> None:
     if value not in valid:
         raise ConfigError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")

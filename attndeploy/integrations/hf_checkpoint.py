@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attndeploy.configbase import json_ready
 from attndeploy.errors import AttnDeployError, CheckpointError, ConfigError
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
 from attndeploy.integrations.transformers import (
@@ -105,7 +106,7 @@ class HFModelConfig:
             "model_type": self.model_type,
         }
         if self.options:
-            summary[self.variant] = dict(self.options)
+            summary[self.variant] = json_ready(dict(self.options))
         return summary
 
 

@@ -306,7 +306,8 @@ def test_a_failed_export_leaves_no_file_and_keeps_a_previous_one(exports, tmp_pa
 
     def fake_trace(flat, example, dims, names, opset):
         proto = onnx.ModelProto.FromString(raw)
-        return proto, {}, Counter(n.op_type for n in proto.graph.node if n.domain == "attndeploy")
+        ops = Counter(n.op_type for n in proto.graph.node if n.domain == "attndeploy")
+        return proto, {}, ops, dims.bounds
 
     monkeypatch.setattr(generic, "_trace", fake_trace)
     monkeypatch.setattr(generic, "function_protos", lambda opset, names=None: [])
