@@ -300,7 +300,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         right.set_xlabel("sequence length")
         right.set_ylabel("ms per call (batch 8, 12 heads)")
         right.set_title("GA-Net attention part, density "
-                        f"{report['gate_density']:g}: gathered open keys vs dense mask")
+                        f"{report['gate_density']:g}:\ngathered open keys vs dense mask")
         right.legend()
     fig.tight_layout()
     atomic_write_png(fig, path)

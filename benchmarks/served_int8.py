@@ -78,7 +78,7 @@ def main() -> None:
                 text_model, onnx_path = models[name]
                 report = run_load_test(LoadTestConfig(
                     model=text_model, url=server.grpc_url, concurrency=(args.concurrency,),
-                    text_file=lines, window_s=args.window, max_windows=6,
+                    text_file=lines, onnx_path=onnx_path, window_s=args.window, max_windows=6,
                     check_fraction=0.0), progress=False).to_dict()
                 level = report["levels"][0]
                 batch = max(1, round(level["server"].get("avg_batch_size") or 1))

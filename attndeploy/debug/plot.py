@@ -48,8 +48,8 @@ def write_error_plot(report: DebugReport, path: Path) -> Path:
     axes.set_xticklabels([layer.label for layer in layers], rotation=60, ha="right", fontsize=7)
     axes.set_ylabel(f"error (exact at {FLOOR:g})")
     title = "no divergence" if first is None else f"first divergence: {first.label}"
-    axes.set_title(f"{Path(report.candidate).name} against {Path(report.reference).name}: "
-                   f"{title}", fontsize=9)
+    axes.set_title(f"{Path(report.candidate).name} against {Path(report.reference).name}:\n"
+                   f"{title}", fontsize=9)  # two lines: a long file name cut the verdict off
     axes.legend(fontsize=7)
     figure.tight_layout()
     return atomic_write_png(figure, path)
