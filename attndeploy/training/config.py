@@ -222,8 +222,9 @@ PRETRAINED = TrainConfig(
     density_target=0.3,
 )
 # Evolving Attention warm-starts (docs/variants.md §7) into α = 0.3, β = 0.5: on the Debian
-# descriptions over three seeds its mean came level with the standard model's, where the built-in
-# α = 0.5, β = 1.0 was 1.1 points under at seed 0 (benchmarks/README.md, `pretrained.py`).
+# descriptions over three seeds its mean was 0.2 points over the standard model's without length
+# bucketing and 0.2 under with it, where the built-in α = 0.5, β = 1.0 was 1.1 points under at
+# seed 0 (benchmarks/README.md, `pretrained.py`).
 # GA-Net fine-tuned from pretrained weights: its gate network is new, and at the encoder's 5e-5
 # its gates never closed (density 1.000); at 5e-3 (`new_learning_rate`) with hard-concrete
 # training gates at temperature 0.5 and a density target of 0.45 (held-out about 0.5) it scored
