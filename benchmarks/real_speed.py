@@ -321,6 +321,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
         right.set_title("GA-Net attention part, density "
                         f"{report['gate_density']:g}:\ngathered open keys vs dense mask")
         right.legend()
+    else:  # --no-gate-scaling
+        right.axis("off")
     fig.tight_layout()
     atomic_write_png(fig, path)
     plt.close(fig)
