@@ -118,22 +118,23 @@ class Measurement:
 
 @dataclass(frozen=True)
 class MeasureSettings:
-    """How every candidate is measured (from `TuneOptions`)."""
+    """How every candidate is measured: the `TuneOptions` fields of the same names (their
+    defaults live there, `TuneOptions.settings` copies them)."""
 
     concurrency: tuple[int, ...]
     latency_budget_ms: float | None
-    seq_lengths: tuple[int, ...] = (32,)
-    text_file: Path | None = None
-    protocol: str = "grpc"
-    window_s: float = 2.0
-    stable_windows: int = 2
-    max_windows: int = 4
-    stability_threshold: float = 0.10
-    warmup_requests: int = 20
-    check_fraction: float = 0.01
-    min_level_gain: float = 0.05
-    ready_timeout_s: float = 120.0
-    seed: int = 0
+    seq_lengths: tuple[int, ...]
+    text_file: Path | None
+    protocol: str
+    window_s: float
+    stable_windows: int
+    max_windows: int
+    stability_threshold: float
+    warmup_requests: int
+    check_fraction: float
+    min_level_gain: float
+    ready_timeout_s: float
+    seed: int
 
     def load_config(self, target: TuneTarget, candidate: Candidate, url: str, concurrency: int
                     ) -> LoadTestConfig:

@@ -129,15 +129,7 @@ class TuneOptions:
 
     def settings(self) -> MeasureSettings:
         """How each candidate is measured (the load test of each level)."""
-        return MeasureSettings(
-            concurrency=self.concurrency, latency_budget_ms=self.latency_budget_ms,
-            seq_lengths=self.seq_lengths, text_file=self.text_file, protocol=self.protocol,
-            window_s=self.window_s, stable_windows=self.stable_windows,
-            max_windows=self.max_windows, stability_threshold=self.stability_threshold,
-            warmup_requests=self.warmup_requests, check_fraction=self.check_fraction,
-            min_level_gain=self.min_level_gain, ready_timeout_s=self.ready_timeout_s,
-            seed=self.seed,
-        )
+        return MeasureSettings(**{f.name: getattr(self, f.name) for f in fields(MeasureSettings)})
 
     def level_estimate_s(self, *, worst: bool) -> float:
         """A priori seconds of one level: warm-up plus its windows (`worst`: all of them)."""
