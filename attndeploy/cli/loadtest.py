@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from attndeploy.cli.defaults import field_default, number_list
-from attndeploy.cli.options import JsonFlag
+from attndeploy.cli.options import JsonFlag, server_url
 from attndeploy.cli.output import console, print_json, print_warning
 from attndeploy.errors import AttnDeployError, LoadTestError
 from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
@@ -59,15 +59,25 @@ def _numbers(what: str, kind: type, test: Callable[[float], bool], rule: str
     return check
 
 
+def _model_name(value: str) -> str:
+    if not value.strip():
+        raise typer.BadParameter("the model name is empty; give the served model's name")
+    return value
+
+
 def command(
-    model: Annotated[str, typer.Option(help="Served model name (an id model or NAME_text).")],
+    ctx: typer.Context,
+    model: Annotated[str, typer.Option(help="Served model name (an id model or NAME_text).",
+                                       callback=_model_name)],
     protocol: Annotated[
         Protocol, typer.Option(help="gRPC or HTTP (KServe v2).")
     ] = Protocol(_default("protocol")),
     url: Annotated[
         str | None,
-        typer.Option(help=f"Server address host:port [default: {DEFAULT_URLS[Protocol.GRPC]} "
-                          f"for grpc, {DEFAULT_URLS[Protocol.HTTP]} for http]."),
+        typer.Option(help="Server address host:port (a host alone gets the protocol's port) "
+                          "[default: the address `attndeploy serve --background` recorded for "
+                          f"--repo, else {DEFAULT_URLS[Protocol.GRPC]} for grpc, "
+                          f"{DEFAULT_URLS[Protocol.HTTP]} for http]."),
     ] = None,
     concurrency: Annotated[
         str | None,
@@ -140,7 +150,8 @@ def command(
     from attndeploy.serving.server.launch import find_model_onnx
 
     config = LoadTestConfig(
-        model=model, url=url, protocol=protocol.value, text_file=text_file,
+        model=model, url=server_url(ctx, url, protocol, repo), protocol=protocol.value,
+        text_file=text_file,
         concurrency=parse_number_list(concurrency, "concurrency") if concurrency else (),
         request_rates=parse_number_list(request_rate, "request rate", float)
         if request_rate else (),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -15,6 +16,34 @@ error_console = Console(stderr=True, soft_wrap=True)  # one line per message, ne
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def format_mapping(data: Mapping[str, Any], indent: str = "  ") -> list[str]:
+    """`data` as lines a person reads: `key: value`, a nested mapping as `key:` and its own
+    lines indented once more. None is "none", a bool "true"/"false", a float its shortest
+    form, a list its items comma-separated (an empty one "none"); the JSON output keeps the
+    values as they are."""
+    lines = []
+    for key, value in data.items():
+        if isinstance(value, Mapping) and value:
+            lines.append(f"{indent}{key}:")
+            lines.extend(format_mapping(value, indent + "  "))
+        else:
+            lines.append(f"{indent}{key}: {format_value(value)}")
+    return lines
+
+
+def format_value(value: Any) -> str:
+    """One value of `format_mapping`."""
+    if value is None or (isinstance(value, (list, tuple, Mapping)) and not value):
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(format_value(item) for item in value)
+    return str(value)
 
 
 def print_error(stage: str, message: str) -> None:

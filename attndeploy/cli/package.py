@@ -80,10 +80,12 @@ def command(
     from attndeploy.errors import RepositoryError
     from attndeploy.fsutil import check_output_dir
     from attndeploy.serving.packaging.options import PackageOptions
-    from attndeploy.serving.packaging.repository import package_model
+    from attndeploy.serving.packaging.repository import check_source_exists, package_model
 
     if name is not None and len(sources) > 1:
         raise RepositoryError("--name names one model; give one source per call, or no --name")
+    for source in sources:  # all of them, before the first is packaged
+        check_source_exists(source)
     check_output_dir(repo)  # a file or read-only folder fails now, not after exporting
     written = []
     for source in sources:

@@ -18,7 +18,7 @@ from attndeploy.cli.options import (
     JsonFlag,
     QVIForm,
     SeedOption,
-    Variant,
+    VariantOption,
 )
 from attndeploy.cli.output import console, print_json
 from attndeploy.config import ModelConfig
@@ -129,7 +129,7 @@ def summary_lines(out: Path, metrics: dict[str, Any], training: dict[str, Any]) 
 
 
 def command(
-    variant: Annotated[Variant, typer.Option(help="Attention variant.")] = Variant.standard,
+    variant: VariantOption = "standard",
     out: Annotated[Path, typer.Option("--out", help="Checkpoint directory to write.")] = Path(
         "runs/model"
     ),
@@ -342,12 +342,12 @@ def command(
     qvi = QVIConfig(form=qvi_form.value)
     sub_configs = {"qvi": qvi, "ganet": ganet, "evolving": evolving}  # the named options above
     if option:
-        spec = variant_spec(variant.value)
+        spec = variant_spec(variant)
         if spec.config is None:
             raise ConfigError(f"variant {spec.name!r} has no options")
         base = sub_configs.get(spec.name) or spec.config()
         sub_configs[spec.name] = with_options(base, option, spec.name)
-    preset = defaults.training_for(variant.value)
+    preset = defaults.training_for(variant)
 
     def pick(value: Any, default: Any) -> Any:
         return default if value is None else value
@@ -362,8 +362,8 @@ def command(
             raise ConfigError("--distill applies to the built-in models; fine-tuning a Hugging "
                               "Face model learns from the labels only")
         train_hf_command(
-            hf_model=hf_model, variant=variant.value,
-            variant_config=sub_configs.get(variant.value), out=out, task=task, data=data,
+            hf_model=hf_model, variant=variant,
+            variant_config=sub_configs.get(variant), out=out, task=task, data=data,
             max_seq=max_seq, steps=steps, batch_size=batch_size,
             lr=lr, seed=seed, n_train=n_train, n_eval=n_eval,
             eval_fraction=eval_fraction, max_seconds=max_seconds, force=force,
@@ -395,7 +395,7 @@ def command(
     architecture = {**defaults.model, "max_seq": max_seq,
                     **{key: value for key, value in given.items() if value is not None}}
     # Validate the architecture before loading data (vocab and labels are filled in below).
-    ModelConfig(vocab_size=2, num_labels=2, variant=variant.value, family=family.value,
+    ModelConfig(vocab_size=2, num_labels=2, variant=variant, family=family.value,
                 **architecture, **sub_configs)
     dataset = load_training_data(
         task=task, data_file=data, seed=seed, n_train=n_train, n_eval=n_eval,
@@ -405,7 +405,7 @@ def command(
     )
     model_config = ModelConfig(
         vocab_size=len(dataset.tokenizer), num_labels=len(dataset.label_names),
-        variant=variant.value, family=family.value, head=dataset.head, **architecture,
+        variant=variant, family=family.value, head=dataset.head, **architecture,
         **sub_configs,
     )
     result = train_checkpoint(

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from attndeploy.cli.export import UserModelOption, WeightsOption
-from attndeploy.cli.output import console, print_json
+from attndeploy.cli.output import console, format_mapping, print_json
 
 
 def command(
@@ -85,8 +85,11 @@ def command(
         status = "[green]passed[/]" if oracle.passed else f"[red]{oracle.status}[/]"
         detail = escape(oracle.message or oracle.note)
         console.print(f"{escape(name):>20}: {status} {detail}", highlight=False)
-    if report.gate_summary():
-        console.print(f"gates: {escape(str(report.gate_summary()))}", highlight=False)
+    gates = report.gate_summary()
+    if gates:
+        console.print("gates:", highlight=False)
+        for line in format_mapping(gates):
+            console.print(line, highlight=False, markup=False)
     if not report.passed:
         raise ValidationError(_failure(report, json_path))
     console.print("[bold green]validation passed[/]")

@@ -98,6 +98,21 @@ def tokenizer_from_record(record: Any) -> TextTokenizer:
     return getattr(importlib.import_module(entry.module), entry.cls).from_dict(record)
 
 
+def _not_a_checkpoint_export(meta: Mapping[str, str], missing: list[str], source: str) -> str:
+    """Why `source` cannot be read as a checkpoint's export, and what to do, on one line. A
+    generic model (`export_model`, `attndeploy export --model`: the exporter's version and none
+    of a checkpoint's keys) is told apart from a file attndeploy did not write."""
+    lacks = f"its metadata lacks {', '.join(missing)}"
+    if META_VERSION in meta and len(missing) == len(REQUIRED) - 1:
+        what = (f"{source} is an export of your own model (`export_model` or `attndeploy export "
+                f"--model`), not of a checkpoint: {lacks}, which only a checkpoint records")
+    else:
+        what = f"{source} was not exported by attndeploy: {lacks}"
+    return (f"{what}. Export a checkpoint with `attndeploy export CHECKPOINT --out model.onnx`; "
+            f"check a model of your own with `attndeploy validate --model MODULE:FACTORY "
+            f"{source}` and run it with onnxruntime directly.")
+
+
 def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
                    read_tokenizer: bool = True) -> ModelMetadata:
     """The `ModelMetadata` in an exported model's metadata_props; ModelError naming what is
@@ -106,10 +121,7 @@ def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
     its tokenizer record itself), leaving `tokenizer` None."""
     missing = [key for key in REQUIRED if key not in meta]
     if missing:
-        raise ModelError(
-            f"{source} was not exported by attndeploy: its metadata lacks {', '.join(missing)}. "
-            "Export the checkpoint with `attndeploy export CHECKPOINT --out model.onnx`."
-        )
+        raise ModelError(_not_a_checkpoint_export(meta, missing, source))
     config = _json(meta, META_CONFIG, source)
     labels = _json(meta, META_LABELS, source)
     if not isinstance(config, dict):

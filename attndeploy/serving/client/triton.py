@@ -53,7 +53,7 @@ from attndeploy.serving.client.errors import (
     with_port,
 )
 from attndeploy.serving.client.http import HTTP_PROBE_TIMEOUT_S, HttpClient, answers_http
-from attndeploy.serving.client.protocol import Protocol
+from attndeploy.serving.client.protocol import Protocol, server_address
 
 __all__ = [
     "CONNECTION_STATUSES",
@@ -88,8 +88,11 @@ class TritonRunner:
 
     Use as a context manager: entering connects and checks that the server is live and the model
     ready (else `ServerError`); `infer(feed)` sends one request and returns every output by name.
-    Each call waits at most `timeout_s` seconds. `url` defaults to the protocol's loopback port;
-    `workers` sizes the HTTP client's thread pool for `client.async_infer`.
+    Each call waits at most `timeout_s` seconds. `url` is host:port and defaults to the
+    protocol's loopback port; a host alone gets the protocol's default port (8001 gRPC, 8000
+    HTTP), and a scheme (`http://`), a path or a bad port is a ServerError
+    (`protocol.server_address`). `workers` sizes the HTTP client's thread pool for
+    `client.async_infer`.
     """
 
     def __init__(
@@ -105,7 +108,7 @@ class TritonRunner:
         if timeout_s <= 0:
             raise ServerError(f"timeout_s must be positive, got {timeout_s}.")
         self.protocol = as_protocol(protocol)
-        url = url or default_url(self.protocol)
+        url = server_address(url, self.protocol) if url else default_url(self.protocol)
         self.url, self.model, self.version, self.timeout_s = url, model, version, timeout_s
         self.workers = workers
         self.name = f"triton[{model}@{url}/{self.protocol.value}]"

@@ -118,9 +118,17 @@ class PackagedModel:
         }
 
 
+def check_source_exists(source: Path) -> None:
+    """RepositoryError naming `source` if there is nothing at that path."""
+    if not source.exists():
+        raise RepositoryError(f"{source} does not exist; give an ONNX file exported by "
+                              "`attndeploy export` or a checkpoint directory.")
+
+
 @contextlib.contextmanager
 def _onnx_source(source: Path, exporter: CheckpointExporter | None) -> Iterator[Path]:
     """Yield the ONNX file of `source`: the file itself, or a checkpoint exported to a temp file."""
+    check_source_exists(source)
     if source.is_file():
         yield source
         return
@@ -225,8 +233,8 @@ def package_model(
         existing = [str(path) for path in everything if path.exists()]
         if existing and not options.force:
             raise RepositoryError(
-                f"model folder(s) {', '.join(existing)} already exist; pass --force (force=True) "
-                "to replace them, or choose another name."
+                f"model folder(s) {', '.join(existing)} already exist; pass --force to replace "
+                "them, or choose another name."
             )
         sha256 = file_sha256(onnx_path)
         with contextlib.ExitStack() as stack:  # commit every flavour only when all are written
