@@ -57,7 +57,7 @@ def _evolving_maps(ckpt_dir: Path, task: str) -> tuple[list, list[str]]:
     ckpt = read_checkpoint(ckpt_dir)
     (text,) = example_texts(task, 1, seed=777)
     ids, mask = ckpt.tokenizer.encode_batch([text], max_seq=ckpt.model_config.max_seq)
-    return figures.evolving_attention_maps(ckpt.model, ids, mask), text.split()
+    return figures.evolving_attention_maps(ckpt.model, ids, mask), ckpt.tokenizer.tokenize(text)
 
 
 def write_report(data: dict[str, Any], outcomes: list, work: Path, options: Any) -> dict[str, Path]:

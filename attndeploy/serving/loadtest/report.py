@@ -1,5 +1,6 @@
 """The result of a load test as data: `LevelResult` per load level, `LoadTestReport` for the run,
-written as JSON, CSV (one row per level) and a PNG latency-throughput curve.
+written as JSON, CSV (one row per level) and a PNG latency-throughput curve whose points
+`place_point_labels` labels (the quickstart's curves of several models use it too).
 
 JSON schema (`LoadTestReport.to_json()`, `schema` = "attndeploy.loadtest/1"); times in ms unless
 the name says otherwise, `null` where nothing was measured:
@@ -56,8 +57,10 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -275,7 +278,8 @@ class LoadTestReport:
         return Path(path)
 
     def write_plot(self, path: Path) -> Path:
-        """PNG: p50 and p95 latency against throughput, one point per level, labelled."""
+        """PNG: p50 and p95 latency against throughput, one point per level, labelled beside its
+        p95 point without covering another label or leaving the axes."""
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
@@ -286,16 +290,19 @@ class LoadTestReport:
         x = [lv.throughput_infer_per_s for lv in points]
         for key, style in (("p50", "o-"), ("p95", "s--")):
             axes.plot(x, [lv.latency_ms[key] for lv in points], style, label=f"{key} latency")
-        for level, xi in zip(points, x, strict=True):
-            axes.annotate(level.label, (xi, level.latency_ms["p95"] or 0.0), fontsize=8,
-                          textcoords="offset points", xytext=(4, 6))
         axes.set_xlabel("throughput (infer/s)")
         axes.set_ylabel("latency (ms)")
         axes.set_title(f"{self.model} @ {self.url}")
         axes.grid(True, alpha=0.3)
+        axes.margins(0.08)
         if points:
-            axes.legend()
-        return atomic_write_png(figure, path)
+            axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        place_point_labels(
+            axes, [(xi, lv.latency_ms["p95"], lv.label) for lv, xi in zip(points, x, strict=True)],
+            avoid=[(xi, lv.latency_ms["p50"]) for lv, xi in zip(points, x, strict=True)],
+            fontsize=8,
+        )
+        return atomic_write_png(figure, path, bbox_inches="tight")
 
     def write_all(self, directory: Path, stem: str = "loadtest") -> dict[str, Path]:
         """`<stem>.json`, `<stem>.csv` and `<stem>.png` in `directory`; returns them by kind."""
@@ -305,3 +312,86 @@ class LoadTestReport:
             "csv": self.write_csv(directory / f"{stem}.csv"),
             "png": self.write_plot(directory / f"{stem}.png"),
         }
+
+
+LABEL_DIRECTIONS = ((1, 1), (1, -1), (-1, 1), (-1, -1), (0, 1), (0, -1), (1, 0), (-1, 0))
+LABEL_DISTANCES_PT = (6.0, 10.0, 16.0, 24.0)  # from the point; the first clears its marker
+LABEL_ALIGNMENT = {1: ("left", "bottom"), 0: ("center", "center"), -1: ("right", "top")}
+MARKER_HALF_PT = 3.5  # half a default marker (6 pt) and a little: kept clear of labels
+
+
+def place_point_labels(
+    axes: Any, labels: Sequence[tuple[float, float, str]], *,
+    avoid: Sequence[tuple[float, float]] = (), fontsize: float = 7.0, merge_px: float = 20.0,
+) -> list[Any]:
+    """Annotate data points so that no two labels overlap and none leaves the axes.
+
+    `labels` are (x, y, text) in data coordinates. Points with the same text closer than
+    `merge_px` pixels share one label. Each label takes the first free spot around its point(s),
+    nearest first: one whose text lies inside the axes and covers neither a label placed before
+    nor a marker (the labelled points and `avoid`); where none is free, the spot that overlaps
+    least. Call it once the axes' limits and size are final; returns the annotations.
+    """
+    figure = axes.figure
+    axes.get_xlim(), axes.get_ylim()  # settle pending autoscaling before measuring pixels
+    renderer = figure.canvas.get_renderer()
+    to_pixels = axes.transData.transform
+    frame = axes.get_window_extent(renderer)
+    half = MARKER_HALF_PT * figure.dpi / 72.0
+    markers = [(px, py) for px, py in to_pixels([(x, y) for x, y, _ in labels] + list(avoid))]
+    taken = [(px - half, py - half, px + half, py + half) for px, py in markers]
+    annotations = []
+    for text, members in _label_groups(labels, markers[:len(labels)], merge_px):
+        annotation = axes.annotate(text, xy=(0.0, 0.0), xytext=(0.0, 0.0),
+                                   textcoords="offset points", fontsize=fontsize,
+                                   annotation_clip=False)
+        best_cost, best_spot = (True, math.inf), None
+        for distance, (sx, sy) in itertools.product(LABEL_DISTANCES_PT, LABEL_DIRECTIONS):
+            index = max(members, key=lambda i: sx * markers[i][0] + sy * markers[i][1])
+            spot = (labels[index][0], labels[index][1], (sx * distance, sy * distance),
+                    LABEL_ALIGNMENT[sx][0], LABEL_ALIGNMENT[sy][1])
+            box = _try_spot(annotation, spot, renderer)
+            cost = (not _inside(box, frame), sum(_overlap(box, other) for other in taken))
+            if best_spot is None or cost < best_cost:
+                best_cost, best_spot = cost, spot
+            if cost == (False, 0.0):  # free: inside the axes, on nothing
+                break
+        taken.append(_try_spot(annotation, best_spot, renderer))
+        annotations.append(annotation)
+    return annotations
+
+
+def _label_groups(labels: Sequence[tuple[float, float, str]], pixels: Sequence[Any],
+                  merge_px: float) -> list[tuple[str, list[int]]]:
+    """(text, indices of its points): points with equal text chained within `merge_px`."""
+    groups: list[tuple[str, list[int]]] = []
+    for index, (_, _, text) in enumerate(labels):
+        near = next((members for other, members in groups if other == text and any(
+            math.dist(pixels[index], pixels[m]) <= merge_px for m in members)), None)
+        if near is None:
+            groups.append((text, [index]))
+        else:
+            near.append(index)
+    return groups
+
+
+def _try_spot(annotation: Any, spot: tuple[float, float, tuple[float, float], str, str],
+              renderer: Any) -> tuple[float, float, float, float]:
+    x, y, offset, horizontal, vertical = spot
+    annotation.xy = (x, y)
+    annotation.xyann = offset
+    annotation.set_horizontalalignment(horizontal)
+    annotation.set_verticalalignment(vertical)
+    return tuple(annotation.get_window_extent(renderer).extents)
+
+
+def _inside(box: tuple[float, float, float, float], frame: Any) -> bool:
+    return (box[0] >= frame.x0 and box[1] >= frame.y0 and box[2] <= frame.x1
+            and box[3] <= frame.y1)
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+    """The area two pixel boxes share, each grown by a pixel so that touching counts."""
+    width = min(a[2], b[2]) - max(a[0], b[0]) + 2.0
+    height = min(a[3], b[3]) - max(a[1], b[1]) + 2.0
+    return width * height if width > 0 and height > 0 else 0.0
