@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from attndeploy.cli.defaults import parameter_default
-from attndeploy.cli.options import JsonFlag
+from attndeploy.cli.options import JsonFlag, server_url
 from attndeploy.cli.output import console, print_json
 from attndeploy.serving.client.infer import infer_request
 from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
@@ -23,14 +23,17 @@ def _positive(value: float) -> float:
 
 
 def command(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option(help="Served model name (an id model or NAME_text).")],
     text: Annotated[str | None, typer.Option(help="Text to classify.")] = None,
     ids: Annotated[str | None, typer.Option(help="Token ids, comma-separated.")] = None,
     protocol: Annotated[Protocol, typer.Option(help="gRPC or HTTP (KServe v2).")] = Protocol.GRPC,
     url: Annotated[
         str | None,
-        typer.Option(help=f"Server address host:port [default: {DEFAULT_URLS[Protocol.GRPC]} "
-                          f"for grpc, {DEFAULT_URLS[Protocol.HTTP]} for http]."),
+        typer.Option(help="Server address host:port [default: the port `serve --background` "
+                          "recorded for --repo while that server runs, else "
+                          f"{DEFAULT_URLS[Protocol.GRPC]} for grpc, "
+                          f"{DEFAULT_URLS[Protocol.HTTP]} for http]."),
     ] = None,
     repo: Annotated[
         Path, typer.Option(help="Repository holding the model (for vocabulary and labels).")
@@ -40,7 +43,8 @@ def command(
     ] = parameter_default(infer_request, "timeout_s"),
     json_output: JsonFlag = False,
 ) -> None:
-    """Send one example; print the label and scores (GA-Net: the tokens whose gates are open)."""
+    """Send one example; print the label and its probabilities (GA-Net: the tokens whose gates
+    are open). --json prints the prediction contract's record (the fields of `predict --json`)."""
     from rich.markup import escape
 
     from attndeploy.errors import DataError
@@ -51,23 +55,19 @@ def command(
             id_list = [int(x) for x in ids.replace(" ", "").split(",") if x]
         except ValueError:
             raise DataError(f"--ids must be comma-separated integers, got {ids!r}") from None
-    result = infer_request(url=url, model=model, text=text, ids=id_list,
-                           repo=repo if repo.is_dir() else None, timeout_s=timeout,
+    result = infer_request(url=server_url(ctx, url, protocol, repo), model=model, text=text,
+                           ids=id_list, repo=repo if repo.is_dir() else None, timeout_s=timeout,
                            protocol=protocol)
     if json_output:
         print_json(result)
         return
     if "label" in result:
         console.print(f"[bold]{escape(str(result['label']))}[/]")
-        for label, score in sorted(result["scores"].items(), key=lambda kv: -kv[1]):
-            console.print(f"  {escape(label):>12}  {score:.4f}")
+        for label, p in sorted(result["probabilities"].items(), key=lambda kv: -kv[1]):
+            console.print(f"  {escape(label):>12}  {p:.4f}")
     else:
         console.print(escape(" ".join(f"{t}/{tag}" for t, tag in zip(
             result["tokens"], result["tags"], strict=True))))
-    if "open_tokens" in result and "gates" not in result:  # a text model's answer
-        console.print(f"open gates: {escape(' '.join(result['open_tokens']))}")
-    elif "open_tokens" in result:
-        # the text's own tokens: "[" or "[/]" in a text must print as written, not as markup
-        shown = " ".join(f"[reverse]{escape(t)}[/]" if g else escape(t)
-                         for t, g in zip(result["tokens"], result["gates"], strict=True))
-        console.print(f"open gates ({len(result['open_tokens'])}/{len(result['tokens'])}): {shown}")
+    if "attended" in result:  # plain words, so a pipe or a log shows them too
+        console.print(f"open gates ({len(result['attended'])}/{len(result['tokens'])}): "
+                      f"{escape(' '.join(result['attended']))}")

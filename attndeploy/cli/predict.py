@@ -247,7 +247,7 @@ class TablePrinter:
         self.widths: list[int] | None = None
 
     def headers(self) -> list[str]:
-        names = ["#"] + (["tokens/tags"] if self.tagging else ["label", "score"])
+        names = ["#"] + (["tokens/tags"] if self.tagging else ["label", "probability"])
         names += ["attended"] if self.gated else []
         return names + ([] if self.tagging else ["text"])
 
@@ -258,7 +258,7 @@ class TablePrinter:
                 row = [" ".join(f"{tok}/{tag}" for tok, tag in zip(p.tokens, p.tags,
                                                                    strict=True))]
             else:
-                row = [p.label, f"{float(p.scores.max()):.4f}"]
+                row = [p.label, f"{float(p.probabilities.max()):.4f}"]
             if self.gated:
                 row.append(" ".join(p.attended))
             if not self.tagging:

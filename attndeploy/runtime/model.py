@@ -2,7 +2,7 @@
 
     model = InferenceModel("runs/ganet.onnx", threads=2)
     for p in model.predict(["w3 w17 alpha w8", "bravo w1"]):
-        print(p.label, p.scores, p.attended)
+        print(p.label, p.probabilities, p.attended)
     outputs = model.run(input_ids, attention_mask)   # int64 [batch, seq] -> {"logits", "gates"}
 
 Everything the model needs comes from its ONNX metadata (`runtime.metadata`): labels, the word

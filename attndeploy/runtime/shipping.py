@@ -32,6 +32,7 @@ SHIPPED_MODULES: tuple[tuple[str, str], ...] = (
     ("attndeploy.runtime", "attndeploy/runtime/__init__.py"),
     ("attndeploy.runtime.tokenizer", "attndeploy/runtime/tokenizer.py"),
     ("attndeploy.runtime.wordpiece", "attndeploy/runtime/wordpiece.py"),
+    ("attndeploy.runtime.contract", "attndeploy/runtime/contract.py"),
     ("attndeploy.runtime.text", "attndeploy/runtime/text.py"),
 )
 

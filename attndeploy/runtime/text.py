@@ -12,11 +12,12 @@ runs a model or imports more than numpy, so any runner can use it.
   and the text's first tokens, then the closing specials (`[SEP]` stays last). A text of more
   than `max_bytes` UTF-8 bytes is refused before it is tokenized, truncate or not: a single
   300 MB "word" is one token, which the token limit never sees.
-- Decoding: `scores` are the softmax of the logits over the labels; the label (or, for a tagging
-  model, one tag per token) is their argmax; GA-Net's `attended` are the text's tokens whose hard
-  gate is open, in order. Word tokens are the text's own (lowercased) words, so a word outside
-  the vocabulary is shown as written although the model saw `<unk>`; WordPiece tokens are the
-  pieces the model saw (`[CLS]`, `##` pieces, `[UNK]`, `[SEP]`).
+- Decoding (`runtime.contract`, the prediction contract): the label (or, for a tagging model,
+  one tag per token) is the argmax of the logits, `probabilities` their softmax over the labels;
+  GA-Net's `attended` are the text's tokens whose hard gate is open, in order. Word tokens are
+  the text's own (lowercased) words, so a word outside the vocabulary is shown as written
+  although the model saw `<unk>`; WordPiece tokens are the pieces the model saw (`[CLS]`, `##`
+  pieces, `[UNK]`, `[SEP]`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import DataError
+from attndeploy.runtime.contract import record, softmax
 from attndeploy.runtime.tokenizer import TextTokenizer
+
+__all__ = ["EncodedText", "Prediction", "TextError", "decode_batch", "encode_text",
+           "encode_texts", "label_names_for", "softmax", "utf8_size_over"]
 
 
 class TextError(DataError):
@@ -112,16 +117,17 @@ def encode_texts(
 
 @dataclass(frozen=True, eq=False)
 class Prediction:
-    """The decoded outputs for one text (or one row of ids).
+    """The decoded outputs for one text (or one row of ids): the prediction contract's fields
+    (`runtime.contract`).
 
-    Classification: `label` and `scores` [num_labels]. Tagging: `tags` (one label per token),
-    `scores` [T, num_labels] and `label` None. GA-Net: `gates` bool [T] and `attended`, the
-    tokens whose gate is open. `logits` are the model's raw outputs for the row ([num_labels]
-    or [T, num_labels]); per-token arrays cover the real tokens only.
+    Classification: `label` and `logits`/`probabilities` [num_labels]. Tagging: `tags` (one label
+    per token), `logits`/`probabilities` [T, num_labels] and `label` None. GA-Net: `gates` bool
+    [T] and `attended`, the tokens whose gate is open. Per-token arrays cover the real tokens
+    only. `scores` is the old name of `probabilities`.
     """
 
     label: str | None
-    scores: np.ndarray
+    probabilities: np.ndarray
     tokens: list[str]
     logits: np.ndarray
     label_names: tuple[str, ...] = field(repr=False)
@@ -129,27 +135,21 @@ class Prediction:
     gates: np.ndarray | None = field(default=None, repr=False)
     attended: list[str] | None = None
 
+    @property
+    def scores(self) -> np.ndarray:
+        """Deprecated: `probabilities` (the softmax of the logits)."""
+        import warnings
+
+        warnings.warn("Prediction.scores is deprecated; use Prediction.probabilities",
+                      DeprecationWarning, stacklevel=2)
+        return self.probabilities
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready record: tokens, label and scores by label name (tagging: tags and one
-        such mapping per token), and for GA-Net `attended`."""
-        names = self.label_names
-        record: dict[str, Any] = {"tokens": list(self.tokens)}
-        if self.tags is None:
-            record["label"] = self.label
-            record["scores"] = dict(zip(names, self.scores.tolist(), strict=True))
-        else:
-            record["tags"] = list(self.tags)
-            record["scores"] = [dict(zip(names, row, strict=True))
-                                for row in self.scores.tolist()]
-        if self.attended is not None:
-            record["attended"] = list(self.attended)
-        return record
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis, in the logits' dtype (max subtracted first)."""
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
+        """The contract's JSON record: tokens, label (tagging: tags), logits and probabilities
+        by label name (tagging: one mapping per token), and for GA-Net `attended`."""
+        return record(tokens=self.tokens, logits=self.logits, probabilities=self.probabilities,
+                      names=self.label_names, label=self.label, tags=self.tags,
+                      attended=self.attended)
 
 
 def label_names_for(labels: Sequence[str] | None, num_labels: int) -> tuple[str, ...]:
@@ -172,8 +172,8 @@ def decode_batch(
     and the list becomes the Prediction's `tokens`. Per-row arrays are views of the batch's.
     """
     names = label_names_for(labels, logits.shape[-1])
-    scores = softmax(logits)  # [B, C] or [B, T, C]
-    best = scores.argmax(axis=-1).tolist()  # [B] or [B, T], as Python ints
+    probabilities = softmax(logits)  # [B, C] or [B, T, C]
+    best = logits.argmax(axis=-1).tolist()  # [B] or [B, T], as Python ints: decided on logits
     if gates is not None and gates.dtype != np.bool_:
         gates = gates.astype(bool)
     predictions = []
@@ -185,13 +185,13 @@ def decode_batch(
             attended = list(compress(row_tokens, row_gates.tolist()))
         if tagging:
             predictions.append(Prediction(
-                label=None, scores=scores[row, :length], tokens=row_tokens,
+                label=None, probabilities=probabilities[row, :length], tokens=row_tokens,
                 logits=logits[row, :length], label_names=names,
                 tags=[names[i] for i in best[row][:length]], gates=row_gates, attended=attended,
             ))
         else:
             predictions.append(Prediction(
-                label=names[best[row]], scores=scores[row], tokens=row_tokens,
+                label=names[best[row]], probabilities=probabilities[row], tokens=row_tokens,
                 logits=logits[row], label_names=names, gates=row_gates, attended=attended,
             ))
     return predictions

@@ -21,6 +21,7 @@ from attndeploy.runtime import InferenceModel  # noqa: E402
 from attndeploy.serving.client.infer import infer_request  # noqa: E402
 from attndeploy.serving.packaging.repository import PackageOptions, package_model  # noqa: E402
 from attndeploy.serving.server import TritonServer, free_ports  # noqa: E402
+from tests.runtime.records import assert_same_record  # noqa: E402
 
 from .conftest import TEXT_MODELS as MODELS  # noqa: E402
 from .hf_models import TEXTS, padded_batch  # noqa: E402
@@ -135,7 +136,9 @@ def test_text_in_label_out_over_grpc_equals_predict(served: dict[str, Any], name
     labels = [row[0].decode() for row in got["label"]]
     assert labels == [p.label for p in expected]
     assert len(set(labels)) > 1
-    np.testing.assert_allclose(got["scores"], np.stack([p.logits for p in expected]),
+    np.testing.assert_allclose(got["logits"], np.stack([p.logits for p in expected]),
+                               rtol=0, atol=ATOL)
+    np.testing.assert_allclose(got["probabilities"], np.stack([p.probabilities for p in expected]),
                                rtol=0, atol=ATOL)
     if MODELS[name][1] == "ganet":
         attended = [row[0].decode().split(" ") for row in got["attended"]]
@@ -153,10 +156,7 @@ def test_infer_text_through_the_id_model_and_the_text_model_equals_predict(
         for model in (name, f"{name}_text"):
             result = infer_request(url=served["url"], model=model, text=text,
                                    repo=served["repo"])
-            assert result["label"] == expected.label, model
-            np.testing.assert_allclose(result["logits"], expected.logits, rtol=0, atol=ATOL)
-            if expected.attended is not None:
-                assert result["open_tokens"] == expected.attended, model
+            assert_same_record(result, expected.to_dict(), atol=ATOL)
 
 
 def test_a_text_without_pieces_fails_alone(served: dict[str, Any]):

@@ -25,6 +25,7 @@ from tests.serving.onnx_fixtures import build_model, save_model
 from tests.serving.test_model_py import BAD_REQUESTS
 
 from .conftest import LABELS, MAX_SEQ, TEXTS, TextExports, case_ids
+from .records import assert_same_record
 
 ATOL = 1e-6  # the bound: predict vs onnxruntime on the checkpoint's tokenization
 
@@ -93,11 +94,11 @@ def test_predict_equals_onnxruntime_on_the_checkpoint_s_own_tokenization(
             if exported.case.head == "tagging":
                 assert got.label is None
                 assert got.tags == [LABELS[i] for i in best]
-                assert got.scores.shape == (len(got.tokens), len(LABELS))
+                assert got.probabilities.shape == (len(got.tokens), len(LABELS))
             else:
                 assert got.label == LABELS[int(best)]
-                assert got.scores.shape == (len(LABELS),)
-            np.testing.assert_allclose(got.scores.sum(-1), 1.0, rtol=0, atol=1e-6)
+                assert got.probabilities.shape == (len(LABELS),)
+            np.testing.assert_allclose(got.probabilities.sum(-1), 1.0, rtol=0, atol=1e-6)
             if exported.case.is_gated:
                 np.testing.assert_array_equal(got.gates, want["gates"])
 
@@ -176,15 +177,8 @@ def test_labels_equal_the_served_id_model_through_infer_text_s_path(
     predictions = InferenceModel(exported.path, threads=1).predict(TEXTS, batch_size=8)
     for text, prediction in zip(TEXTS, predictions, strict=True):
         result = infer_request(url="in-process", model="m", text=text, repo=tmp_path / "repo")
-        assert result["tokens"] == prediction.tokens
-        np.testing.assert_allclose(result["logits"], prediction.logits, rtol=0, atol=ATOL)
-        if prediction.tags is None:
-            assert result["label"] == prediction.label
-            assert result["scores"] == pytest.approx(prediction.to_dict()["scores"], abs=1e-6)
-        else:
-            assert result["tags"] == prediction.tags
-        if prediction.attended is not None:
-            assert result["open_tokens"] == prediction.attended
+        assert result["model"] == "m" and result["text"] == text
+        assert_same_record(result, prediction.to_dict(), atol=ATOL)
 
 
 # --------------------------------------------------------------------------- bad input

@@ -14,6 +14,7 @@ from attndeploy.cli import predict as predict_cli
 from attndeploy.runtime import InferenceModel
 
 from .conftest import MAX_SEQ, TEXTS, TextExports
+from .records import assert_same_record
 
 
 def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str):
@@ -41,10 +42,11 @@ def test_json_lines_hold_one_object_per_text_equal_to_the_library(ganet, monkeyp
     expected = InferenceModel(ganet).predict([TEXTS[0], "Amber, W3!"])
     assert [r["index"] for r in records] == [0, 1]
     for record, prediction in zip(records, expected, strict=True):
-        assert set(record) == {"index", "tokens", "label", "scores", "attended"}
+        assert set(record) == {"index", "tokens", "label", "logits", "probabilities",
+                               "attended"}
         assert record["label"] == prediction.label
         assert record["attended"] == prediction.attended
-        assert record["scores"] == pytest.approx(prediction.to_dict()["scores"], abs=1e-6)
+        assert_same_record(record, prediction.to_dict(), atol=1e-6)
 
 
 def test_a_file_and_stdin_give_the_same_records(ganet, tmp_path, monkeypatch, capsys):
@@ -62,13 +64,13 @@ def test_a_file_and_stdin_give_the_same_records(ganet, tmp_path, monkeypatch, ca
         t.lower().split() for t in TEXTS[:6]]
 
 
-def test_the_table_shows_label_score_attended_and_text(ganet, monkeypatch, capsys):
+def test_the_table_shows_label_probability_attended_and_text(ganet, monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text", "w1 alpha")
     assert code == 0, err
     (prediction,) = InferenceModel(ganet).predict(["w1 alpha"])
     header, row = out.splitlines()[0], out.splitlines()[2]
-    assert all(word in header for word in ("label", "score", "attended", "text"))
-    assert prediction.label in row and f"{prediction.scores.max():.4f}" in row
+    assert all(word in header for word in ("label", "probability", "attended", "text"))
+    assert prediction.label in row and f"{prediction.probabilities.max():.4f}" in row
 
 
 def test_a_tagging_model_prints_token_tag_pairs(text_exports, monkeypatch, capsys):
@@ -81,8 +83,8 @@ def test_a_tagging_model_prints_token_tag_pairs(text_exports, monkeypatch, capsy
     code, out, err = run_main(monkeypatch, capsys, "predict", str(path), "--text", "w1 w2",
                               "--json")
     (record,) = json_lines(out)
-    assert set(record) == {"index", "tokens", "tags", "scores", "attended"}
-    assert len(record["tags"]) == len(record["scores"]) == 2
+    assert set(record) == {"index", "tokens", "tags", "logits", "probabilities", "attended"}
+    assert len(record["tags"]) == len(record["logits"]) == len(record["probabilities"]) == 2
 
 
 def test_a_long_file_runs_with_a_progress_callback(ganet, tmp_path, monkeypatch, capsys):

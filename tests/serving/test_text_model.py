@@ -26,13 +26,16 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 import attndeploy
 from attndeploy.errors import RepositoryError
+from attndeploy.runtime.contract import CONTRACT_VERSION, decode_wire
 from attndeploy.runtime.shipping import SHIPPED_MODULES, runtime_sources
 from attndeploy.runtime.text import decode_batch, encode_text
 from attndeploy.runtime.tokenizer import WordTokenizer, pad_sequences
 from attndeploy.serving.packaging.check_repo import check_repository
 from attndeploy.serving.packaging.model_template import generate_text_model_py
+from attndeploy.serving.packaging.onnx_info import load_onnx_graph, read_model_info
 from attndeploy.serving.packaging.repository import PackageOptions, package_model
 from attndeploy.serving.packaging.text_model import text_interface
+from tests.runtime.records import assert_same_record
 
 from .onnx_fixtures import build_model, fixture_vocab, save_model
 from .test_model_py import FakeRequest, FakeTensor, FakeTritonError, _fake_pb_utils, load_model
@@ -224,9 +227,11 @@ def test_the_shipped_runtime_is_the_package_s_own_files_byte_for_byte(repo: Path
 
 
 @pytest.mark.parametrize(("base", "outputs"), [
-    ("cls", {"label": [1], "scores": [3]}),
-    ("gated", {"label": [1], "scores": [3], "attended": [1]}),
-    ("tag", {"label": [-1], "scores": [-1, 3], "tokens": [-1], "attended": [1]}),
+    ("cls", {"tokens": [-1], "label": [1], "logits": [3], "probabilities": [3]}),
+    ("gated", {"tokens": [-1], "label": [1], "logits": [3], "probabilities": [3],
+               "attended": [1]}),
+    ("tag", {"tokens": [-1], "tags": [-1], "logits": [-1, 3], "probabilities": [-1, 3],
+             "attended": [1]}),
 ])
 def test_the_config_declares_text_in_and_the_decoded_outputs(repo: Path, base: str,
                                                               outputs: dict) -> None:
@@ -242,6 +247,9 @@ def test_the_config_declares_text_in_and_the_decoded_outputs(repo: Path, base: s
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     assert params["ID_MODEL"] == base and params["MAX_SEQ"] == str(MAX_SEQ)
     assert params["TRUNCATE"] == "false"
+    assert params["CONTRACT_VERSION"] == str(CONTRACT_VERSION)
+    assert json.loads(params["LABEL_NAMES"]) == list(read_model_info(
+        load_onnx_graph(repo / base / "1" / "model.onnx")).labels)
 
 
 def test_no_text_model_without_a_tokenizer_or_with_text_off(tmp_path: Path) -> None:
@@ -305,6 +313,12 @@ BREAKAGES = {
                      "labels.txt differs"),
     "max_seq above the id model's": (lambda r: _set_param(r / "gated_text", "MAX_SEQ", "99"),
                                      r"MAX_SEQ is '99'"),
+    "an older prediction contract": (
+        lambda r: _set_param(r / "gated_text", "CONTRACT_VERSION", "1"),
+        r"CONTRACT_VERSION is '1', this attndeploy answers prediction contract 2; re-package"),
+    "other label names in the config": (
+        lambda r: _set_param(r / "gated_text", "LABEL_NAMES", '["x", "y", "z"]'),
+        r"LABEL_NAMES differs from its id model's labels"),
     "text byte limit not a number": (
         lambda r: _set_param(r / "gated_text", "MAX_TEXT_BYTES", "lots"),
         r"MAX_TEXT_BYTES is 'lots'; it must be a positive number of bytes"),
@@ -345,14 +359,20 @@ def test_texts_of_different_lengths_in_one_request_equal_onnxruntime(
     out = response.outputs
     if base == "tag":
         mask = want["mask"].astype(bool)
-        np.testing.assert_allclose(out["scores"], np.where(mask[..., None], want["logits"], 0),
+        np.testing.assert_allclose(out["logits"], np.where(mask[..., None], want["logits"], 0),
                                    rtol=0, atol=1e-6)
         for row, p in enumerate(want["predictions"]):
-            assert strings(out["label"])[row] == p.tags + [""] * (mask.shape[1] - len(p.tags))
-            assert strings(out["tokens"])[row][: len(p.tokens)] == p.tokens
+            assert strings(out["tags"])[row] == p.tags + [""] * (mask.shape[1] - len(p.tags))
     else:
-        np.testing.assert_allclose(out["scores"], want["logits"], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(out["logits"], want["logits"], rtol=0, atol=1e-6)
         assert strings(out["label"]) == [[p.label] for p in want["predictions"]]
+    for row, p in enumerate(want["predictions"]):
+        assert strings(out["tokens"])[row] == p.tokens + [""] * (want["mask"].shape[1]
+                                                                 - len(p.tokens))
+        np.testing.assert_allclose(out["probabilities"][row][: len(p.tokens)] if base == "tag"
+                                   else out["probabilities"][row], p.probabilities,
+                                   rtol=0, atol=1e-6)
+        assert_same_record(decode_wire(out, p.label_names, row=row), p.to_dict(), atol=1e-6)
     if "attended" in out:
         assert strings(out["attended"]) == [[" ".join(p.attended)] for p in want["predictions"]]
 
@@ -368,10 +388,10 @@ def test_each_request_of_a_batch_gets_its_own_rows_and_shares_one_id_model_call(
                                strict=True):
         want = expected(repo, "tag", texts)
         width = want["mask"].shape[1]  # each request is padded to its own longest text
-        assert response.outputs["label"].shape == (len(texts), width)
-        assert response.outputs["scores"].shape == (len(texts), width, 3)
+        assert response.outputs["tags"].shape == (len(texts), width)
+        assert response.outputs["logits"].shape == (len(texts), width, 3)
         for row, p in enumerate(want["predictions"]):
-            assert strings(response.outputs["label"])[row][: len(p.tags)] == p.tags
+            assert strings(response.outputs["tags"])[row][: len(p.tags)] == p.tags
 
 
 BAD_TEXTS = {
@@ -441,7 +461,7 @@ def test_a_bad_text_fails_its_request_alone_with_invalid_arg(
     assert re.search(message, bad.error.msg), bad.error.msg
     assert first.error is None and last.error is None
     want = expected(repo, "gated", [TEXTS[0], TEXTS[1], TEXTS[2]])
-    np.testing.assert_allclose(np.concatenate([first.outputs["scores"], last.outputs["scores"]]),
+    np.testing.assert_allclose(np.concatenate([first.outputs["logits"], last.outputs["logits"]]),
                                want["logits"], rtol=0, atol=1e-6)
 
 
@@ -474,7 +494,7 @@ def test_a_text_of_only_unknown_words_is_valid_and_maps_to_unk(
     (response,) = model.execute([text_request("zebra quagga okapi")])
     assert response.error is None
     want = expected(repo, "gated", ["zebra quagga okapi"])
-    np.testing.assert_allclose(response.outputs["scores"], want["logits"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(response.outputs["logits"], want["logits"], rtol=0, atol=1e-6)
 
 
 def test_truncation_is_off_by_default_and_keeps_the_first_max_seq_tokens_when_on(
@@ -488,7 +508,7 @@ def test_truncation_is_off_by_default_and_keeps_the_first_max_seq_tokens_when_on
     (response,) = model.execute([text_request(long_text)])
     assert response.error is None
     want = expected(tmp_path / "repo", "g", [long_text], truncate=True)
-    np.testing.assert_allclose(response.outputs["scores"], want["logits"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(response.outputs["logits"], want["logits"], rtol=0, atol=1e-6)
     assert strings(response.outputs["attended"]) == [[" ".join(want["predictions"][0].attended)]]
 
 
@@ -604,7 +624,7 @@ STANDALONE = textwrap.dedent('''
     texts = np.array([[b"w3 w4"], [b"W5, zebra"]], dtype=object)
     (response,) = model.execute([Request(text=texts)])
     print(json.dumps({"label": [v.decode() for v in response.outputs["label"][:, 0]],
-                      "scores": response.outputs["scores"].tolist(),
+                      "logits": response.outputs["logits"].tolist(),
                       "files": sorted({m.__file__ for n, m in sys.modules.items()
                                        if n.startswith("attndeploy")})}))
 ''')
@@ -622,7 +642,7 @@ def test_the_text_model_runs_where_attndeploy_is_not_installed(repo: Path, tmp_p
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
     # "w3 w4" -> ids 3, 4 (sum 7); "W5, zebra" -> w5 , zebra -> 5, <unk>=1, <unk>=1 (sum 7)
-    assert answer["scores"] == [[7.0, -7.0, 0.0], [7.0, -7.0, 0.0]]
+    assert answer["logits"] == [[7.0, -7.0, 0.0], [7.0, -7.0, 0.0]]
     assert answer["label"] == ["label_0", "label_0"]
     version_dir = str((repo / "cls_text" / "1").resolve())
     assert answer["files"] and all(str(Path(f).resolve()).startswith(version_dir)

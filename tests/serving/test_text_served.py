@@ -1,6 +1,6 @@
 """Text models under the real tritonserver, for every variant: raw text over gRPC and over HTTP
-(KServe v2 JSON, as curl sends it) gives the scores of in-process onnxruntime on the same
-tokenization within 1e-5, labels and GA-Net's attended tokens as `predict` decodes them; a batch
+(KServe v2 JSON, as curl sends it) gives the prediction contract's wire form of in-process
+`predict`'s predictions: logits within 1e-5, tokens, labels and GA-Net's attended tokens; a batch
 of texts of different lengths in one request and across concurrent requests; a bad text is an
 error for its request alone; `infer` and `loadtest` drive the text model over both protocols.
 
@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from attndeploy.runtime import DEFAULT_MAX_TEXT_BYTES, InferenceModel
+from attndeploy.runtime.contract import decode_wire, wire_outputs
 from attndeploy.runtime.text import encode_text
 from attndeploy.runtime.tokenizer import pad_sequences
 from attndeploy.serving.client.infer import infer_request
@@ -31,6 +32,7 @@ from attndeploy.serving.loadtest import LoadTestConfig, run_load_test
 from attndeploy.serving.packaging.repository import PackageOptions, package_model
 from attndeploy.serving.server import TritonServer, free_ports
 from tests.runtime.conftest import MAX_SEQ, TEXTS, TextExports
+from tests.runtime.records import assert_same_record, contract_fields
 
 pytestmark = pytest.mark.integration
 
@@ -104,28 +106,24 @@ def as_strings(array: np.ndarray) -> list:
 
 def assert_answers(served: Served, case: str, texts: list[str], out: dict[str, np.ndarray]
                    ) -> None:
+    """The answer is the contract's wire form of `predict`'s predictions: the outputs its kind
+    has, padded to the request's longest text, each row decoding to `predict`'s record."""
     want = expected(served, case, texts)
     predictions = want["predictions"]
-    if case == "ganet_tagging":
-        mask = want["mask"].astype(bool)
-        assert out["scores"].shape == want["logits"].shape
-        np.testing.assert_allclose(out["scores"], np.where(mask[..., None], want["logits"], 0),
-                                   rtol=0, atol=ATOL)
-        for row, p in enumerate(predictions):
-            assert as_strings(out["label"])[row][: len(p.tags)] == p.tags
-            assert as_strings(out["tokens"])[row][: len(p.tokens)] == p.tokens
-    else:
-        np.testing.assert_allclose(out["scores"], want["logits"], rtol=0, atol=ATOL)
-        assert as_strings(out["label"]) == [[p.label] for p in predictions]
-    if case.startswith("ganet"):
-        assert as_strings(out["attended"]) == [[" ".join(p.attended)] for p in predictions]
-    else:
-        assert "attended" not in out
+    tagging, gated = case == "ganet_tagging", case.startswith("ganet")
+    assert set(out) == set(wire_outputs(tagging=tagging, gated=gated))
+    assert out["logits"].shape == want["logits"].shape
+    mask = want["mask"].astype(bool)  # [B, T]
+    logits = np.where(mask[..., None], want["logits"], 0) if tagging else want["logits"]
+    np.testing.assert_allclose(out["logits"], logits, rtol=0, atol=ATOL)
+    for row, p in enumerate(predictions):
+        assert as_strings(out["tokens"])[row] == p.tokens + [""] * (mask.shape[1] - len(p.tokens))
+        assert_same_record(decode_wire(out, p.label_names, row=row), p.to_dict(), atol=ATOL)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 @pytest.mark.parametrize("case", CASES)
-def test_raw_text_gets_the_scores_of_in_process_onnxruntime(served: Served, case: str,
+def test_raw_text_gets_the_predictions_of_in_process_onnxruntime(served: Served, case: str,
                                                             protocol: str) -> None:
     send = grpc_text if protocol == "grpc" else http_text
     for start in range(0, len(TEXTS), BATCH):  # each request: texts of different lengths
@@ -173,7 +171,8 @@ def test_concurrent_requests_of_different_lengths_are_each_answered_right(served
         client.close()
     for texts, (result, error) in zip(requests, results, strict=True):
         assert error is None, error
-        out = {name: result.as_numpy(name) for name in ("label", "scores", "attended")}
+        out = {name: result.as_numpy(name)
+               for name in wire_outputs(tagging=False, gated=True)}
         assert_answers(served, case, texts, out)
     stats = client_stats(served, f"{case}_text")
     assert stats["inference_count"] >= sum(len(t) for t in requests)
@@ -226,7 +225,7 @@ def test_a_bad_text_is_invalid_argument_for_its_request_alone(served: Served, ca
     for name, text in (("good0", good[0]), ("good1", good[1])):
         result, error = outcomes[name]
         assert error is None
-        out = {n: result.as_numpy(n) for n in ("label", "scores", "attended")}
+        out = {n: result.as_numpy(n) for n in wire_outputs(tagging=False, gated=True)}
         assert_answers(served, "ganet_mlp", [text], out)
 
 
@@ -251,6 +250,22 @@ def test_a_bad_text_over_http_is_400_with_the_reason_and_the_server_goes_on(serv
     assert_answers(served, "standard", [TEXTS[1]], http_text(served, "standard_text", [TEXTS[1]]))
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_the_three_ways_to_run_a_model_answer_the_same_record(served: Served, case: str) -> None:
+    """In process (`predict --json`), `infer` to the text model (label names from the server,
+    no repository) and `infer` to the id model (tokenized and decoded here): the same contract
+    fields with the same values."""
+    text = TEXTS[3]
+    (prediction,) = served.models[case].predict([text])
+    in_process = prediction.to_dict()
+    url = served.server.grpc_url
+    through_text_model = infer_request(url=url, model=f"{case}_text", text=text, repo=None)
+    through_id_model = infer_request(url=url, model=case, text=text, repo=served.repo)
+    for answer in (through_text_model, through_id_model):
+        assert set(contract_fields(answer)) == set(in_process)
+        assert_same_record(answer, in_process, atol=ATOL)
+
+
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_infer_sends_the_text_to_the_text_model(served: Served, protocol: str) -> None:
     url = served.server.grpc_url if protocol == "grpc" else served.server.http_url
@@ -258,13 +273,12 @@ def test_infer_sends_the_text_to_the_text_model(served: Served, protocol: str) -
     (prediction,) = served.models["ganet_mlp"].predict([text])
     result = infer_request(url=url, model="ganet_mlp_text", text=text, repo=served.repo,
                            protocol=protocol)
-    assert result["label"] == prediction.label
-    assert result["open_tokens"] == prediction.attended
-    assert result["scores"] == pytest.approx(prediction.to_dict()["scores"], abs=1e-5)
-    tagged = infer_request(url=url, model="ganet_tagging_text", text=text, repo=served.repo,
-                           protocol=protocol)
+    assert result["model"] == "ganet_mlp_text" and result["text"] == text
+    assert_same_record(result, prediction.to_dict(), atol=1e-5)
+    tagged = infer_request(url=url, model="ganet_tagging_text", text=text, repo=None,
+                           protocol=protocol)  # no repository: label names from the server
     (tags,) = served.models["ganet_tagging"].predict([text])
-    assert tagged["tokens"] == tags.tokens and tagged["tags"] == tags.tags
+    assert_same_record(tagged, tags.to_dict(), atol=1e-5)
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])

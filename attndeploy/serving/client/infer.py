@@ -10,8 +10,12 @@ Two kinds of served model take a text:
   server's URL, and the outputs are decoded here.
 
 Either way the tokenizer and decoder are `attndeploy.runtime.text`'s, the code of in-process
-`predict` (the text model runs a byte-identical copy of it). Which kind a model is comes from its
-folder in the repository, or, when the repository does not hold it, from the server's metadata.
+`predict` (the text model runs a byte-identical copy of it), and the answer is the prediction
+contract's record (`attndeploy.runtime.contract`): the fields `predict --json` prints, after
+`model` and `text`. A text model's answer is decoded by the contract's codec with the label names
+its served configuration carries, so no repository is needed. Which kind a model is comes from
+its folder in the repository, or, when the repository does not hold it, from the server's
+metadata.
 """
 
 from __future__ import annotations
@@ -24,24 +28,20 @@ import numpy as np
 
 from attndeploy.errors import DataError, ServerError
 from attndeploy.runtime import DEFAULT_MAX_TEXT_BYTES
+from attndeploy.runtime.contract import decode_wire, served_label_names
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
-from attndeploy.runtime.text import TextError, decode_batch, encode_text, label_names_for, softmax
+from attndeploy.runtime.text import TextError, decode_batch, encode_text
 from attndeploy.serving.client.triton import (
     Protocol,
     TritonRunner,
     as_protocol,
     infer_once,
-    infer_texts,
 )
-from attndeploy.serving.packaging.model_config import LABELS_FILE
 from attndeploy.serving.packaging.text_model import (
-    ATTENDED,
-    LABEL,
-    SCORES,
     TEXT,
-    TOKENS,
     is_text_config,
     read_config,
+    text_model_name,
 )
 from attndeploy.serving.server.launch import find_model_onnx
 
@@ -64,31 +64,27 @@ def _is_text_model(url: str | None, model: str, repo: Path | None, timeout_s: fl
         return runner.metadata().input(TEXT) is not None
 
 
-def _strings(array: np.ndarray) -> list[str]:
-    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in array.tolist()]
+def _text_model_result(url: str | None, model: str, text: str, timeout_s: float,
+                       protocol: Protocol) -> dict[str, Any]:
+    """One text sent to a text model, its answer decoded by the contract's codec with the label
+    names of the model's served configuration (one row)."""
+    with TritonRunner(url, model, timeout_s=timeout_s, protocol=protocol) as runner:
+        config = runner.model_config()
+        outputs = runner.infer({TEXT: np.array([[text.encode("utf-8")]], dtype=object)})  # [1, 1]
+    parameters = {key: value.get("string_value", "")
+                  for key, value in config.get("parameters", {}).items()}
+    logits = np.asarray(outputs.get("logits", np.zeros((1, 0))))
+    names = served_label_names(parameters, logits.shape[-1], model)
+    return {"model": model, "text": text, **decode_wire(outputs, names)}
 
 
-def _text_model_result(model: str, text: str, outputs: dict[str, np.ndarray],
-                       repo: Path | None) -> dict[str, Any]:
-    """The JSON of one text model answer (one row), shaped like the id path's."""
-    labels_file = Path(repo) / model / LABELS_FILE if repo is not None else None
-    names = (tuple(labels_file.read_text(encoding="utf-8").splitlines())
-             if labels_file is not None and labels_file.is_file() else None)
-    logits = np.asarray(outputs[SCORES])[0]  # [C] or [T, C]
-    result: dict[str, Any] = {"model": model, "text": text, "logits": logits.tolist()}
-    if TOKENS in outputs:  # tagging: per-token labels, "" past the text
-        tokens = [t for t in _strings(outputs[TOKENS][0]) if t]
-        result["tokens"] = tokens
-        result["tags"] = _strings(outputs[LABEL][0])[: len(tokens)]
-        result["logits"] = logits[: len(tokens)].tolist()
-    else:
-        result["label"] = _strings(outputs[LABEL][0])[0]
-        label_names = label_names_for(names, logits.shape[-1])
-        result["scores"] = dict(zip(label_names, softmax(logits).tolist(), strict=True))
-    if ATTENDED in outputs:
-        joined = _strings(outputs[ATTENDED][0])[0]
-        result["open_tokens"] = joined.split(" ") if joined else []
-    return result
+def _served(url: str | None, model: str, repo: Path | None, timeout_s: float,
+            protocol: Protocol) -> bool:
+    """Whether `model` is a folder of `repo` or, without one, ready on the server."""
+    if repo is not None:
+        return (Path(repo) / model).is_dir()
+    with TritonRunner(url, model, timeout_s=timeout_s, protocol=protocol) as runner:
+        return runner.is_ready()
 
 
 def infer_request(
@@ -102,7 +98,8 @@ def infer_request(
     timeout_s: float = 10.0,
     protocol: Protocol | str = Protocol.GRPC,
 ) -> dict[str, Any]:
-    """Send one example; return label, scores and (GA-Net) the open tokens.
+    """Send one example; return `model` (and `text`) and the prediction contract's record:
+    tokens, label (tagging: tags), logits, probabilities and GA-Net's attended tokens.
 
     `url` defaults to the protocol's loopback endpoint. A text model gets `text` as it is; an
     id model gets `text` tokenized here (needs `repo` or `onnx_path`) or `ids`.
@@ -116,17 +113,18 @@ def infer_request(
             raise DataError(f"model {model!r} is a text model: send --text, or send --ids to "
                             f"its id model {cfg.parameters['ID_MODEL'].string_value!r}")
     if text is not None and _is_text_model(url, model, repo, timeout_s, protocol):
-        outputs = infer_texts(url, model, [text], timeout_s=timeout_s, protocol=protocol)
-        return _text_model_result(model, text, outputs, repo)
+        return _text_model_result(url, model, text, timeout_s, protocol)
     onnx_path = onnx_path or (find_model_onnx(repo, model) if repo is not None else None)
     meta = _metadata(onnx_path) if onnx_path is not None else None
     tokenizer = meta.tokenizer if meta is not None else None
     if text is not None:
         if meta is None or tokenizer is None:
+            text_model = text_model_name(model)
+            use_text_model = (f", or use its text model {text_model}"
+                              if _served(url, text_model, repo, timeout_s, protocol) else "")
             raise ServerError(
                 f"no vocabulary for model {model!r}: pass --repo with the packaged model (or "
-                "--onnx) so --text can be tokenized, send --ids, or use its text model "
-                f"{model}_text"
+                f"--onnx) so --text can be tokenized, or send --ids{use_text_model}"
             )
         try:
             encoded = encode_text(tokenizer, text, max_seq=meta.max_seq,
@@ -151,14 +149,5 @@ def infer_request(
         logits, outputs.get("gates"), [tokens], meta.labels if meta is not None else None,
         tagging=logits.ndim == 3,
     )
-    result: dict[str, Any] = {"model": model, "tokens": tokens,
-                              "logits": prediction.logits.tolist()}
-    if prediction.tags is None:
-        result["label"] = prediction.label
-        result["scores"] = prediction.to_dict()["scores"]
-    else:
-        result["tags"] = prediction.tags
-    if prediction.gates is not None:
-        result["gates"] = prediction.gates.tolist()
-        result["open_tokens"] = prediction.attended
-    return result
+    head = {"model": model} if text is None else {"model": model, "text": text}
+    return {**head, **prediction.to_dict()}

@@ -263,9 +263,8 @@ class _TextReference:
     """What a text model should answer, from in-process onnxruntime on its id model's ONNX file:
     the texts encoded and the logits decoded by the runtime (`encode_text`, `decode_batch`).
 
-    Expected: `scores` = the logits (per-token ones zero past each text, as the server pads),
-    `label` (tagging: per token, "" past the text), `tokens` (tagging) and `attended`
-    (GA-Net), as the text model returns them. Cached per pool entry."""
+    Expected: the prediction contract's wire form (`runtime.contract.encode_wire`, the codec the
+    text model answers with) of those predictions. Cached per pool entry."""
 
     def __init__(self, path: Path, source: TextSource, served_outputs: Sequence[str]) -> None:
         import onnxruntime as ort
@@ -282,6 +281,7 @@ class _TextReference:
         return self._cache[key]
 
     def _expected(self, texts: np.ndarray) -> dict[str, np.ndarray]:
+        from attndeploy.runtime.contract import encode_wire
         from attndeploy.runtime.text import decode_batch, encode_text
         from attndeploy.runtime.tokenizer import pad_sequences
 
@@ -290,24 +290,10 @@ class _TextReference:
                                truncate=source.truncate) for raw in texts[:, 0].tolist()]
         ids, mask = pad_sequences([e.ids for e in encoded])  # [B, T]
         values = self.session.run(self.run_outputs, {"input_ids": ids, "attention_mask": mask})
-        logits = values[0]
         gates = values[1] if source.gated else None
-        predictions = decode_batch(logits, gates, [e.tokens for e in encoded], source.labels,
+        predictions = decode_batch(values[0], gates, [e.tokens for e in encoded], source.labels,
                                    tagging=source.tagging)
-        out: dict[str, np.ndarray] = {}
-        if source.tagging:
-            real = mask.astype(bool)  # [B, T]
-            out["scores"] = np.where(real[..., None], logits, 0).astype(logits.dtype)
-            out["label"] = np.array([[t.encode() for t in p.tags] + [b""] * (ids.shape[1] - len(
-                p.tags)) for p in predictions], dtype=object)
-            out["tokens"] = np.array([[t.encode() for t in p.tokens] + [b""] * (ids.shape[1] - len(
-                p.tokens)) for p in predictions], dtype=object)
-        else:
-            out["scores"] = logits
-            out["label"] = np.array([[p.label.encode()] for p in predictions], dtype=object)
-        if source.gated:
-            out["attended"] = np.array([[" ".join(p.attended).encode()] for p in predictions],
-                                       dtype=object)
+        out = encode_wire(predictions, tagging=source.tagging, gated=source.gated)
         return {name: value for name, value in out.items() if name in self.outputs}
 
 

@@ -11,10 +11,13 @@
 <name>_text/<v>/attndeploy/   byte-for-byte copies of the runtime's tokenizer and decoder
 ```
 
-Interface (batch implicit): input `text` BYTES [1] (one UTF-8 text per row); outputs `label`
-BYTES [1] (the label's name), `scores` FP32 [num_labels] (the id model's logits); GA-Net also
-`attended` BYTES [1] (the open tokens, space-joined). A tagging model answers per token: `label`
-BYTES [-1], `scores` FP32 [-1, num_labels] and `tokens` BYTES [-1].
+Interface (batch implicit): input `text` BYTES [1] (one UTF-8 text per row); outputs in the
+prediction contract's wire form (`attndeploy.runtime.contract`, shipped with the model):
+`tokens` BYTES [-1], `label` BYTES [1] (the label's name; a tagging model: `tags` BYTES [-1]),
+`logits` and `probabilities` FP32 [num_labels] (tagging: [-1, num_labels]) and for GA-Net
+`attended` BYTES [1] (the open tokens, space-joined). The parameters `CONTRACT_VERSION` and
+`LABEL_NAMES` tell a client which contract the answer follows and the label names, without
+the repository.
 
 BLS, not an ensemble: `model.py` tokenizes the whole batch the dynamic batcher hands it, sends it
 to the id model (parameter `ID_MODEL`) as one padded request, and decodes the answer, in one
@@ -54,15 +57,22 @@ from tritonclient.grpc import model_config_pb2 as mc
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import write_files
 from attndeploy.interface import CLASSIFICATION, TAGGING
+from attndeploy.runtime.contract import (
+    ATTENDED,
+    CONTRACT_VERSION,
+    LABEL,
+    LOGITS,
+    PARAM_CONTRACT_VERSION,
+    PARAM_LABEL_NAMES,
+    PROBABILITIES,
+    TAGS,
+    TOKENS,
+)
 from attndeploy.runtime.shipping import TOKENIZER_TYPES, runtime_sources
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.onnx_info import ModelInfo, load_onnx_graph, read_model_info
 
 TEXT = "text"
-LABEL = "label"
-SCORES = "scores"
-ATTENDED = "attended"
-TOKENS = "tokens"
 TEXT_SUFFIX = "_text"
 TOKENIZER_FILE = "tokenizer.json"
 META_TOKENIZER = "attndeploy.tokenizer"
@@ -105,16 +115,19 @@ def text_interface(*, head: str, num_labels: int, gated: bool) -> TextInterface:
     if head not in (CLASSIFICATION, TAGGING):
         raise ValueError(f"unknown head {head!r}; valid: {CLASSIFICATION}, {TAGGING}")
     inputs = (TextTensor(TEXT, "TYPE_STRING", (1,), "one UTF-8 text per row"),)
+    outputs = [TextTensor(TOKENS, "TYPE_STRING", (-1,), "the text's tokens, '' past the text")]
     if head == TAGGING:
-        outputs = [
-            TextTensor(LABEL, "TYPE_STRING", (-1,), "one label per token, '' past the text"),
-            TextTensor(SCORES, "TYPE_FP32", (-1, num_labels), "the id model's logits per token"),
-            TextTensor(TOKENS, "TYPE_STRING", (-1,), "the text's tokens, '' past the text"),
+        outputs += [
+            TextTensor(TAGS, "TYPE_STRING", (-1,), "one label per token, '' past the text"),
+            TextTensor(LOGITS, "TYPE_FP32", (-1, num_labels), "the id model's logits per token"),
+            TextTensor(PROBABILITIES, "TYPE_FP32", (-1, num_labels),
+                       "their softmax over the labels"),
         ]
     else:
-        outputs = [
+        outputs += [
             TextTensor(LABEL, "TYPE_STRING", (1,), "the label's name"),
-            TextTensor(SCORES, "TYPE_FP32", (num_labels,), "the id model's logits"),
+            TextTensor(LOGITS, "TYPE_FP32", (num_labels,), "the id model's logits"),
+            TextTensor(PROBABILITIES, "TYPE_FP32", (num_labels,), "their softmax"),
         ]
     if gated:
         outputs.append(TextTensor(ATTENDED, "TYPE_STRING", (1,),
@@ -187,6 +200,8 @@ def text_parameters(info: ModelInfo, options: Any, id_model: str) -> dict[str, s
         cfgmod.PARAM_HEAD: info.head,
         cfgmod.PARAM_GATED: "true" if info.gated else "false",
         cfgmod.PARAM_NUM_LABELS: str(info.num_labels),
+        PARAM_CONTRACT_VERSION: str(CONTRACT_VERSION),
+        PARAM_LABEL_NAMES: json.dumps(list(info.labels), ensure_ascii=False),
     }
     if options.execution_env is not None:
         parameters[cfgmod.PARAM_EXECUTION_ENV] = str(options.execution_env.resolve())
@@ -386,6 +401,13 @@ def check_text_model(model: _Findings, cfg: mc.ModelConfig, versions: list[int])
                       (cfgmod.PARAM_GATED, "true" if info.gated else "false")):
         if params.get(key) != want:
             model.error(f"parameter {key} is {params.get(key)!r}, its id model needs {want!r}")
+    contract = params.get(PARAM_CONTRACT_VERSION)
+    if contract != str(CONTRACT_VERSION):
+        model.error(f"parameter {PARAM_CONTRACT_VERSION} is {contract!r}, this attndeploy "
+                    f"answers prediction contract {CONTRACT_VERSION}; re-package the model")
+    elif params.get(PARAM_LABEL_NAMES) != json.dumps(list(info.labels), ensure_ascii=False):
+        model.error(f"parameter {PARAM_LABEL_NAMES} differs from its id model's labels "
+                    f"{list(info.labels)}; re-package the model")
     tokenizer_path = model.path / TOKENIZER_FILE
     try:
         shipped = json.loads(tokenizer_path.read_text(encoding="utf-8"))
