@@ -156,8 +156,10 @@ def write_report(data: dict[str, Any], outcomes: list, work: Path, options: Any)
     if text_examples:
         lines += ["## Text in, label out (the text models, KServe v2 over HTTP)", "",
                   "Each variant's text model `<variant>_text` tokenizes in the server with the "
-                  "checkpoint's tokenizer, calls the id model and decodes: `scores` are the id "
-                  "model's logits, GA-Net's `attended` the tokens whose hard gates are open. "
+                  "checkpoint's tokenizer, calls the id model and decodes into the prediction "
+                  "record (docs/prediction-contract.md): `tokens`, `label`, the id model's "
+                  "`logits`, their softmax `probabilities`, and GA-Net's `attended`, the tokens "
+                  "whose hard gates are open. "
                   "One request and its response per variant, as `curl -d @request.json "
                   "localhost:8000<path>` sends and receives them:", ""]
         for o in text_examples:

@@ -66,8 +66,10 @@ def test_the_report_shows_one_text_request_and_response_per_variant(first_run):
         assert text_input["name"] == "text" and text_input["datatype"] == "BYTES"
         outputs = {o["name"]: o for o in example["response"]["outputs"]}
         assert outputs["label"]["data"] == [example["label"]]
-        assert outputs["scores"]["datatype"] == "FP32"
-        assert len(outputs["scores"]["data"]) == outputs["scores"]["shape"][1] >= 2
+        for name in ("logits", "probabilities"):
+            assert outputs[name]["datatype"] == "FP32"
+            assert len(outputs[name]["data"]) == outputs[name]["shape"][1] >= 2
+        assert sum(outputs["probabilities"]["data"]) == pytest.approx(1.0, abs=1e-5)
         assert ("attended" in outputs) == (variant["variant"] == "ganet")
         assert f"POST {example['path']}" in report
         assert json.dumps(example["request"]) in report
