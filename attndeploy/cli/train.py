@@ -175,10 +175,10 @@ def command(
     )] = None,
     new_lr: Annotated[float | None, typer.Option(
         "--new-lr", help="--hf-model on pretrained weights: peak learning rate of the "
-                         "parameters the conversion adds (the variant's own). [default: "
-                         f"{PRETRAINED_DEFAULTS.training_for('ganet').new_learning_rate:g} for "
-                         "GA-Net, whose new gate network must learn to close gates; --lr for "
-                         "the others]")
+                         "parameters the conversion adds (the variant's own: QVI's maps, "
+                         "Evolving Attention's convs, GA-Net's gate network). [default: "
+                         f"{PRETRAINED_DEFAULTS.training.new_learning_rate:g}: at the "
+                         "encoder's rate they barely leave their warm start]")
     ] = None,
     weight_decay: Annotated[float | None, typer.Option(
         help="AdamW weight decay. "

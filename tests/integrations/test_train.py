@@ -425,3 +425,24 @@ def test_a_pretrained_ganet_takes_its_preset(tmp_path: Path, monkeypatch, capsys
     assert (options["relaxation"], options["temperature"]) == ("hard_concrete", 0.5)
     assert (used["new_learning_rate"], used["density_target"], used["learning_rate"]) == (
         5e-3, 0.45, 5e-5)
+
+
+@pytest.mark.parametrize("variant", ["qvi", "evolving"])
+def test_a_pretrained_variant_trains_what_the_conversion_added_at_the_new_rate(
+        tmp_path: Path, monkeypatch, capsys, variant: str):
+    """QVI's maps and Evolving Attention's convs get `new_learning_rate` too: at the encoder's
+    rate they barely left their warm start (QVI scored what standard scored at every seed)."""
+    from attndeploy.cli import app as cli_app
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
+                              for i in range(30)) + "\n")
+    monkeypatch.setattr("sys.argv", [
+        "attndeploy", "train", "--hf-model", str(pretrained_folder(tmp_path / "pre")),
+        "--variant", variant, "--data", str(data), "--max-seq", "16", "--steps", "1", "--out",
+        str(tmp_path / "ckpt"), "--json"])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    assert info.value.code == 0, capsys.readouterr().err
+    used = read_checkpoint(tmp_path / "ckpt").metadata["training"]["config"]
+    assert used["new_learning_rate"] > used["learning_rate"] == 5e-5
