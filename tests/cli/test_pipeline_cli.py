@@ -17,6 +17,7 @@ import pytest
 
 from attndeploy.serving.server import free_port, free_ports
 from tests.cli.test_train_cli import assert_one_line_error, parse_json, run_cli
+from tests.runtime.records import assert_same_record
 
 pytestmark = pytest.mark.integration
 
@@ -104,10 +105,8 @@ def test_infer_text_to_the_text_model_equals_infer_text_to_the_id_model(workdir,
     by_text = parse_json(run_cli("infer", "--model", "ganet_text", "--url", url, "--protocol",
                                  protocol, "--repo", "repo", "--text", text, "--json",
                                  cwd=workdir))
-    assert by_text["label"] == by_id["label"]
-    assert by_text["open_tokens"] == by_id["open_tokens"]
-    for got, want in zip(by_text["logits"], by_id["logits"], strict=True):
-        assert abs(got - want) <= 1e-5
+    assert (by_text["model"], by_id["model"]) == ("ganet_text", "ganet_python")
+    assert_same_record(by_text, by_id, atol=1e-5)
 
 
 def test_infer_text_refuses_a_bad_text_in_one_line(workdir, server):
@@ -134,11 +133,11 @@ def test_infer_text_returns_a_label_and_the_open_gate_tokens(workdir, server):
                                 "--repo", "repo", "--text", "w1 w2 alpha w3 amber", "--json",
                                 cwd=workdir))
     assert result["tokens"] == ["w1", "w2", "alpha", "w3", "amber"]
-    assert result["label"] in result["scores"]
-    assert abs(sum(result["scores"].values()) - 1.0) < 1e-5
-    assert len(result["gates"]) == 5 and any(result["gates"])  # the rescue opens at least one
-    assert result["open_tokens"] == [t for t, g in zip(result["tokens"], result["gates"],
-                                                       strict=True) if g]
+    assert result["label"] in result["probabilities"]
+    assert abs(sum(result["probabilities"].values()) - 1.0) < 1e-5
+    assert max(result["logits"], key=result["logits"].get) == result["label"]
+    assert result["attended"]  # the rescue opens at least one gate
+    assert all(token in result["tokens"] for token in result["attended"])
 
 
 def test_loadtest_json_reports_every_level_without_errors(workdir, server):
