@@ -161,8 +161,11 @@ class LoadTestConfig:
             out.append(f"check_fraction must lie in [0, 1], got {self.check_fraction}")
         if self.onnx_path is not None and not self.onnx_path.is_file():
             out.append(f"onnx_path {self.onnx_path} is not a file")
-        if self.text_file is not None and not self.text_file.is_file():
-            out.append(f"text_file {self.text_file} is not a file")
+        if self.text_file is not None and (not self.text_file.exists()
+                                           or self.text_file.is_dir()):
+            # a pipe (`--text-file <(...)`, /dev/stdin) is read like a file: only once
+            what = "is a folder" if self.text_file.is_dir() else "does not exist"
+            out.append(f"text_file {self.text_file} {what}")
         if self.atol < 0 or self.rtol < 0:
             out.append("atol and rtol must be >= 0")
         if self.vocab_size is not None and self.vocab_size <= FIRST_TOKEN_ID:
