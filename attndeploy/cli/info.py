@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from attndeploy.cli.options import CheckpointArg, JsonFlag
-from attndeploy.cli.output import console, format_mapping, format_value, print_json
+from attndeploy.cli.output import console, named_lines, print_json
 
 
 def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
@@ -54,11 +53,7 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
 
 def _print_mapping(name: str, data: Any) -> None:
     """`name:` and the lines of `data` under it (`name: value` when it is not a mapping)."""
-    if not isinstance(data, Mapping) or not data:
-        console.print(f"  {name}: {format_value(data)}", highlight=False, markup=False)
-        return
-    console.print(f"  {name}:", highlight=False, markup=False)
-    for line in format_mapping(data, indent="    "):
+    for line in named_lines(name, data, indent="  "):
         console.print(line, highlight=False, markup=False)
 
 

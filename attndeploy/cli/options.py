@@ -72,7 +72,7 @@ def server_url(ctx: typer.Context, url: str | None, protocol: Protocol, repo: Pa
     added to a host alone (a scheme, a path or a bad port is a bad option, exit 2); without
     `--url`, the address `attndeploy serve --background` recorded for `repo` if that server
     still runs, else the protocol's loopback default."""
-    from attndeploy.serving.server.state import recorded_url
+    from attndeploy.serving.server.background import recorded_url
 
     if url is None:
         return recorded_url(repo, protocol) or DEFAULT_URLS[protocol]

@@ -33,6 +33,13 @@ def format_mapping(data: Mapping[str, Any], indent: str = "  ") -> list[str]:
     return lines
 
 
+def named_lines(name: str, data: Any, indent: str = "") -> list[str]:
+    """`name: value`, or for a non-empty mapping `name:` and its `format_mapping` lines under it."""
+    if not isinstance(data, Mapping) or not data:
+        return [f"{indent}{name}: {format_value(data)}"]
+    return [f"{indent}{name}:", *format_mapping(data, indent + "  ")]
+
+
 def format_value(value: Any) -> str:
     """One value of `format_mapping`."""
     if value is None or (isinstance(value, (list, tuple, Mapping)) and not value):

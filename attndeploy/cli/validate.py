@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from attndeploy.cli.export import UserModelOption, WeightsOption
-from attndeploy.cli.output import console, format_mapping, print_json
+from attndeploy.cli.output import console, named_lines, print_json
 
 
 def command(
@@ -87,8 +87,7 @@ def command(
         console.print(f"{escape(name):>20}: {status} {detail}", highlight=False)
     gates = report.gate_summary()
     if gates:
-        console.print("gates:", highlight=False)
-        for line in format_mapping(gates):
+        for line in named_lines("gates", gates):
             console.print(line, highlight=False, markup=False)
     if not report.passed:
         raise ValidationError(_failure(report, json_path))

@@ -17,25 +17,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from attndeploy.cli import app as cli_app
 from attndeploy.errors import ModelError, RepositoryError, ServerError
 from attndeploy.runtime.metadata import REQUIRED, parse_metadata
 from attndeploy.serving.client.protocol import Protocol, server_address
-from attndeploy.serving.server.state import STATE_FORMAT, default_state_path, recorded_url
+from attndeploy.serving.server.background import recorded_url
+from attndeploy.serving.server.state import STATE_FORMAT, default_state_path
 from attndeploy.variants.registry import variant_names
+from tests.cli.test_outputs import run_main
 from tests.serving.onnx_fixtures import build_model, save_model
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINT_KEYS = [key for key in REQUIRED if key != "attndeploy.version"]
-
-
-def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: object):
-    """`attndeploy ARGS` in process: (exit code, stdout, stderr lines)."""
-    monkeypatch.setattr("sys.argv", ["attndeploy", *map(str, args)])
-    with pytest.raises(SystemExit) as info:
-        cli_app.main()
-    captured = capsys.readouterr()
-    return info.value.code, captured.out, captured.err.strip().splitlines()
 
 
 def one_line_error(result, code: int, stage: str) -> str:

@@ -36,6 +36,7 @@ from attndeploy.serving.client.triton import (
     TritonRunner,
     as_protocol,
     infer_once,
+    text_feed,
 )
 from attndeploy.serving.packaging.text_model import (
     TEXT,
@@ -70,7 +71,7 @@ def _text_model_result(url: str | None, model: str, text: str, timeout_s: float,
     names of the model's served configuration (one row)."""
     with TritonRunner(url, model, timeout_s=timeout_s, protocol=protocol) as runner:
         config = runner.model_config()
-        outputs = runner.infer({TEXT: np.array([[text.encode("utf-8")]], dtype=object)})  # [1, 1]
+        outputs = runner.infer(text_feed([text]))
     parameters = {key: value.get("string_value", "")
                   for key, value in config.get("parameters", {}).items()}
     logits = np.asarray(outputs.get("logits", np.zeros((1, 0))))

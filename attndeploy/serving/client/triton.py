@@ -78,6 +78,7 @@ __all__ = [
     "make_inputs",
     "result_outputs",
     "server_error",
+    "text_feed",
     "to_triton_datatype",
 ]
 
@@ -289,7 +290,11 @@ def infer_texts(
     protocol: Protocol | str = Protocol.GRPC,
 ) -> dict[str, np.ndarray]:
     """One request to a text model: `texts` as BYTES `[batch, 1]` (a str is sent as UTF-8)."""
-    array = np.array([[t.encode("utf-8") if isinstance(t, str) else t] for t in texts],
-                     dtype=object)  # [batch, 1]
     with TritonRunner(url, model, timeout_s=timeout_s, protocol=protocol) as runner:
-        return runner.infer({"text": array})
+        return runner.infer(text_feed(texts))
+
+
+def text_feed(texts: list[str] | list[bytes]) -> dict[str, np.ndarray]:
+    """A text model's request: `text` BYTES `[batch, 1]`, a str sent as UTF-8."""
+    return {"text": np.array([[t.encode("utf-8") if isinstance(t, str) else t] for t in texts],
+                             dtype=object)}  # [batch, 1]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import ServerError
+from attndeploy.serving.client.protocol import Protocol, server_address
 from attndeploy.serving.server.binary import find_tritonserver
 from attndeploy.serving.server.processes import _end_leftovers, _pid_alive, _terminate
 from attndeploy.serving.server.state import (
@@ -31,6 +32,28 @@ def _is_our_server(state: dict[str, Any]) -> bool:
         return True  # no /proc (not Linux): trust the live pid
     marker = f"--backend-config=python,shm-region-prefix-name={state['shm_prefix']}".encode()
     return any(arg.endswith(b"tritonserver") for arg in argv) and marker in argv
+
+
+def recorded_url(repo: Path, protocol: Protocol | str = Protocol.GRPC) -> str | None:
+    """The address (host:port, e.g. `127.0.0.1:8101`) of `protocol`'s endpoint of the server
+    that `attndeploy serve --background` records for `repo` (`default_state_path(repo)`), if
+    that server still runs; None when there is no usable record (none, not ours, corrupt, no
+    such address in it) or its server is gone. Never raises for the record: a caller falls back
+    to its default address."""
+    protocol = Protocol(protocol)
+    try:
+        state = _read_state(default_state_path(repo))
+    except (ServerError, OSError):  # no record, a file that is not one, a path beyond reach
+        return None
+    if state is None:  # a corrupt record
+        return None
+    address = state.get(f"{protocol.value}_url")
+    if not isinstance(address, str) or not _is_our_server(state):
+        return None
+    try:
+        return server_address(address, protocol)
+    except ServerError:
+        return None
 
 
 def _clean_up_after(state: dict[str, Any]) -> dict[str, list[Any]]:

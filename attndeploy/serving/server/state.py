@@ -1,5 +1,4 @@
-"""The background server's state file: its marker, atomic write, refusal of foreign files, and
-the address of the running server it records (`recorded_url`, for the clients' default)."""
+"""The background server's state file: its marker, atomic write, and refusal of foreign files."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import ServerError
-from attndeploy.serving.client.protocol import Protocol, server_address
 from attndeploy.serving.server.processes import _SHM_PREFIX_PATTERN
 
 STATE_FILE_NAME = ".attndeploy-server.json"
@@ -25,30 +23,6 @@ def default_state_path(repo: Path) -> Path:
     view anyway, so the state and log files beside the models are never served.
     """
     return Path(repo) / STATE_FILE_NAME
-
-
-def recorded_url(repo: Path, protocol: Protocol | str = Protocol.GRPC) -> str | None:
-    """The address (host:port, e.g. `127.0.0.1:8101`) of `protocol`'s endpoint of the server
-    that `attndeploy serve --background` records for `repo` (`default_state_path(repo)`), if
-    that server still runs; None when there is no usable record (none, not ours, corrupt, no
-    such address in it) or its server is gone. Never raises for the record: a caller falls back
-    to its default address."""
-    from attndeploy.serving.server.background import _is_our_server  # it imports this module
-
-    protocol = Protocol(protocol)
-    try:
-        state = _read_state(default_state_path(repo))
-    except (ServerError, OSError):  # no record, a file that is not one, a path beyond reach
-        return None
-    if state is None:  # a corrupt record
-        return None
-    address = state.get(f"{protocol.value}_url")
-    if not isinstance(address, str) or not _is_our_server(state):
-        return None
-    try:
-        return server_address(address, protocol)
-    except ServerError:
-        return None
 
 
 def _not_ours(path: Path, why: str) -> ServerError:
