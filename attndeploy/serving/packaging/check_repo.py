@@ -54,9 +54,11 @@ from attndeploy.serving.packaging.onnx_info import (
 from attndeploy.serving.packaging.signature import config_mismatches, onnx_mismatches
 from attndeploy.serving.packaging.text_model import (  # noqa: F401  (re-exported)
     TOKENIZER_FILE,
+    is_text_config,
+)
+from attndeploy.serving.packaging.text_model_checks import (  # noqa: F401  (re-exported)
     check_server_python,
     check_text_model,
-    is_text_config,
     text_model_requirement,
 )
 
