@@ -69,8 +69,12 @@ def test_the_verdict_says_plainly_when_the_model_does_not_beat_the_baseline():
     winning = {"accuracy": 0.7, "baseline_accuracy": 0.64}
     assert compare_with_baseline(winning)["beats_baseline"] is True
     assert baseline_verdict(winning).startswith("the model beats")
-    tie = {"accuracy": 1.0, "baseline_accuracy": 1.0}
+    tie = {"accuracy": 0.9, "baseline_accuracy": 0.9}
     assert compare_with_baseline(tie)["beats_baseline"] is False
     assert baseline_verdict(tie).startswith("the model does not beat the bag-of-words baseline, "
                                             "it only matches it")
+    solved = {"accuracy": 1.0, "baseline_accuracy": 1.0}  # a task both get right throughout
+    assert compare_with_baseline(solved)["beats_baseline"] is False
+    assert baseline_verdict(solved).startswith("the model and the bag-of-words baseline both "
+                                               "get every held-out example right")
     assert compare_with_baseline({"accuracy": 0.5}) == {} and baseline_verdict({}) is None

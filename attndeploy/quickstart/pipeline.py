@@ -17,6 +17,7 @@ from typing import Any
 
 from attndeploy.errors import AttnDeployError
 from attndeploy.quickstart.options import QuickstartOptions
+from attndeploy.quickstart.targets import target_notes, training_summary
 from attndeploy.variants.registry import variant_names
 
 VARIANTS = variant_names()  # every registered variant, in order
@@ -30,6 +31,7 @@ class VariantOutcome:
     reused_checkpoint: bool = False
     reused_export: bool = False
     metrics: dict[str, Any] = field(default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)  # targets.training_summary
     train_seconds: float | None = None
     export_seconds: float | None = None
     validation: dict[str, Any] = field(default_factory=dict)
@@ -66,7 +68,7 @@ def train_or_reuse(variant: str, ckpt_dir: Path, options: QuickstartOptions, log
         head=data.head, max_seq=64,
     )
     train_config = TrainConfig(steps=options.steps, seed=options.seed,
-                               max_seconds=options.max_train_seconds)
+                               max_seconds=options.max_train_seconds or None)
     result = train_checkpoint(config, data, train_config, ckpt_dir, force=True, progress=progress)
     return result.metrics, False, result.summary["seconds"]
 
@@ -96,6 +98,7 @@ def export_or_reuse(variant: str, ckpt_dir: Path, onnx_path: Path, log: Log = pr
 def run_quickstart(options: QuickstartOptions, *, log: Log = print, progress: bool = True
                    ) -> dict[str, Any]:
     """Run every stage; returns the report data (also written to `<workdir>/report.json`)."""
+    from attndeploy.checkpoint import read_checkpoint
     from attndeploy.validate.validator import validate_model
 
     started = time.perf_counter()
@@ -109,6 +112,9 @@ def run_quickstart(options: QuickstartOptions, *, log: Log = print, progress: bo
                                  work / "onnx" / f"{variant}.onnx")
         outcome.metrics, outcome.reused_checkpoint, outcome.train_seconds = train_or_reuse(
             variant, outcome.checkpoint, options, log, progress)
+        outcome.training = training_summary(read_checkpoint(outcome.checkpoint))
+        for note in target_notes(outcome.metrics, outcome.training):
+            log(f"{variant}: {note}")
         outcomes.append(outcome)
     timings["train"] = time.perf_counter() - t0
 
@@ -165,6 +171,8 @@ def _outcome_json(outcome: VariantOutcome) -> dict[str, Any]:
         "reused_checkpoint": outcome.reused_checkpoint,
         "reused_export": outcome.reused_export,
         "metrics": outcome.metrics,
+        "training": outcome.training,
+        "notes": target_notes(outcome.metrics, outcome.training),
         "train_seconds": outcome.train_seconds,
         "export_seconds": outcome.export_seconds,
         "validation_passed": outcome.validation.get("passed"),

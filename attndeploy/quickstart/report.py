@@ -12,6 +12,7 @@ import torch
 
 from attndeploy.fsutil import atomic_write_text
 from attndeploy.quickstart import figures
+from attndeploy.quickstart.targets import target_notes
 
 
 def _max_logit_error(validation: dict[str, Any], oracle: str) -> float | None:
@@ -82,17 +83,24 @@ def write_report(data: dict[str, Any], outcomes: list, work: Path, options: Any)
         "",
         "## Training (held-out set)",
         "",
-        "| variant | accuracy | gate density | rescues | train s | checkpoint |",
-        "|---|---|---|---|---|---|",
+        "| variant | accuracy | baseline | gate density | rescues | steps | train s "
+        "| checkpoint |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
-        m = o.metrics
+        m, t = o.metrics, o.training
+        steps = (f"{t['steps_done']} of {t.get('horizon_steps', t['steps_done'])}"
+                 if "steps_done" in t else "–")
         lines.append(
-            f"| {o.variant} | {_fmt(m.get('accuracy'), '.4f')} | {_fmt(m.get('density'), '.3f')}"
-            f" | {_fmt(m.get('rescues'))} | "
+            f"| {o.variant} | {_fmt(m.get('accuracy'), '.4f')} "
+            f"| {_fmt(m.get('baseline_accuracy'), '.4f')} | {_fmt(m.get('density'), '.3f')}"
+            f" | {_fmt(m.get('rescues'))} | {steps} | "
             f"{'reused' if o.reused_checkpoint else _fmt(o.train_seconds, '.1f')} "
             f"| `{o.checkpoint}` |"
         )
+    lines += ["", "Against the quickstart's own targets:", ""]
+    lines += [f"- **{o.variant}**: {'; '.join(target_notes(o.metrics, o.training))}."
+              for o in outcomes]
     lines += [
         "",
         "## Export and parity",

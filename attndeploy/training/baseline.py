@@ -138,6 +138,9 @@ def baseline_verdict(metrics: dict[str, Any]) -> str | None:
     if model > base:
         return (f"the model beats the bag-of-words baseline: held-out accuracy {model:.4f} "
                 f"vs {base:.4f}")
+    if model == base == 1.0:
+        return ("the model and the bag-of-words baseline both get every held-out example right "
+                "(accuracy 1.0000): this data does not tell them apart")
     if model == base:
         return (f"the model does not beat the bag-of-words baseline, it only matches it: "
                 f"held-out accuracy {model:.4f} each")
