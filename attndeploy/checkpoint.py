@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 from attndeploy import __version__
 from attndeploy.config import ModelConfig
 from attndeploy.errors import AttnDeployError, CheckpointError
-from attndeploy.fsutil import atomic_directory, file_sha256
+from attndeploy.fsutil import already_exists, atomic_directory, file_sha256
 from attndeploy.models import AttnModel, build_model
 
 FORMAT = "attndeploy-checkpoint"
@@ -133,7 +133,7 @@ def write_checkpoint(
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
-        raise CheckpointError(f"{out_dir} already exists; pass --force to replace it")
+        raise CheckpointError(already_exists(out_dir))
     if len(label_names) != num_labels:
         raise CheckpointError(
             f"{len(label_names)} label names for a model with {num_labels} labels"

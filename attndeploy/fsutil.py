@@ -197,6 +197,19 @@ def check_output_file(path: Path) -> Path:
     return path
 
 
+def check_replaceable(path: Path, *, force: bool) -> None:
+    """The command line's rule for every output: one that exists is replaced only with
+    --force (`force`). Checked after `check_output_file` and `check_not_an_input`, whose
+    messages say more."""
+    if not force and (Path(path).exists() or Path(path).is_symlink()):
+        raise OutputError(already_exists(Path(path)))
+
+
+def already_exists(path: Path) -> str:
+    """The one message for an existing output written without --force."""
+    return f"{path} already exists; pass --force to replace it"
+
+
 def check_output_dir(path: Path) -> Path:
     """Refuse, before any work, a folder output that cannot be created or replaced; return it."""
     path = Path(path)

@@ -56,12 +56,10 @@ from attndeploy import __version__
 from attndeploy.errors import ExportError
 from attndeploy.fsutil import atomic_write_bytes, check_not_an_input, check_output_file
 from attndeploy.opspec.bodies import DOMAIN
+from attndeploy.optimize_methods import DEFAULT_METHOD, METHODS
 from attndeploy.runtime.metadata import PREFIX, ModelMetadata, parse_metadata
 
-
-class Method(str, Enum):
-    transformers = "transformers"
-    onnxruntime = "onnxruntime"
+Method = Enum("Method", {name: name for name in METHODS}, type=str)  # type: ignore[misc]
 
 
 OPT_LEVELS = {Method.transformers: (0, 1, 2, 99), Method.onnxruntime: (1, 2, 99)}
@@ -303,7 +301,7 @@ def optimize_model(
     model_path: Path | str,
     out_path: Path | str,
     *,
-    method: Method | str = Method.transformers,
+    method: Method | str = DEFAULT_METHOD,
     opt_level: int | None = None,
 ) -> OptimizeResult:
     """Optimize an `attndeploy export`ed model (module docstring); write it to `out_path`

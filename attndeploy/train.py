@@ -32,6 +32,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
+from attndeploy.fsutil import already_exists
 from attndeploy.models import AttnModel, build_model, count_parameters
 from attndeploy.training import distill as distillation
 from attndeploy.training.averaging import WeightAverage
@@ -426,7 +427,7 @@ def train_checkpoint(
 
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:  # refuse before spending the training time
-        raise CheckpointError(f"{out_dir} already exists; pass --force to replace it")
+        raise CheckpointError(already_exists(out_dir))
     if not variant_spec(model_config.variant).gated:
         config = replace(config, density_target=None)  # only GA-Net has gates to steer
     result = train(model_config, data.train_set, data.eval_set, config, progress=progress,

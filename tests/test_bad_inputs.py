@@ -307,7 +307,7 @@ CASES: dict[str, BadInput] = {
                                fragment="opt-level 0"),
     # ---- predict (in process: no server)
     "predict no texts": case("predict", "{onnx}", stage="data", fragment="--text"),
-    "predict text and file": case("predict", "{onnx}", "--text", "w1", "--file", "{tmp}/l.txt",
+    "predict text and file": case("predict", "{onnx}", "--text", "w1", "--text-file", "{tmp}/l.txt",
                                   stage="data", fragment="not both",
                                   prepare=_write("l.txt", "w1\n")),
     "predict missing model": case("predict", "{tmp}/absent.onnx", "--text", "w1",
@@ -321,29 +321,29 @@ CASES: dict[str, BadInput] = {
                                                stage="model", fragment="cannot load"),
     "predict empty text": case("predict", "{onnx}", "--text", "w1", "--text", " ",
                                stage="data", fragment="--text #2 has no tokens"),
-    "predict blank line": case("predict", "{onnx}", "--file", "{tmp}/l.txt", stage="data",
+    "predict blank line": case("predict", "{onnx}", "--text-file", "{tmp}/l.txt", stage="data",
                                fragment="line 2 of", prepare=_write("l.txt", "w1\n\nw2\n")),
-    "predict line over max seq": case("predict", "{onnx}", "--file", "{tmp}/l.txt",
+    "predict line over max seq": case("predict", "{onnx}", "--text-file", "{tmp}/l.txt",
                                       stage="data", fragment="--truncate",
                                       prepare=_write("l.txt", "w1 " * 40 + "\n")),
-    "predict missing file": case("predict", "{onnx}", "--file", "{tmp}/absent.txt",
+    "predict missing file": case("predict", "{onnx}", "--text-file", "{tmp}/absent.txt",
                                  stage="data", fragment="absent.txt"),
-    "predict file not utf-8": case("predict", "{onnx}", "--file", "{tmp}/l.txt", stage="data",
+    "predict file not utf-8": case("predict", "{onnx}", "--text-file", "{tmp}/l.txt", stage="data",
                                    fragment="not UTF-8", prepare=_write("l.txt", b"w1 \xff\n")),
     "predict zero batch": case("predict", "{onnx}", "--text", "w1", "--batch-size", "0",
                                stage="config", fragment="batch_size"),
     "predict text file as model": case("predict", "{tmp}/m.onnx", "--text", "w1", stage="model",
                                        fragment="cannot load", prepare=_write("m.onnx", "w1\n")),
-    "predict stdin closed": case("predict", "{onnx}", "--file", "-", stage="data",
+    "predict stdin closed": case("predict", "{onnx}", "--text-file", "-", stage="data",
                                  fragment="stdin is closed", stdin=CLOSED),
-    "predict stdin not utf-8": case("predict", "{onnx}", "--file", "-", stage="data",
+    "predict stdin not utf-8": case("predict", "{onnx}", "--text-file", "-", stage="data",
                                     fragment="stdin is not UTF-8 text (bad byte at offset 6, "
                                              "line 2)", stdin=b"w1 w2\n\xff\n"),
     "predict long line in a later chunk": case(
-        "predict", "{onnx}", "--file", "{tmp}/l.txt", "--json", stage="data",
+        "predict", "{onnx}", "--text-file", "{tmp}/l.txt", "--jsonl", stage="data",
         fragment=f"line {LATE} of", prepare=_write("l.txt", "w1\n" * (LATE - 1) + "w1 " * 40)),
     "predict blank line in a later chunk": case(
-        "predict", "{onnx}", "--file", "-", stage="data", fragment=f"line {LATE} of stdin has no "
+        "predict", "{onnx}", "--text-file", "-", stage="data", fragment=f"line {LATE} of stdin has no "
         "tokens", stdin=b"w1\n" * (LATE - 1) + b"\n"),
     # ---- deploy
     "deploy unknown target": case("deploy", "nomad", stage="usage", fragment="nomad"),
@@ -382,17 +382,17 @@ CASES: dict[str, BadInput] = {
     # ---- package and check-repo
     "package missing source": case("package", "{tmp}/absent", "--repo", "{tmp}/r",
                                    stage="repository", fragment="absent"),
-    "package empty name": case("package", "{onnx}", "--repo", "{tmp}/r", "--name", "",
+    "package empty name": case("package", "{onnx}", "--repo", "{tmp}/r", "--model", "",
                                stage="repository", fragment="name"),
-    "package overlong name": case("package", "{onnx}", "--repo", "{tmp}/r", "--name", LONG,
+    "package overlong name": case("package", "{onnx}", "--repo", "{tmp}/r", "--model", LONG,
                                   stage="repository", fragment="name"),
-    "package name with a slash": case("package", "{onnx}", "--repo", "{tmp}/r", "--name",
+    "package name with a slash": case("package", "{onnx}", "--repo", "{tmp}/r", "--model",
                                       "a/b", stage="repository", fragment="name"),
     "package repo is a file": case("package", "{onnx}", "--repo", "{tmp}/f", stage="output",
                                    fragment="is a file", prepare=_write("f", "x")),
     "package repo unwritable": case("package", "{onnx}", "--repo", "/proc/x/r",
                                     stage="output", fragment="cannot write"),
-    "package existing without force": case("package", "{onnx}", "--repo", "{repo}", "--name",
+    "package existing without force": case("package", "{onnx}", "--repo", "{repo}", "--model",
                                            "standard", stage="repository", fragment="--force"),
     "package zero batch": case("package", "{onnx}", "--repo", "{tmp}/r", "--max-batch-size",
                                "-1", stage="repository", fragment="max_batch_size"),
@@ -412,9 +412,9 @@ CASES: dict[str, BadInput] = {
     "package a foreign onnx": case("package", "{tmp}/foreign.onnx", "--repo", "{tmp}/r",
                                    stage="repository", fragment="foreign.onnx",
                                    prepare=_foreign_onnx),
-    "check-repo missing": case("check-repo", "{tmp}/absent", stage="repository",
+    "check-repo missing": case("check-repo", "--repo", "{tmp}/absent", stage="repository",
                                fragment="absent"),
-    "check-repo staging folder": case("check-repo", "{tmp}/repo", stage="repository",
+    "check-repo staging folder": case("check-repo", "--repo", "{tmp}/repo", stage="repository",
                                       fragment=".standard.999999.abcd.tmp",
                                       prepare=_staging_folder),
     # ---- serve, stop
@@ -460,14 +460,14 @@ CASES: dict[str, BadInput] = {
                                        stage="usage", fragment="'--request-rate': 0 is not"),
     "loadtest zero seq": case("loadtest", "--model", "m", "--seq", "16,0", stage="usage",
                               fragment="'--seq': 0 is not"),
-    "loadtest zero batch": case("loadtest", "--model", "m", "--batch", "0", stage="usage",
-                                fragment="'--batch'"),
+    "loadtest zero batch": case("loadtest", "--model", "m", "--batch-size", "0", stage="usage",
+                                fragment="'--batch-size'"),
     "loadtest zero window": case("loadtest", "--model", "m", "--window", "0", stage="usage",
                                  fragment="'--window': 0 is not"),
     "loadtest fewer windows than stable": case("loadtest", "--model", "m", "--max-windows",
                                                "1", stage="usage", fragment="'--max-windows'"),
-    "loadtest negative warmup": case("loadtest", "--model", "m", "--warmup", "-1",
-                                     stage="usage", fragment="'--warmup'"),
+    "loadtest negative warmup": case("loadtest", "--model", "m", "--warmup-requests", "-1",
+                                     stage="usage", fragment="'--warmup-requests'"),
     "loadtest check fraction above one": case("loadtest", "--model", "m", "--check-fraction",
                                               "2", stage="usage", fragment="'--check-fraction'"),
     "infer zero timeout": case("infer", "--model", "m", "--ids", "3", "--timeout", "0",
@@ -577,7 +577,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     cli("train", *TINY, "--out", "ckpt")
     cli("export", "ckpt", "--out", "model.onnx")
-    cli("package", "model.onnx", "--repo", "repo", "--name", "standard")
+    cli("package", "model.onnx", "--repo", "repo", "--model", "standard")
     return work
 
 

@@ -243,3 +243,30 @@ def test_the_package_cites_docs_not_notes_outside_the_repository():
         if re.search(r"the\s+architecture\s+notes", text):
             offenders.append(f"{where}: cites 'the architecture notes' (cite docs/architecture.md)")
     assert not offenders, "\n".join(offenders)
+
+
+# ----------------------------------------------------------------------------- README session
+
+
+def test_the_readme_s_typical_session_runs_as_written_after_the_quickstart() -> None:
+    """Its repository and files are its own, not the quickstart's (whose models would make
+    `package` refuse names that exist), and every command in it is a real one."""
+    import shlex
+
+    from attndeploy.cli.app import COMMANDS
+    from attndeploy.quickstart.options import QuickstartOptions
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("A typical session:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line) for line in block.splitlines()
+                if line.startswith("attndeploy ")]
+    assert [c[1] for c in commands] == ["train", "export", "validate", "package", "serve",
+                                        "infer", "loadtest", "stop"]
+    assert all(c[1] in COMMANDS for c in commands)
+    quickstart = QuickstartOptions()
+    for command in commands:
+        if command[1] in ("package", "serve", "infer", "loadtest", "stop"):
+            repo = Path(command[command.index("--repo") + 1])
+            assert repo != quickstart.repo, command
+        for arg in command[2:]:
+            assert not Path(arg).is_relative_to(quickstart.workdir), command

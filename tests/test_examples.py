@@ -1,6 +1,6 @@
 """The README's "Bring your own model" examples are examples/own_model.py and
 examples/my_models.py, verbatim, and they run: the first as a script, the second through the
-README's commands (export --model, validate --model, package, check-repo)."""
+README's commands (export --factory, validate --factory, package, check-repo)."""
 
 from __future__ import annotations
 
@@ -67,10 +67,10 @@ def test_the_readme_commands_take_the_factory_example_through_export_to_a_checke
         assert done.returncode == 0, (args, done.stderr[-3000:])
         return done.stdout
 
-    run("export", "--model", "my_models:build", "--weights", "w.safetensors", "--out", "reg.onnx")
-    run("validate", "--model", "my_models:build", "--weights", "w.safetensors", "reg.onnx",
+    run("export", "--factory", "my_models:build", "--weights", "w.safetensors", "--out", "reg.onnx")
+    run("validate", "--factory", "my_models:build", "--weights", "w.safetensors", "reg.onnx",
         "--json-out", "parity.json")
     assert json.loads((tmp_path / "parity.json").read_text())["passed"]
     run("package", "reg.onnx", "--repo", "repo")
-    report = json.loads(run("check-repo", "repo", "--json"))
+    report = json.loads(run("check-repo", "--repo", "repo", "--json"))
     assert report["models"] == ["reg"] and report["passed"], report

@@ -31,7 +31,8 @@ class Layer:
 # Lowest first. A module belongs to the layer of its most specific (longest) matching prefix.
 LAYERS: tuple[Layer, ...] = (
     Layer("base", ("attndeploy", "attndeploy.errors", "attndeploy.fsutil",
-                   "attndeploy.configbase"), torch_free=True),
+                   "attndeploy.configbase", "attndeploy.check_defaults",
+                   "attndeploy.optimize_methods"), torch_free=True),
     Layer("runtime", ("attndeploy.runtime", "attndeploy.interface", "attndeploy.integrations",
                       "attndeploy.integrations.hf_tokenizer"), torch_free=True),
     Layer("reference", ("attndeploy.variants.functional",)),

@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from attndeploy.cli.deprecated import rewrite_json_path
+from attndeploy.cli.deprecated import rewrite_deprecated
 from attndeploy.cli.output import print_error, print_warning
 from attndeploy.errors import AttnDeployError
 
@@ -68,8 +68,8 @@ def main() -> None:
     A reader that leaves early (`attndeploy predict ... --json | head -1`) ends the command
     quietly with exit 0, as it ends other Unix tools.
     """
-    # old `--json PATH` forms still work
-    args, warnings = rewrite_json_path(sys.argv[1:])
+    # old spellings still work for one release, each with a warning
+    args, warnings = rewrite_deprecated(sys.argv[1:], value_options)
     for warning in warnings:
         print_warning(warning)
     code = run(args)
@@ -81,6 +81,16 @@ def main() -> None:
             print_error("system", os_error_message(exc))
             code = code or 1
     raise SystemExit(code)
+
+
+def value_options(command: str) -> set[str]:
+    """The option names of `command` that take a value (empty for an unknown command)."""
+    click_command = typer.main.get_command(app).commands.get(command)  # type: ignore[attr-defined]
+    if click_command is None:
+        return set()
+    return {name for param in click_command.params
+            if param.param_type_name == "option" and not getattr(param, "is_flag", False)
+            for name in param.opts}
 
 
 def run(args: list[str]) -> int:

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
-from attndeploy.cli.options import JsonFlag
+from attndeploy.cli.options import JsonFlag, RepoOption
 from attndeploy.cli.output import console, print_json
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 
 
 def command(
-    repo: Annotated[Path, typer.Argument(help="Model repository folder.")] = DEFAULT_REPOSITORY,
+    repo: RepoOption = DEFAULT_REPOSITORY,
     json_output: JsonFlag = False,
 ) -> None:
     """Check configs, I/O against the ONNX graphs, functions, files, versions and model.py."""

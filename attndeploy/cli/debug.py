@@ -2,7 +2,7 @@
 `attndeploy` functions (`attndeploy.debug`).
 
     attndeploy debug compare CKPT MODEL.onnx                     PyTorch (the checkpoint) vs MODEL
-    attndeploy debug compare --model MODULE:FACTORY MODEL.onnx   PyTorch (your model) vs MODEL
+    attndeploy debug compare --factory MODULE:FACTORY MODEL.onnx   PyTorch (your model) vs MODEL
     attndeploy debug compare MODEL.onnx --against REF.onnx       REF vs MODEL, no PyTorch
     attndeploy debug compare CKPT MODEL.onnx --against REF.onnx  the same, CKPT makes the inputs
 
@@ -17,7 +17,18 @@ from typing import Annotated, Any
 
 import typer
 
-from attndeploy.cli.export import UserModelOption, WeightsOption
+from attndeploy.check_defaults import INPUT_SEED, TOP_LAYERS
+from attndeploy.cli.options import (
+    AtolOption,
+    FactoryOption,
+    ForceFlag,
+    JsonFlag,
+    JsonOutOption,
+    ProvidersOption,
+    RtolOption,
+    WeightsOption,
+    shared,
+)
 from attndeploy.cli.output import console, error_console, print_json
 
 
@@ -30,7 +41,7 @@ def command(
     source: Annotated[
         Path | None, typer.Argument(
             metavar="[SOURCE]", help="Checkpoint directory the model was exported from; leave "
-                                     "it out with --model, optional with --against (then it "
+                                     "it out with --factory, optional with --against (then it "
                                      "only makes the inputs).")
     ] = None,
     onnx_file: Annotated[
@@ -41,37 +52,29 @@ def command(
                                   help="Compare MODEL.onnx with this ONNX file (e.g. an int8 or "
                                        "fp16 model against its fp32 export) instead of PyTorch.")
     ] = None,
-    user_model: UserModelOption = None,
+    user_model: FactoryOption = None,
     weights: WeightsOption = None,
     shapes: Annotated[
-        str | None, typer.Option(help="Shapes BxS, comma-separated [default: 4x17, seq clipped "
-                                      "to the model's max_seq; with --model: the factory's "
-                                      "example].")
+        str | None, shared("--shapes", "[default: 4x17, seq clipped to the model's max_seq; "
+                                       "with --factory: the factory's example].")
     ] = None,
-    atol: Annotated[float | None, typer.Option(help="Absolute tolerance [by dtype].")] = None,
-    rtol: Annotated[float | None, typer.Option(help="Relative tolerance [by dtype].")] = None,
-    providers: Annotated[
-        str | None, typer.Option(help="onnxruntime providers, comma-separated.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    atol: AtolOption = None,
+    rtol: RtolOption = None,
+    providers: ProvidersOption = None,
+    seed: Annotated[int, shared("--seed", "(the random inputs)")] = INPUT_SEED,
     top: Annotated[
         int, typer.Option(min=0, help="Layers listed by the error they add (0: none).")
-    ] = 5,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print the report as one JSON document on stdout.")
-    ] = False,
-    json_path: Annotated[
-        Path | None, typer.Option("--json-out", help="Write the JSON report here (atomically).")
-    ] = None,
-    plot: Annotated[
-        Path | None, typer.Option(help="Write a PNG of the error by layer here (log scale).")
-    ] = None,
+    ] = TOP_LAYERS,
+    json_output: JsonFlag = False,
+    json_path: JsonOutOption = None,
+    plot: Annotated[Path | None, shared("--plot", "The error by layer (log scale).")] = None,
+    force: ForceFlag = False,
 ) -> None:
     """Compare every attention node, block and output of MODEL.onnx with its reference on the
     same inputs; name the first divergence and, for an attention node, the first op inside its
     function that diverges. Exits 1 when something diverges (the reports are written first).
 
-    `debug compare CKPT MODEL.onnx`, `debug compare --model MODULE:FACTORY MODEL.onnx`, or
+    `debug compare CKPT MODEL.onnx`, `debug compare --factory MODULE:FACTORY MODEL.onnx`, or
     `debug compare [CKPT] MODEL.onnx --against REF.onnx` (two ONNX files, no PyTorch)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -82,7 +85,7 @@ def command(
     inputs = [p for p in (model, against, weights) if p is not None]
     if checkpoint is not None:
         inputs += _checkpoint_files(checkpoint)
-    _check_outputs(inputs, [json_path, plot])
+    _check_outputs(inputs, [json_path, plot], force=force)
     progress = Progress(TextColumn("[bold]debug compare"), BarColumn(),
                         TextColumn("{task.completed}/{task.total} {task.description}"),
                         TimeElapsedColumn(), console=error_console, transient=True)
@@ -118,16 +121,16 @@ def _sources(source: Path | None, onnx_file: Path | None, user_model: str | None
     given = [p for p in (source, onnx_file) if p is not None]
     if user_model is not None:
         if len(given) != 1:
-            raise ValidationError("with --model give one argument, the ONNX file (no "
+            raise ValidationError("with --factory give one argument, the ONNX file (no "
                                   "checkpoint)")
         if shapes is not None:
-            raise ValidationError("--shapes (BxS) applies to checkpoints; with --model the "
+            raise ValidationError("--shapes (BxS) applies to checkpoints; with --factory the "
                                   "inputs are the factory's example")
         return None, given[0]
     if against is not None and len(given) == 1:
         return None, given[0]
     if len(given) != 2:
-        raise ValidationError("give a checkpoint directory and its ONNX file, --model "
+        raise ValidationError("give a checkpoint directory and its ONNX file, --factory "
                               "MODULE:FACTORY and the ONNX file, or the ONNX file and "
                               "--against REF.onnx")
     return given[0], given[1]
@@ -139,15 +142,22 @@ def _checkpoint_files(checkpoint: Path) -> list[Path]:
     return [checkpoint, checkpoint / CONFIG_FILE, checkpoint / WEIGHTS_FILE]
 
 
-def _check_outputs(inputs: list[Path], outputs: list[Path | None]) -> None:
-    """Before the work: each output can be written, destroys no input and is not the other."""
+def _check_outputs(inputs: list[Path], outputs: list[Path | None], *, force: bool) -> None:
+    """Before the work: each output can be written, is new (or `force`), destroys no input and
+    is not the other."""
     from attndeploy.errors import OutputError
-    from attndeploy.fsutil import check_not_an_input, check_output_file, same_path
+    from attndeploy.fsutil import (
+        check_not_an_input,
+        check_output_file,
+        check_replaceable,
+        same_path,
+    )
 
     written: list[Path] = []
     for path in (p for p in outputs if p is not None):
         check_output_file(path)
         check_not_an_input(path, inputs)
+        check_replaceable(path, force=force)
         if any(same_path(path, other) for other in written):
             raise OutputError(f"cannot write {path}: --json-out and --plot name the same file")
         written.append(path)
@@ -163,7 +173,7 @@ def _run(checkpoint: Path | None, model: Path, against: Path | None, user_model:
     from attndeploy.errors import ValidationError
 
     if weights is not None and user_model is None:
-        raise ValidationError("--weights goes with --model; a checkpoint holds its own weights")
+        raise ValidationError("--weights goes with --factory; a checkpoint holds its own weights")
     if against is None and user_model is None:
         return debug.compare_checkpoint(checkpoint, model, options, shapes=shapes, seed=seed)
     user = _user_model(user_model, weights, model) if user_model is not None else None
@@ -204,7 +214,7 @@ def _guarded(spec: str | None, work: Any) -> Any:
     except AttnDeployError:
         raise
     except Exception as exc:  # the user's forward may raise anything
-        raise ValidationError(f"--model {spec}: running the model failed: "
+        raise ValidationError(f"--factory {spec}: running the model failed: "
                               f"{describe(exc)}") from None
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -10,9 +9,9 @@ import typer
 from rich.markup import escape
 
 from attndeploy.cli.defaults import field_default
-from attndeploy.cli.options import ForceFlag, JsonFlag
+from attndeploy.cli.options import ForceFlag, JsonFlag, choices, shared
 from attndeploy.cli.output import console, error_console, print_json
-from attndeploy.deploy.options import KubernetesOptions
+from attndeploy.deploy.options import DEFAULT_OUT, TARGETS, KubernetesOptions
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 
 
@@ -21,18 +20,13 @@ def _default(field: str):
     return field_default(KubernetesOptions, field)
 
 
-class Target(str, Enum):
-    kubernetes = "kubernetes"
+Target = choices("Target", TARGETS)
 
 
 def command(
-    target: Annotated[Target, typer.Argument(help="Where to deploy.")],
-    repo: Annotated[
-        Path, typer.Option(help="Model repository folder (checked first).")
-    ] = DEFAULT_REPOSITORY,
-    out: Annotated[Path, typer.Option(help="Folder to write the manifests into.")] = Path(
-        "deploy"
-    ),
+    target: Annotated[Target, typer.Argument(help="Where to deploy.")],  # type: ignore[valid-type]
+    repo: Annotated[Path, shared("--repo", "(Checked first.)")] = DEFAULT_REPOSITORY,
+    out: Annotated[Path, shared("--out", "The folder of the manifests.")] = Path(DEFAULT_OUT),
     kserve: Annotated[
         bool, typer.Option("--kserve", help="A KServe InferenceService on its Triton runtime "
                                             "instead of the plain manifests (needs --model-store).")
@@ -82,8 +76,7 @@ def command(
     ] = None,
     model: Annotated[
         list[str] | None,
-        typer.Option("--model", help="Serve only these models [default: every one of the "
-                                     "flavour].")
+        shared("--model", "Repeatable: serve only these [default: every one of the flavour]."),
     ] = None,
     force: ForceFlag = False,
     json_output: JsonFlag = False,

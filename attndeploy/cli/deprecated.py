@@ -1,4 +1,13 @@
-"""Old command-line forms that still work, rewritten to the current ones with a warning.
+"""Old command-line forms that still work for one release, rewritten to the current ones with a
+warning on stderr (one line per old form).
+
+Renamed options (`RENAMED_OPTIONS`), so that each option name has one meaning
+(`options.MEANINGS`): `--model MODULE:FACTORY` is `--factory`, package's model `--name` is
+`--model` (a served model's name everywhere), package's `--text/--no-text` flag is
+`--text-model/--no-text-model` and its `--truncate-text` is `--truncate`, serve's `--timeout`
+(waiting for the models) is `--ready-timeout`, loadtest's `--warmup N` is `--warmup-requests N`
+and its `--batch` is `--batch-size`, predict's `--file` is `--text-file`, quantize's `--grid` is
+`--shapes`, and check-repo's repository is `--repo` (a positional argument before).
 
 `--json` is a flag everywhere (the command's result as one JSON document on stdout); a JSON
 report written to a file is `--json-out PATH`. `validate` and `loadtest` used to take
@@ -8,7 +17,22 @@ report written to a file is `--json-out PATH`. `validate` and `loadtest` used to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+# command -> {old option: its current name}
+RENAMED_OPTIONS: dict[str, dict[str, str]] = {
+    "export": {"--model": "--factory"},
+    "validate": {"--model": "--factory"},
+    "debug": {"--model": "--factory"},
+    "package": {"--name": "--model", "--text": "--text-model", "--no-text": "--no-text-model",
+                "--truncate-text": "--truncate"},
+    "serve": {"--timeout": "--ready-timeout"},
+    "loadtest": {"--warmup": "--warmup-requests", "--batch": "--batch-size"},
+    "predict": {"--file": "--text-file"},
+    "quantize": {"--grid": "--shapes"},
+}
+# command -> the option its old positional argument now is
+POSITIONAL_TO_OPTION: dict[str, str] = {"check-repo": "--repo"}
 
 JSON_PATH_COMMANDS = frozenset({"validate", "loadtest"})
 JSON_PATH_WARNING = "--json PATH is deprecated; use --json-out PATH"
@@ -57,3 +81,51 @@ def rewrite_json_path(args: Sequence[str]) -> tuple[list[str], list[str]]:
         warned = True
         i += step
     return rewritten, [JSON_PATH_WARNING] if warned else []
+
+
+def rewrite_deprecated(args: Sequence[str], value_options: Callable[[str], set[str]]
+                       ) -> tuple[list[str], list[str]]:
+    """(the arguments with every old form rewritten, the warnings to print).
+
+    `value_options(command)` is the set of the command's (current) option names that take a
+    value: the token after one of them is its value, never an option to rename (`predict
+    --text --file` classifies the text "--file").
+    """
+    out, warnings = rewrite_json_path(args)
+    if not out:
+        return out, warnings
+    command = out[0]
+    renames = RENAMED_OPTIONS.get(command, {})
+    positional = POSITIONAL_TO_OPTION.get(command)
+    if not renames and positional is None:
+        return out, warnings
+    valued = value_options(command)
+    rewritten = [command]
+    moved = positional is None or positional in out[1:]  # the positional's option given
+    i = 1
+    while i < len(out):
+        arg = out[i]
+        if arg == "--":
+            rewritten.extend(out[i:])
+            break
+        name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        if name in renames:
+            new = renames[name]
+            warnings.append(f"{name} is deprecated; use {new}")
+            rewritten.append(new + eq + value)
+            name = new
+        elif not arg.startswith("-") and not moved:
+            warnings.append(f"the repository as an argument of {command} is deprecated; use "
+                            f"{positional} {arg}")
+            rewritten.extend([positional, arg])  # type: ignore[list-item]
+            moved = True
+            i += 1
+            continue
+        else:
+            rewritten.append(arg)
+        if name in valued and not eq and i + 1 < len(out):
+            rewritten.append(out[i + 1])  # its value, as it is
+            i += 2
+            continue
+        i += 1
+    return rewritten, list(dict.fromkeys(warnings))

@@ -1,4 +1,4 @@
-"""`attndeploy export`: a checkpoint, or a user's model (`--model MODULE:FACTORY`), -> ONNX with
+"""`attndeploy export`: a checkpoint, or a user's model (`--factory MODULE:FACTORY`), -> ONNX with
 one `attndeploy` node per attention layer call."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from attndeploy.cli.options import ForceFlag, JsonFlag
+from attndeploy.cli.options import FactoryOption, ForceFlag, JsonFlag, WeightsOption, shared
 from attndeploy.cli.output import console, print_json
 
 DEFAULT_NAME = "model.onnx"  # the one file export may write inside a checkpoint: its own
@@ -17,31 +17,17 @@ DEFAULT_NAME = "model.onnx"  # the one file export may write inside a checkpoint
 OptionalCheckpointArg = Annotated[
     Path | None,
     typer.Argument(help="Checkpoint directory (config.json + model.safetensors); leave it out "
-                        "with --model."),
+                        "with --factory."),
 ]
-UserModelOption = Annotated[
-    str | None,
-    typer.Option("--model", metavar="MODULE:FACTORY",
-                 help="Your own model instead of a checkpoint: FACTORY() (imported with the "
-                      "current folder on sys.path) returns (module, inputs) or (module, inputs, "
-                      "dynamic_shapes): inputs a dict name -> example tensor, dynamic_shapes "
-                      "{name: {axis: dim name}}, e.g. {'x': {0: 'batch', 1: 'seq'}}."),
-]
-WeightsOption = Annotated[
-    Path | None,
-    typer.Option("--weights", help="safetensors state dict loaded strictly into --model's "
-                                   "module."),
-]
-
 
 def command(
     checkpoint: OptionalCheckpointArg = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help=f"ONNX file to write [default: CKPT/{DEFAULT_NAME}]. "
-                                   "Required with --model."),
+        shared("--out", f"The ONNX file [default: CKPT/{DEFAULT_NAME}]; required with "
+                        "--factory."),
     ] = None,
-    model: UserModelOption = None,
+    factory: FactoryOption = None,
     weights: WeightsOption = None,
     opset: Annotated[
         int | None, typer.Option(help="Default-domain opset (18..23) [default: the exporter's "
@@ -53,32 +39,33 @@ def command(
         typer.Option("--inline-functions", help="Inline the op functions (no custom nodes)."),
     ] = False,
     max_seq: Annotated[
-        int | None, typer.Option(help="Largest seq the graph accepts [default: the model's].")
+        int | None, shared("--max-seq", "The graph accepts at most this [default: the "
+                                        "model's].")
     ] = None,
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
-    """Export a checkpoint, or your own model (--model), to ONNX (custom-domain attention nodes
+    """Export a checkpoint, or your own model (--factory), to ONNX (custom-domain attention nodes
     with function bodies)."""
     from attndeploy.errors import ExportError
 
-    if model is not None:
+    if factory is not None:
         refused = [flag for flag, given in (("a checkpoint argument", checkpoint is not None),
                                             ("--fp16", fp16), ("--max-seq", max_seq is not None))
                    if given]
         if refused:
-            raise ExportError(f"--model exports your own model; {', '.join(refused)} applies to "
+            raise ExportError(f"--factory exports your own model; {', '.join(refused)} applies to "
                               "a checkpoint only: give one or the other")
         if out is None:
-            raise ExportError("--model needs --out, the ONNX file to write")
+            raise ExportError("--factory needs --out, the ONNX file to write")
         check_user_target(out, weights, force=force)
-        _export_user_model(model, weights, out, opset, inline_functions, json_output)
+        _export_user_model(factory, weights, out, opset, inline_functions, json_output)
         return
     if checkpoint is None:
-        raise ExportError("give a checkpoint directory, or --model MODULE:FACTORY for your own "
+        raise ExportError("give a checkpoint directory, or --factory MODULE:FACTORY for your own "
                           "model")
     if weights is not None:
-        raise ExportError("--weights goes with --model; a checkpoint holds its own weights")
+        raise ExportError("--weights goes with --factory; a checkpoint holds its own weights")
     target = out or checkpoint / DEFAULT_NAME
     check_target(checkpoint, target, force=force)  # before the seconds of tracing and checks
 
@@ -105,7 +92,7 @@ def _print_result(result, json_output: bool) -> None:
 
 def _export_user_model(spec: str, weights: Path | None, out: Path, opset: int | None,
                        inline_functions: bool, json_output: bool) -> None:
-    """`export --model`: the factory's module traced on its example inputs (`export_model`)."""
+    """`export --factory`: the factory's module traced on its example inputs (`export_model`)."""
     from attndeploy.cli.user_model import describe, load_user_model
     from attndeploy.errors import AttnDeployError, ExportError
     from attndeploy.export.generic import export_model
@@ -121,7 +108,7 @@ def _export_user_model(spec: str, weights: Path | None, out: Path, opset: int | 
         except AttnDeployError:
             raise
         except Exception as exc:  # the user's forward may raise anything on its own inputs
-            raise ExportError(f"--model {spec}: running the model on its example inputs "
+            raise ExportError(f"--factory {spec}: running the model on its example inputs "
                               f"failed: {describe(exc)}") from None
     _print_result(result, json_output)
 
@@ -130,10 +117,10 @@ USER_MODEL_KEY = "attndeploy.user_model"  # metadata: the MODULE:FACTORY it was 
 
 
 def check_user_target(target: Path, weights: Path | None, *, force: bool) -> None:
-    """Refuse an ONNX output of `export --model` that cannot be written, is the weights file,
+    """Refuse an ONNX output of `export --factory` that cannot be written, is the weights file,
     lies inside a checkpoint directory, or exists (unless `force`)."""
     from attndeploy.errors import OutputError
-    from attndeploy.fsutil import check_not_an_input, check_output_file
+    from attndeploy.fsutil import already_exists, check_not_an_input, check_output_file
 
     check_output_file(target)
     if weights is not None:
@@ -143,7 +130,7 @@ def check_user_target(target: Path, weights: Path | None, *, force: bool) -> Non
         raise OutputError(f"cannot write {target}: it lies inside the checkpoint directory "
                           f"{holder}, whose files `attndeploy train` owns; give --out outside it")
     if target.exists() and not force:
-        raise OutputError(f"{target} already exists; pass --force to replace it")
+        raise OutputError(already_exists(target))
 
 
 def check_target(checkpoint: Path, target: Path, *, force: bool) -> None:
@@ -157,7 +144,7 @@ def check_target(checkpoint: Path, target: Path, *, force: bool) -> None:
     - an existing file, unless `force`.
     """
     from attndeploy.errors import OutputError
-    from attndeploy.fsutil import check_not_an_input, check_output_file, same_path
+    from attndeploy.fsutil import already_exists, check_not_an_input, check_output_file, same_path
 
     check_output_file(target)
     check_not_an_input(target, [checkpoint, *_checkpoint_files(checkpoint)])
@@ -172,7 +159,7 @@ def check_target(checkpoint: Path, target: Path, *, force: bool) -> None:
                 f"out to write {Path(checkpoint) / DEFAULT_NAME})"
             )
     if target.exists() and not force:
-        raise OutputError(f"{target} already exists; pass --force to replace it")
+        raise OutputError(already_exists(target))
 
 
 def _checkpoint_files(checkpoint: Path) -> list[Path]:

@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 
 from attndeploy.cli.defaults import parameter_default
-from attndeploy.cli.options import JsonFlag, server_url
+from attndeploy.cli.options import JsonFlag, ProtocolOption, UrlOption, server_url, shared
 from attndeploy.cli.output import console, print_json
 from attndeploy.serving.client.infer import infer_request
-from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
+from attndeploy.serving.client.protocol import Protocol
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 
 
@@ -24,22 +24,16 @@ def _positive(value: float) -> float:
 
 def command(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option(help="Served model name (an id model or NAME_text).")],
-    text: Annotated[str | None, typer.Option(help="Text to classify.")] = None,
+    model: Annotated[str, shared("--model")],
+    text: Annotated[str | None, shared("--text", "One, sent as it is to NAME_text.")] = None,
     ids: Annotated[str | None, typer.Option(help="Token ids, comma-separated.")] = None,
-    protocol: Annotated[Protocol, typer.Option(help="gRPC or HTTP (KServe v2).")] = Protocol.GRPC,
-    url: Annotated[
-        str | None,
-        typer.Option(help="Server address host:port [default: the port `serve --background` "
-                          "recorded for --repo while that server runs, else "
-                          f"{DEFAULT_URLS[Protocol.GRPC]} for grpc, "
-                          f"{DEFAULT_URLS[Protocol.HTTP]} for http]."),
-    ] = None,
+    protocol: ProtocolOption = Protocol(parameter_default(infer_request, "protocol")),
+    url: UrlOption = None,
     repo: Annotated[
-        Path, typer.Option(help="Repository holding the model (for vocabulary and labels).")
+        Path, shared("--repo", "The one holding the model (for vocabulary and labels).")
     ] = DEFAULT_REPOSITORY,
     timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for the answer.", callback=_positive)
+        float, shared("--timeout", callback=_positive)
     ] = parameter_default(infer_request, "timeout_s"),
     json_output: JsonFlag = False,
 ) -> None:

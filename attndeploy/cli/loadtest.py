@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from attndeploy.cli.defaults import field_default, number_list
-from attndeploy.cli.options import JsonFlag, server_url
+from attndeploy.cli.options import (
+    ForceFlag,
+    JsonFlag,
+    JsonOutOption,
+    ProtocolOption,
+    UrlOption,
+    choices,
+    readable_text_file,
+    server_url,
+    shared,
+)
 from attndeploy.cli.output import console, print_json, print_warning
 from attndeploy.errors import AttnDeployError, LoadTestError
-from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol
+from attndeploy.serving.client.protocol import Protocol
 from attndeploy.serving.loadtest.config import (
     DEFAULT_CONCURRENCY,
     LoadTestConfig,
@@ -23,7 +32,7 @@ from attndeploy.serving.loadtest.stats import DISTRIBUTIONS
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 
 # The choices of `--distribution`: the load tester's arrival distributions.
-Distribution = Enum("Distribution", {name: name for name in DISTRIBUTIONS}, type=str)
+Distribution = choices("Distribution", DISTRIBUTIONS)
 
 
 def _default(name: str):
@@ -67,24 +76,15 @@ def _model_name(value: str) -> str:
 
 def command(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option(help="Served model name (an id model or NAME_text).",
-                                       callback=_model_name)],
-    protocol: Annotated[
-        Protocol, typer.Option(help="gRPC or HTTP (KServe v2).")
-    ] = Protocol(_default("protocol")),
-    url: Annotated[
-        str | None,
-        typer.Option(help="Server address host:port (a host alone gets the protocol's port) "
-                          "[default: the address `attndeploy serve --background` recorded for "
-                          f"--repo, else {DEFAULT_URLS[Protocol.GRPC]} for grpc, "
-                          f"{DEFAULT_URLS[Protocol.HTTP]} for http]."),
-    ] = None,
+    model: Annotated[str, shared("--model", callback=_model_name)],
+    protocol: ProtocolOption = Protocol(_default("protocol")),
+    url: UrlOption = None,
     concurrency: Annotated[
         str | None,
-        typer.Option(help="Concurrency levels, e.g. 1,4,16 (closed loop) [default: "
-                          f"{number_list(DEFAULT_CONCURRENCY)} unless --request-rate].",
-                     callback=_numbers("concurrency", int, lambda c: c >= 1,
-                                       "a concurrency (an integer >= 1)")),
+        shared("--concurrency", f"[default: {number_list(DEFAULT_CONCURRENCY)} unless "
+                                "--request-rate].",
+               callback=_numbers("concurrency", int, lambda c: c >= 1,
+                                 "a concurrency (an integer >= 1)")),
     ] = None,
     request_rate: Annotated[
         str | None,
@@ -95,21 +95,21 @@ def command(
     distribution: Annotated[
         Distribution, typer.Option(help="Arrivals in request-rate mode.")
     ] = Distribution(_default("distribution")),
-    batch: Annotated[int, typer.Option(help="Rows per request.", min=1)] = _default("batch"),
+    batch_size: Annotated[
+        int, shared("--batch-size", "(Rows per request.)", min=1)
+    ] = _default("batch"),
     seq: Annotated[
-        str, typer.Option(help="Sequence length, or a mix: 16,32,64 (tokens, or words of a "
-                               "text model's random texts).",
-                          callback=_numbers("seq", int, lambda n: n >= 1,
-                                            "a sequence length (an integer >= 1)"))
+        str, shared("--seq", callback=_numbers("seq", int, lambda n: n >= 1,
+                                               "a sequence length (an integer >= 1)"))
     ] = number_list(_default("seq_lengths")),
     text_file: Annotated[
         Path | None,
-        typer.Option(help="Send these texts (non-blank lines, --batch per request) instead of "
-                          "random ones; an id model gets them tokenized with its vocabulary."),
+        shared("--text-file", "Sent (non-blank lines, --batch-size per request) instead of "
+                              "random ones; an id model gets them tokenized with its "
+                              "vocabulary.", callback=readable_text_file),
     ] = None,
     window: Annotated[
-        float, typer.Option(help="Measurement window (s).",
-                            callback=_number(lambda w: w > 0, "a window (> 0 seconds)"))
+        float, shared("--window", callback=_number(lambda w: w > 0, "a window (> 0 seconds)"))
     ] = _default("window_s"),
     stability: Annotated[
         float, typer.Option(help="Stability threshold (0.10 = 10 %).",
@@ -119,7 +119,7 @@ def command(
         int, typer.Option(help="Windows per level at most (at least the stable windows a level "
                                "needs).", min=_default("stable_windows"))
     ] = _default("max_windows"),
-    warmup: Annotated[
+    warmup_requests: Annotated[
         int, typer.Option(help="Warm-up requests per level (not counted).", min=0)
     ] = _default("warmup_requests"),
     check_fraction: Annotated[
@@ -127,16 +127,17 @@ def command(
                             min=0.0, max=1.0)
     ] = _default("check_fraction"),
     repo: Annotated[
-        Path, typer.Option(help="Repository holding the model (its model.onnx is the oracle).")
+        Path, shared("--repo", "The one holding the model (its model.onnx is the oracle).")
     ] = DEFAULT_REPOSITORY,
     onnx: Annotated[Path | None, typer.Option(help="ONNX file for the checks.")] = None,
-    seed: Annotated[int, typer.Option(help="Random seed of the inputs.")] = _default("seed"),
+    seed: Annotated[int, shared("--seed", "(the inputs)")] = _default("seed"),
     json_output: JsonFlag = False,
-    json_out: Annotated[
-        Path | None, typer.Option("--json-out", help="Write the JSON report here.")
-    ] = None,
+    json_out: JsonOutOption = None,
     csv_path: Annotated[Path | None, typer.Option("--csv", help="Write a CSV here.")] = None,
-    plot_path: Annotated[Path | None, typer.Option("--plot", help="Write a PNG here.")] = None,
+    plot_path: Annotated[
+        Path | None, shared("--plot", "Latency against throughput.")
+    ] = None,
+    force: ForceFlag = False,
 ) -> None:
     """Run concurrency or request-rate levels; report throughput, latency and server split.
 
@@ -145,7 +146,7 @@ def command(
     part-way, both, --csv and --plot still receive what was measured (the JSON marked
     "partial": true with the reason), and the command exits 1 (130 for Ctrl-C).
     """
-    from attndeploy.fsutil import check_output_file
+    from attndeploy.fsutil import check_output_file, check_replaceable
     from attndeploy.serving.loadtest import parse_number_list, run_load_test
     from attndeploy.serving.server.launch import find_model_onnx
 
@@ -155,9 +156,9 @@ def command(
         concurrency=parse_number_list(concurrency, "concurrency") if concurrency else (),
         request_rates=parse_number_list(request_rate, "request rate", float)
         if request_rate else (),
-        distribution=distribution.value, batch=batch,
+        distribution=distribution.value, batch=batch_size,
         seq_lengths=parse_number_list(seq, "seq"), window_s=window,
-        stability_threshold=stability, max_windows=max_windows, warmup_requests=warmup,
+        stability_threshold=stability, max_windows=max_windows, warmup_requests=warmup_requests,
         check_fraction=check_fraction,
         onnx_path=onnx or (find_model_onnx(repo, model) if repo.is_dir() else None), seed=seed,
     )
@@ -165,6 +166,7 @@ def command(
     for path in (json_out, csv_path, plot_path):
         if path is not None:
             check_output_file(path)
+            check_replaceable(path, force=force)
 
     def write_reports(report) -> None:
         if json_out is not None:

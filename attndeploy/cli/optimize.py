@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from attndeploy.cli.options import ForceFlag, JsonFlag
+from attndeploy.cli.options import ForceFlag, JsonFlag, choices, shared
 from attndeploy.cli.output import console, print_json
+from attndeploy.optimize_methods import DEFAULT_METHOD, METHODS
 
-
-class Method(str, Enum):  # attndeploy.optimize.Method, without importing onnx at start
-    transformers = "transformers"
-    onnxruntime = "onnxruntime"
+Method = choices("Method", METHODS)
 
 
 def command(
     model: Annotated[Path, typer.Argument(help="ONNX file exported by attndeploy.")],
-    out: Annotated[Path, typer.Option("--out", help="Optimized ONNX file to write.")],
+    out: Annotated[Path, shared("--out", "The optimized ONNX file.")],
     method: Annotated[
-        Method,
-        typer.Option(help="transformers: onnxruntime's transformer optimizer (what Optimum "
-                          "runs); onnxruntime: onnxruntime's own optimized graph."),
-    ] = Method.transformers,
+        Method,  # type: ignore[valid-type]
+        shared("--method", "transformers: onnxruntime's transformer optimizer (what Optimum "
+                           "runs); onnxruntime: onnxruntime's own optimized graph."),
+    ] = Method(DEFAULT_METHOD),
     opt_level: Annotated[
         int | None,
         typer.Option(help="onnxruntime level first run: 0 none, 1 basic, 2 extended, 99 all "
@@ -38,14 +35,12 @@ def command(
 
     from rich.markup import escape
 
-    from attndeploy.errors import OutputError
-    from attndeploy.fsutil import check_not_an_input, check_output_file
+    from attndeploy.fsutil import check_not_an_input, check_output_file, check_replaceable
     from attndeploy.optimize import optimize_model
 
     check_output_file(out)
     check_not_an_input(out, [model])
-    if out.exists() and not force:
-        raise OutputError(f"{out} exists; pass --force to replace it")
+    check_replaceable(out, force=force)
     status = (contextlib.nullcontext() if json_output
               else console.status(f"optimizing {model}", spinner="dots"))
     with status:

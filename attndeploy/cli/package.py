@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from attndeploy.cli.defaults import field_default
-from attndeploy.cli.options import ForceFlag, JsonFlag
+from attndeploy.cli.options import ForceFlag, JsonFlag, RepoOption, shared
 from attndeploy.cli.output import console, print_json
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY, Flavor, Kind, PackageOptions
 
@@ -22,15 +22,15 @@ def command(
     sources: Annotated[
         list[Path], typer.Argument(help="Checkpoint directories or exported ONNX files (a "
                                         "checkpoint's, or your own model's from export "
-                                        "--model: served by its declared inputs and outputs).")
+                                        "--factory: served by its declared inputs and outputs).")
     ],
-    repo: Annotated[Path, typer.Option(help="Model repository folder.")] = DEFAULT_REPOSITORY,
+    repo: RepoOption = DEFAULT_REPOSITORY,
     flavor: Annotated[
         Flavor, typer.Option(help="Which Triton model(s) to write.")
     ] = _default("flavor"),
-    name: Annotated[
-        str | None, typer.Option(help="Model name [default: the checkpoint directory's name, "
-                                      "or the ONNX file's stem].")
+    model: Annotated[
+        str | None, shared("--model", "The name to write [default: the checkpoint "
+                                      "directory's name, or the ONNX file's stem].")
     ] = None,
     version: Annotated[int, typer.Option(help="Version folder to write.")] = _default("version"),
     max_batch_size: Annotated[
@@ -48,18 +48,14 @@ def command(
     ] = _default("max_queue_delay_us"),
     warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="Warm-up request.")
     ] = _default("warmup"),
-    threads: Annotated[
-        int, typer.Option(help="onnxruntime intra-op threads per instance.")
-    ] = _default("threads"),
-    text: Annotated[
-        bool, typer.Option("--text/--no-text",
+    threads: Annotated[int, shared("--threads", "Per instance.")] = _default("threads"),
+    text_model: Annotated[
+        bool, typer.Option("--text-model/--no-text-model",
                            help="Also write NAME_text (raw text in, label out) for a model with "
                                 "a tokenizer.")
     ] = _default("text"),
-    truncate_text: Annotated[
-        bool, typer.Option("--truncate-text",
-                           help="The text model keeps the first max_seq tokens of a longer "
-                                "text instead of refusing it.")
+    truncate: Annotated[
+        bool, shared("--truncate", "(The text model's rule.)")
     ] = _default("truncate_text"),
     text_instances: Annotated[
         int, typer.Option(help="Instances of the text model.")
@@ -82,20 +78,21 @@ def command(
     from attndeploy.serving.packaging.options import PackageOptions
     from attndeploy.serving.packaging.repository import check_source_exists, package_model
 
-    if name is not None and len(sources) > 1:
-        raise RepositoryError("--name names one model; give one source per call, or no --name")
+    if model is not None and len(sources) > 1:
+        raise RepositoryError("--model names one model; give one source per call, or no "
+                              "--model")
     for source in sources:  # all of them, before the first is packaged
         check_source_exists(source)
     check_output_dir(repo)  # a file or read-only folder fails now, not after exporting
     written = []
     for source in sources:
-        options = PackageOptions(  # `--name ''` is refused there, not taken for "no name"
-            flavor=flavor, name=name,
+        options = PackageOptions(  # `--model ''` is refused there, not taken for "no name"
+            flavor=flavor, name=model,
             version=version,
             max_batch_size=max_batch_size, instances=instances, kind=kind,
             dynamic_batching=dynamic_batching, max_queue_delay_us=max_queue_delay_us,
-            warmup=warmup, force=force, threads=threads, text=text,
-            truncate_text=truncate_text, text_instances=text_instances,
+            warmup=warmup, force=force, threads=threads, text=text_model,
+            truncate_text=truncate, text_instances=text_instances,
             max_text_bytes=max_text_bytes, max_request_bytes=max_request_bytes,
         )
         with console.status(f"packaging {source}") if not json_output else _null():
@@ -103,15 +100,15 @@ def command(
     if json_output:
         print_json({"repo": str(repo), "models": [m.to_dict() for m in written]})
         return
-    for model in written:
-        what = (f"text model calling {model.id_model}" if model.is_text
-                else model.to_dict()["flavor"])
-        if model.head == "generic":
-            console.print(f"packaged [bold]{model.name}[/] ({what}, your model's own inputs "
-                          f"and outputs, version {model.version}) -> {model.path}")
+    for packaged in written:
+        what = (f"text model calling {packaged.id_model}" if packaged.is_text
+                else packaged.to_dict()["flavor"])
+        if packaged.head == "generic":
+            console.print(f"packaged [bold]{packaged.name}[/] ({what}, your model's own inputs "
+                          f"and outputs, version {packaged.version}) -> {packaged.path}")
             continue
-        console.print(f"packaged [bold]{model.name}[/] ({what}, {model.variant}, "
-                      f"version {model.version}) -> {model.path}")
+        console.print(f"packaged [bold]{packaged.name}[/] ({what}, {packaged.variant}, "
+                      f"version {packaged.version}) -> {packaged.path}")
 
 
 def _export_checkpoint(checkpoint: Path, out: Path) -> None:

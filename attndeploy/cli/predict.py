@@ -1,9 +1,12 @@
 """`attndeploy predict`: run an exported model in this process on texts (no server, no torch).
 
-Texts stream: `--file` (or stdin) is read CHUNK_TEXTS lines at a time, each chunk is run and its
-results printed (and flushed) before the next chunk is read, so memory stays flat, the first
-results show at once and a Ctrl-C keeps every chunk already printed. Indices (the `index` of
-`--json`, the `#` of the table) count from the first line of the input across chunks.
+Texts stream: `--text-file` (a file, a pipe, or '-' for stdin) is read CHUNK_TEXTS lines at a
+time, each chunk is run and its results printed (and flushed) before the next chunk is read, so
+memory stays flat, the first results show at once and a Ctrl-C keeps every chunk already
+printed. `--jsonl` prints one record a line as it goes; `--json` prints one JSON document,
+`{"model": ..., "predictions": [...]}`, streamed the same way (the closing brackets come after
+the last chunk). Indices (each record's `index`, the `#` of the table) count from the first line
+of the input across chunks.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 
-from attndeploy.cli.output import console, error_console
+from attndeploy.cli.options import JsonFlag, shared
+from attndeploy.cli.output import console, error_console, print_warning
 from attndeploy.runtime import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TEXT_BYTES
 
 CHUNK_TEXTS = 2048  # texts read, run and printed at a time (InferenceModel sorts each by length)
@@ -33,27 +37,20 @@ UTF8_BOM = b"\xef\xbb\xbf"
 
 def command(
     model: Annotated[Path, typer.Argument(help="ONNX file written by `attndeploy export`.")],
-    text: Annotated[
-        list[str] | None, typer.Option("--text", help="A text to classify (repeatable).")
-    ] = None,
+    text: Annotated[list[str] | None, shared("--text", "Repeatable.")] = None,
     file: Annotated[
-        Path | None, typer.Option("--file", help="Texts, one per line ('-' reads stdin); read, "
-                                                 "run and printed a chunk at a time.")
+        Path | None, shared("--text-file", "Read, run and printed a chunk at a time.")
     ] = None,
     batch_size: Annotated[
-        int, typer.Option(help="Texts per onnxruntime call.")
+        int, shared("--batch-size", "(Texts per onnxruntime call.)")
     ] = DEFAULT_BATCH_SIZE,
-    truncate: Annotated[
-        bool, typer.Option("--truncate", help="Cut texts longer than the model's max_seq.")
-    ] = False,
-    threads: Annotated[
-        int | None, typer.Option(help="onnxruntime intra-op threads [default: one per core].")
-    ] = None,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print one JSON object per text (JSON lines).")
-    ] = False,
+    truncate: Annotated[bool, shared("--truncate")] = False,
+    threads: Annotated[int | None, shared("--threads", "[default: one per core].")] = None,
+    json_output: JsonFlag = False,
+    jsonl_output: Annotated[bool, shared("--jsonl", "One record per text.")] = False,
 ) -> None:
-    """Label texts with an exported model: label, scores and (GA-Net) the attended tokens."""
+    """Label texts with an exported model: label, probabilities and (GA-Net) the attended
+    tokens; --json or --jsonl print the prediction contract's records."""
     from attndeploy.errors import DataError
     from attndeploy.runtime.model import InferenceModel
     from attndeploy.runtime.text import TextError
@@ -61,13 +58,19 @@ def command(
     text = list(text) if text else None  # Typer hands an empty list when --text is absent
     if (text is None) == (file is None):
         both = ", not both" if text is not None else ""
-        raise DataError("give texts with --text \"...\" (repeatable) or --file lines.txt "
+        raise DataError("give texts with --text \"...\" (repeatable) or --text-file lines.txt "
                         f"('-' reads stdin){both}")
+    if json_output and jsonl_output:
+        raise DataError("give --json (one document) or --jsonl (one record a line), not both")
+    if json_output and file is not None:  # for one release: --json printed JSON lines before
+        print_warning("predict --json prints one JSON document now; --jsonl prints one record "
+                      "a line, as --json did")
     runner = InferenceModel(model, threads=threads)  # ModelError: `error (model): ...`
     lines = LineReader(file) if file is not None else None
     texts: Iterator[str] = iter(text) if lines is None else iter(lines)
     printer: Callable[[int, list[str], list], None] = (
-        print_json_lines if json_output
+        print_json_lines if jsonl_output
+        else JsonDocumentPrinter(model) if json_output
         else TablePrinter(gated=runner.gated, tagging=runner.head == "tagging"))
     done = 0
     with lines if lines is not None else nullcontext(), ChunkProgress(lines) as bar:
@@ -86,6 +89,8 @@ def command(
             done += len(chunk)
     if done == 0:
         raise DataError(f"{describe(file)} holds no text")
+    if isinstance(printer, JsonDocumentPrinter):
+        printer.close()
 
 
 def describe(file: Path | None) -> str:
@@ -96,7 +101,7 @@ def describe(file: Path | None) -> str:
 
 
 class LineReader:
-    """The lines of `--file` (stdin for '-'), read lazily, without line ends: a final newline
+    """The lines of `--text-file` (stdin for '-'), read lazily, without line ends: a final newline
     adds no line, one '\\r' before a '\\n' is dropped, a UTF-8 BOM at the start is skipped.
 
     Checks the file when made (DataError: missing, a folder, stdin closed); reading raises a
@@ -117,12 +122,13 @@ class LineReader:
             stream = sys.stdin
             if stream is None:  # started with stdin closed (`<&-`)
                 raise DataError("stdin is closed: pipe the texts in (`... | attndeploy predict "
-                                "MODEL --file -`) or give --file lines.txt")
+                                "MODEL --text-file -`) or give --text-file lines.txt")
             self._handle: BinaryIO | Any = getattr(stream, "buffer", stream)
             return
         if file.is_dir():
-            raise DataError(f"{file} is a folder; --file takes a text file, one text a line")
-        if not file.is_file():
+            raise DataError(f"{file} is a folder; --text-file takes a text file, one text a "
+                            "line")
+        if not file.exists():  # a pipe (`--text-file <(...)`) is read like a file
             raise DataError(f"no such file: {file}")
         try:
             self._handle = open(file, "rb")  # noqa: SIM115  (closed by __exit__)
@@ -233,6 +239,27 @@ def print_json_lines(start: int, texts: list[str], predictions: list) -> None:
     out = sys.stdout
     for index, prediction in enumerate(predictions, start):
         out.write(json.dumps({"index": index, **prediction.to_dict()}) + "\n")
+
+
+class JsonDocumentPrinter:
+    """`--json`: one document, `{"model": ..., "predictions": [...]}`, written a chunk at a
+    time (the records as `--jsonl`'s); `close()` ends it."""
+
+    def __init__(self, model: Path) -> None:
+        self.head = '{"model": ' + json.dumps(str(model)) + ', "predictions": ['
+        self.first = True
+
+    def __call__(self, start: int, texts: list[str], predictions: list) -> None:
+        out = sys.stdout
+        if self.first:
+            out.write(self.head)
+        for index, prediction in enumerate(predictions, start):
+            out.write(("" if self.first else ", ")
+                      + json.dumps({"index": index, **prediction.to_dict()}))
+            self.first = False
+
+    def close(self) -> None:
+        sys.stdout.write((self.head if self.first else "") + "]}\n")
 
 
 class TablePrinter:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from attndeploy.cli.defaults import field_default
-from attndeploy.cli.options import ForceFlag, JsonFlag
+from attndeploy.cli.options import ForceFlag, JsonFlag, choices, readable_text_file, shared
 from attndeploy.cli.output import console, print_json
+from attndeploy.quantize.options import DEFAULT_GRID, METHODS
 
-
-class Method(str, Enum):  # attndeploy.quantize.options.METHODS, without importing onnx at start
-    dynamic = "dynamic"
-    static = "static"
-    best = "best"
+Method = choices("Method", METHODS)
 
 
 def _default(name: str):
@@ -27,16 +23,17 @@ def _default(name: str):
 
 def command(
     model: Annotated[Path, typer.Argument(help="ONNX file exported by attndeploy.")],
-    out: Annotated[Path, typer.Option("--out", help="int8 ONNX file to write.")],
+    out: Annotated[Path, shared("--out", "The int8 ONNX file.")],
     data: Annotated[
         Path | None,
-        typer.Option(help="Labelled texts (JSONL, e.g. the held-out split): label agreement "
-                          "and accuracy of int8 against fp32; static quantization calibrates "
-                          "on them."),
+        shared("--data", "E.g. the held-out split: label agreement and accuracy of int8 "
+                         "against fp32; static quantization calibrates on them.",
+               callback=readable_text_file),
     ] = None,
     method: Annotated[
-        Method, typer.Option(help="dynamic: activations quantized at run time; static: QDQ "
-                                  "calibrated on --data; best: both, the more accurate.")
+        Method,  # type: ignore[valid-type]
+        shared("--method", "dynamic: activations quantized at run time; static: QDQ "
+                           "calibrated on --data; best: both, the more accurate.")
     ] = Method(_default("method")),
     per_channel: Annotated[
         bool, typer.Option("--per-channel/--per-tensor", help="Weight scales per output "
@@ -61,13 +58,11 @@ def command(
     max_accuracy_drop: Annotated[
         float, typer.Option(help="Tolerance with --data: held-out accuracy int8 may lose.")
     ] = _default("max_accuracy_drop"),
-    grid: Annotated[
-        str | None, typer.Option(help="Shapes BATCHxSEQ compared on random ids [default: "
-                                      "1x8,4x32,8x128, seq capped at the model's max_seq].")
+    shapes: Annotated[
+        str | None, shared("--shapes", f"Compared on random ids [default: {DEFAULT_GRID}, seq "
+                                       "capped at the model's max_seq].")
     ] = None,
-    threads: Annotated[
-        int | None, typer.Option(min=1, help="onnxruntime intra-op threads for the checks.")
-    ] = None,
+    threads: Annotated[int | None, shared("--threads", "For the checks.", min=1)] = None,
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
@@ -83,7 +78,7 @@ def command(
     options = QuantizeOptions(
         method=method.value, per_channel=per_channel, exclude=tuple(exclude or ()),
         exclude_worst=exclude_worst,
-        grid=grid, max_logit_change=max_logit_change, min_agreement=min_agreement,
+        grid=shapes, max_logit_change=max_logit_change, min_agreement=min_agreement,
         max_accuracy_drop=max_accuracy_drop, threads=threads, force=force)
     status = (contextlib.nullcontext() if json_output
               else console.status(f"quantizing {model}", spinner="dots"))

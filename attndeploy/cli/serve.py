@@ -11,12 +11,10 @@ import typer
 from rich.markup import escape
 
 from attndeploy.cli.defaults import parameter_default
-from attndeploy.cli.options import JsonFlag
+from attndeploy.cli.options import JsonFlag, RepoOption, StateFileOption, shared
 from attndeploy.cli.output import console, error_console, print_json
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 from attndeploy.serving.server import TritonServer
-
-RepoOption = Annotated[Path, typer.Option(help="Model repository folder.")]
 
 
 def _default(name: str) -> Any:
@@ -45,19 +43,15 @@ def command(
     ] = None,
     model: Annotated[
         list[str] | None,
-        typer.Option("--model", help="Serve only these models [default: every loadable one]."),
+        shared("--model", "Repeatable: serve only these [default: every loadable model]."),
     ] = None,
-    timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for the models.")
+    ready_timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for every model to be ready.")
     ] = _default("ready_timeout_s"),
     background: Annotated[
         bool, typer.Option("--background", help="Start detached; stop with `attndeploy stop`.")
     ] = False,
-    state_file: Annotated[
-        Path | None,
-        typer.Option(help="Where --background records the server [default: REPO/.attndeploy-"
-                          "server.json]."),
-    ] = None,
+    state_file: StateFileOption = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Start tritonserver on the repository, wait for every model, serve until stopped.
@@ -78,7 +72,7 @@ def command(
     common = dict(grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port,
                   host=host, log_file=log_file, binary=tritonserver, models=models)
     if background:
-        state = start_background(repo, timeout_s=timeout, state_path=state_file, **common)
+        state = start_background(repo, timeout_s=ready_timeout, state_path=state_file, **common)
         if json_output:
             print_json({**state, "not_served": skipped})
         else:
@@ -86,7 +80,7 @@ def command(
                           f"(pid {state['pid']}, log {state['log_path']}); stop with "
                           "`attndeploy stop`")
         return
-    server = TritonServer(repo, ready_timeout_s=timeout, **common)
+    server = TritonServer(repo, ready_timeout_s=ready_timeout, **common)
     # SIGTERM ends the process like Ctrl-C, so the `with` block stops the server cleanly.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     with server:
@@ -106,9 +100,7 @@ def command(
 
 def stop_command(
     repo: RepoOption = DEFAULT_REPOSITORY,
-    state_file: Annotated[
-        Path | None, typer.Option(help="State file of `serve --background`.")
-    ] = None,
+    state_file: StateFileOption = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Stop a server started with `attndeploy serve --background`."""

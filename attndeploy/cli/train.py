@@ -19,10 +19,13 @@ from attndeploy.cli.options import (
     QVIForm,
     SeedOption,
     VariantOption,
+    readable_text_file,
+    shared,
 )
 from attndeploy.cli.output import console, print_json
 from attndeploy.config import ModelConfig
 from attndeploy.training.config import (
+    DEFAULT_CHECKPOINT_DIR,
     EVAL_FRACTION,
     N_EVAL,
     N_TRAIN,
@@ -119,27 +122,33 @@ def summary_lines(out: Path, metrics: dict[str, Any], training: dict[str, Any]) 
         moved = "" if calibrated is None else (
             f", threshold moved by {calibrated['gate_shift']:+.2f} from "
             f"{calibrated['density_before']:.3f} on the {training['selected_on']} set")
-        lines.append(f"  gate density {metrics['density']:.3f} (target "
+        within = ("within" if metrics["density"] <= metrics["density_target"]
+                  else "above")
+        lines.append(f"  gate density {metrics['density']:.3f} ({within} its target of at most "
                      f"{metrics['density_target']:g}{moved})")
     verdict = baseline_verdict(metrics)
     if verdict:
-        style = "bold yellow" if not metrics.get("beats_baseline") else "green"
+        solved = metrics.get("accuracy") == metrics.get("baseline_accuracy") == 1.0
+        style = "green" if metrics.get("beats_baseline") or solved else "bold yellow"
         lines.append(f"  [{style}]{verdict}[/]")
     return "\n".join(lines)
 
 
 def command(
-    variant: VariantOption = "standard",
-    out: Annotated[Path, typer.Option("--out", help="Checkpoint directory to write.")] = Path(
-        "runs/model"
-    ),
+    variant: VariantOption = field_default(ModelConfig, "variant"),
+    out: Annotated[
+        Path, shared("--out", "The checkpoint directory.")
+    ] = Path(DEFAULT_CHECKPOINT_DIR),
     task: Annotated[
         str | None, typer.Option(help="Built-in task (sparse_evidence, tagging).")
     ] = None,
     data: Annotated[
-        Path | None, typer.Option("--data", help="JSONL file of {text, label}, instead of --task.")
+        Path | None, shared("--data", "Trained on instead of --task.",
+                            callback=readable_text_file)
     ] = None,
-    family: Annotated[Family, typer.Option(help="Model family.")] = Family.transformer,
+    family: Annotated[
+        Family, typer.Option(help="Model family.")  # type: ignore[valid-type]
+    ] = Family(field_default(ModelConfig, "family")),
     d_model: Annotated[int | None, typer.Option(
         help=f"Model width. {_model_default('d_model')}")] = None,
     heads: Annotated[int | None, typer.Option(
@@ -148,12 +157,9 @@ def command(
         help=f"Encoder layers. {_model_default('n_layers')}")] = None,
     d_ff: Annotated[int | None, typer.Option(
         help=f"Feed-forward width. {_model_default('d_ff')}")] = None,
-    max_seq: Annotated[
-        int, typer.Option(help="Longest sequence the model takes.")
-    ] = field_default(ModelConfig, "max_seq"),
-    steps: Annotated[int | None, typer.Option(
-        help="The most optimizer steps. "
-             f"{_both(_TASK.training.steps, _DATA.training.steps, _PRE.steps)}"
+    max_seq: Annotated[int, shared("--max-seq")] = field_default(ModelConfig, "max_seq"),
+    steps: Annotated[int | None, shared(
+        "--steps", f"{_both(_TASK.training.steps, _DATA.training.steps, _PRE.steps)}"
     )] = None,
     max_epochs: Annotated[int | None, typer.Option(
         help="The most passes over the training data. "
@@ -167,7 +173,7 @@ def command(
         help="Evaluate for model selection every N steps; 0: after every epoch.")
     ] = field_default(TrainConfig, "eval_every"),
     batch_size: Annotated[
-        int, typer.Option(help="Examples per step.")
+        int, shared("--batch-size", "(Examples per step.)")
     ] = field_default(TrainConfig, "batch_size"),
     lr: Annotated[float | None, typer.Option(
         "--lr", help="Peak learning rate (AdamW). "
@@ -229,9 +235,8 @@ def command(
     min_freq: Annotated[int | None, typer.Option(
         help="JSONL: words seen fewer times in the training part encode as <unk>. "
              f"[default: {_DATA.min_freq}]")] = None,
-    truncate: Annotated[bool, typer.Option(
-        "--truncate", help="JSONL: keep the first --max-seq tokens (--hf-model: pieces) of a "
-                           "longer text instead of refusing it.")] = False,
+    truncate: Annotated[bool, shared(
+        "--truncate", "(JSONL; --hf-model: word pieces.)")] = False,
     max_seconds: Annotated[
         float | None, typer.Option(help="Stop training after this many seconds.")
     ] = None,
@@ -251,8 +256,8 @@ def command(
                             "target, its starting value.")
     ] = _ganet("density_weight"),
     density_target: Annotated[float | None, typer.Option(
-        help="GA-Net: the held-out gate density to reach; the penalty weight adapts during "
-             "training. 0: no target, a fixed --density-weight. "
+        help="GA-Net: the most held-out gate density (a ceiling); the penalty weight adapts "
+             "during training. 0: no target, a fixed --density-weight. "
              f"{_both(_TASK.training.density_target, _DATA.training.density_target)}")] = None,
     density_calibrate: Annotated[float | None, typer.Option(
         help="GA-Net: at the end, move the gate threshold so that the validation density is "

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 import typer
 
 from attndeploy.cli.defaults import field_default, number_list
-from attndeploy.cli.options import JsonFlag
+from attndeploy.cli.options import (
+    ForceFlag,
+    JsonFlag,
+    JsonOutOption,
+    ProtocolOption,
+    RepoOption,
+    readable_text_file,
+    shared,
+)
 from attndeploy.cli.output import console, print_json, print_warning
 from attndeploy.errors import AttnDeployError, LoadTestError
 from attndeploy.serving.client.protocol import Protocol
@@ -45,10 +53,9 @@ def _positive(value: float | None) -> float | None:
 
 
 def command(
-    model: Annotated[str, typer.Option(help="The model to tune: an id model, or NAME_text "
-                                            "(tuned with the id model it calls).")],
-    repo: Annotated[Path, typer.Option(help="Model repository holding it.")
-    ] = DEFAULT_REPOSITORY,
+    model: Annotated[str, shared("--model", "The one to tune (a text model is tuned with the id "
+                                            "model it calls).")],
+    repo: RepoOption = DEFAULT_REPOSITORY,
     latency_budget_ms: Annotated[
         float | None,
         typer.Option(help="p95 latency (ms) the chosen configuration must keep at some "
@@ -56,8 +63,8 @@ def command(
                      callback=_positive),
     ] = None,
     concurrency: Annotated[
-        str, typer.Option(help="Concurrency levels each candidate is measured at (closed "
-                               "loop, rising).", callback=_levels("concurrency"))
+        str, shared("--concurrency", "Each candidate is measured at each (rising).",
+                    callback=_levels("concurrency"))
     ] = number_list(_default("concurrency")),
     budget_minutes: Annotated[
         float, typer.Option(help="Wall time of the whole run, search and references.",
@@ -69,16 +76,15 @@ def command(
                           "tried as another version of the id model."),
     ] = None,
     seq: Annotated[
-        str, typer.Option(help="Sequence length(s) of the requests (tokens, or words of a text "
-                               "model's random texts).", callback=_levels("seq"))
+        str, shared("--seq", callback=_levels("seq"))
     ] = number_list(_default("seq_lengths")),
     text_file: Annotated[
-        Path | None, typer.Option(help="Send these texts (non-blank lines) instead.")
+        Path | None, shared("--text-file", "Sent (non-blank lines) instead of random ones.",
+                            callback=readable_text_file)
     ] = None,
-    protocol: Annotated[Protocol, typer.Option(help="gRPC or HTTP.")
-    ] = Protocol(_default("protocol")),
+    protocol: ProtocolOption = Protocol(_default("protocol")),
     window: Annotated[
-        float, typer.Option(help="Measurement window (s) of each level.", callback=_positive)
+        float, shared("--window", "(Of each level.)", callback=_positive)
     ] = _default("window_s"),
     apply: Annotated[
         bool, typer.Option("--apply", help="Write the chosen configuration into the "
@@ -86,12 +92,11 @@ def command(
                                            "old one kept as config.pbtxt.previous).")
     ] = False,
     json_output: JsonFlag = False,
-    json_out: Annotated[
-        Path | None, typer.Option("--json-out", help="Write the JSON result here.")
-    ] = None,
+    json_out: JsonOutOption = None,
     plot_path: Annotated[
-        Path | None, typer.Option("--plot", help="Write the Pareto front (PNG) here.")
+        Path | None, shared("--plot", "The Pareto front of throughput against p95.")
     ] = None,
+    force: ForceFlag = False,
 ) -> None:
     """Measure serving configurations (batch size, queue delay, preferred sizes, instances,
     threads, int8) on the real local server; print the Pareto front of throughput against p95
@@ -104,7 +109,7 @@ def command(
     time. Ctrl-C keeps what was measured (--json-out, --json and --plot get it, marked partial;
     exit 130); nothing is applied then, nor when no candidate meets the budget.
     """
-    from attndeploy.fsutil import check_output_file
+    from attndeploy.fsutil import check_output_file, check_replaceable
     from attndeploy.serving.tune import apply_candidate, run_tune
     from attndeploy.serving.tune.report import write_plot
 
@@ -117,6 +122,7 @@ def command(
     for path in (json_out, plot_path):  # unwritable outputs fail now, not after the search
         if path is not None:
             check_output_file(path)
+            check_replaceable(path, force=force)
 
     def write(result: Any) -> None:
         if json_out is not None:

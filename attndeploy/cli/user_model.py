@@ -1,6 +1,6 @@
-"""A user's model for the CLI: `--model MODULE:FACTORY [--weights W.safetensors]`.
+"""A user's model for the CLI: `--factory MODULE:FACTORY [--weights W.safetensors]`.
 
-The factory protocol (what `export --model` and `validate --model` call):
+The factory protocol (what `export --factory` and `validate --factory` call):
 
     def build():                                  # no arguments
         model = MyModel()                         # any nn.Module (attndeploy.nn layers inside)
@@ -53,7 +53,7 @@ def parse_spec(spec: str, stage: str = "export") -> tuple[str, str]:
     """`MODULE:FACTORY` -> (module, factory); an error for any other form."""
     module, sep, factory = spec.partition(":")
     if not sep or not module or not factory.isidentifier() or ":" in factory:
-        raise _fail(stage, f"--model {spec!r} must be MODULE:FACTORY (e.g. my_pkg.models:build)")
+        raise _fail(stage, f"--factory {spec!r} must be MODULE:FACTORY (e.g. my_pkg.models:build)")
     return module, factory
 
 
@@ -68,21 +68,21 @@ def import_factory(spec: str, stage: str = "export") -> Any:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            raise _fail(stage, f"--model {spec}: no module named {exc.name!r} (looked in "
+            raise _fail(stage, f"--factory {spec}: no module named {exc.name!r} (looked in "
                                f"{cwd} and the installed packages)") from None
-        raise _fail(stage, f"--model {spec}: importing {module_name} failed: "
+        raise _fail(stage, f"--factory {spec}: importing {module_name} failed: "
                            f"{describe(exc)}") from None
     except Exception as exc:  # the user's module may raise anything while importing
-        raise _fail(stage, f"--model {spec}: importing {module_name} failed: "
+        raise _fail(stage, f"--factory {spec}: importing {module_name} failed: "
                            f"{describe(exc)}") from None
     finally:
         if added and cwd in sys.path:
             sys.path.remove(cwd)
     factory = getattr(module, factory_name, None)
     if factory is None:
-        raise _fail(stage, f"--model {spec}: module {module_name} has no {factory_name!r}")
+        raise _fail(stage, f"--factory {spec}: module {module_name} has no {factory_name!r}")
     if not callable(factory):
-        raise _fail(stage, f"--model {spec}: {factory_name} is a "
+        raise _fail(stage, f"--factory {spec}: {factory_name} is a "
                            f"{type(factory).__name__}, not a function")
     return factory
 
@@ -92,21 +92,21 @@ def _check_result(spec: str, result: Any, stage: str) -> UserModel:
 
     if not isinstance(result, tuple) or len(result) not in (2, 3):
         got = f"a tuple of {len(result)}" if isinstance(result, tuple) else type(result).__name__
-        raise _fail(stage, f"--model {spec}: {PROTOCOL}; it returned {got}")
+        raise _fail(stage, f"--factory {spec}: {PROTOCOL}; it returned {got}")
     module, inputs, *rest = result
     dynamic = rest[0] if rest else None
     if not isinstance(module, torch.nn.Module):
-        raise _fail(stage, f"--model {spec}: {PROTOCOL}; its module is a "
+        raise _fail(stage, f"--factory {spec}: {PROTOCOL}; its module is a "
                            f"{type(module).__name__}, not a torch.nn.Module")
     if not isinstance(inputs, Mapping) or not inputs or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in inputs.items()):
-        raise _fail(stage, f"--model {spec}: its inputs must be a non-empty dict of input name "
+        raise _fail(stage, f"--factory {spec}: its inputs must be a non-empty dict of input name "
                            "-> example tensor (model(**inputs))")
     if dynamic is not None and not (isinstance(dynamic, Mapping) and all(
             isinstance(axes, Mapping) and all(isinstance(a, int) and isinstance(n, str)
                                               for a, n in axes.items())
             for axes in dynamic.values())):
-        raise _fail(stage, f"--model {spec}: dynamic_shapes must be {{input: {{axis: name}}}}, "
+        raise _fail(stage, f"--factory {spec}: dynamic_shapes must be {{input: {{axis: name}}}}, "
                            "e.g. {'x': {0: 'batch', 1: 'seq'}}")
     dynamic_shapes = {k: dict(v) for k, v in dynamic.items()} if dynamic is not None else None
     return UserModel(spec, module, dict(inputs), dynamic_shapes)
@@ -150,7 +150,7 @@ def load_user_model(spec: str, weights: Path | None = None, stage: str = "export
     try:
         result = factory()
     except Exception as exc:  # the user's code may raise anything
-        raise _fail(stage, f"--model {spec}: the factory raised {describe(exc)}") from None
+        raise _fail(stage, f"--factory {spec}: the factory raised {describe(exc)}") from None
     user = _check_result(spec, result, stage)
     if weights is not None:
         load_weights(user.module, weights, stage)

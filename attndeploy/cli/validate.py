@@ -1,5 +1,5 @@
 """`attndeploy validate`: parity of an exported ONNX file with its checkpoint, or with a user's
-model (`--model MODULE:FACTORY [--weights W]`, see `user_model.py`)."""
+model (`--factory MODULE:FACTORY [--weights W]`, see `user_model.py`)."""
 
 from __future__ import annotations
 
@@ -8,43 +8,49 @@ from typing import Annotated
 
 import typer
 
-from attndeploy.cli.export import UserModelOption, WeightsOption
+from attndeploy.check_defaults import INPUT_SEED
+from attndeploy.cli.options import (
+    AtolOption,
+    FactoryOption,
+    ForceFlag,
+    JsonFlag,
+    JsonOutOption,
+    ProvidersOption,
+    RtolOption,
+    WeightsOption,
+    shared,
+)
 from attndeploy.cli.output import console, named_lines, print_json
 
 
 def command(
     checkpoint: Annotated[
         Path | None, typer.Argument(help="Checkpoint directory (config.json + "
-                                         "model.safetensors); leave it out with --model.")
+                                         "model.safetensors); leave it out with --factory.")
     ] = None,
     onnx_file: Annotated[
         Path | None, typer.Argument(metavar="MODEL", help="ONNX file exported from the "
-                                                          "checkpoint (or from --model).")
+                                                          "checkpoint (or from --factory).")
     ] = None,
-    user_model: UserModelOption = None,
+    user_model: FactoryOption = None,
     weights: WeightsOption = None,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="Print the report as one JSON document on stdout.")
-    ] = False,
-    json_path: Annotated[
-        Path | None, typer.Option("--json-out", help="Write the JSON report here (atomically).")
-    ] = None,
+    json_output: JsonFlag = False,
+    json_path: JsonOutOption = None,
     markdown: Annotated[Path | None, typer.Option(help="Write a Markdown report here.")] = None,
-    atol: Annotated[float | None, typer.Option(help="Absolute tolerance [by dtype].")] = None,
-    rtol: Annotated[float | None, typer.Option(help="Relative tolerance [by dtype].")] = None,
+    atol: AtolOption = None,
+    rtol: RtolOption = None,
     shapes: Annotated[
-        str | None, typer.Option(help="Shapes BxS, comma-separated [default: the grid; with "
-                                      "--model: the example and a grid over its dynamic axes].")
+        str | None, shared("--shapes", "[default: the grid; with --factory: the example and a "
+                                       "grid over its dynamic axes].")
     ] = None,
-    providers: Annotated[
-        str | None, typer.Option(help="onnxruntime providers, comma-separated.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    providers: ProvidersOption = None,
+    seed: Annotated[int, shared("--seed", "(the random inputs)")] = INPUT_SEED,
+    force: ForceFlag = False,
 ) -> None:
     """Compare PyTorch with onnxruntime (all/no optimizations) and the ONNX reference evaluator.
 
     `attndeploy validate CKPT MODEL.onnx` for a checkpoint's export; `attndeploy validate
-    --model MODULE:FACTORY [--weights W] MODEL.onnx` for your own model: its factory's example
+    --factory MODULE:FACTORY [--weights W] MODEL.onnx` for your own model: its factory's example
     inputs, then the same inputs resized over their declared dynamic axes."""
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -53,7 +59,7 @@ def command(
 
     checkpoint, model = _sources(checkpoint, onnx_file, user_model, weights, shapes)
     inputs = [weights] if weights is not None else [checkpoint / n for n in _checkpoint_files()]
-    check_inputs_and_outputs(model, inputs, [json_path, markdown])
+    check_inputs_and_outputs(model, inputs, [json_path, markdown], force=force)
 
     from attndeploy.validate.validator import ValidationOptions, validate_model
 
@@ -111,30 +117,36 @@ def _checkpoint_files() -> list[str]:
 def _sources(checkpoint: Path | None, onnx_file: Path | None, user_model: str | None,
              weights: Path | None, shapes: str | None) -> tuple[Path, Path]:
     """(checkpoint or the weights' folder, ONNX file) from the positional arguments: CKPT MODEL,
-    or MODEL alone with --model."""
+    or MODEL alone with --factory."""
     from attndeploy.errors import ValidationError
 
     if user_model is not None:
         if onnx_file is not None or checkpoint is None:
-            raise ValidationError("with --model give one argument, the ONNX file (no checkpoint)")
+            raise ValidationError("with --factory give one argument, the ONNX file (no checkpoint)")
         if shapes is not None:
-            raise ValidationError("--shapes (BxS) applies to checkpoints; with --model the "
+            raise ValidationError("--shapes (BxS) applies to checkpoints; with --factory the "
                                   "shapes come from the factory's example and dynamic axes")
         return Path("."), checkpoint
     if weights is not None:
-        raise ValidationError("--weights goes with --model; a checkpoint holds its own weights")
+        raise ValidationError("--weights goes with --factory; a checkpoint holds its own weights")
     if checkpoint is None or onnx_file is None:
-        raise ValidationError("give a checkpoint directory and its ONNX file (or --model "
+        raise ValidationError("give a checkpoint directory and its ONNX file (or --factory "
                               "MODULE:FACTORY and the ONNX file)")
     return checkpoint, onnx_file
 
 
-def check_inputs_and_outputs(model: Path, inputs: list[Path], reports: list[Path | None]) -> None:
+def check_inputs_and_outputs(model: Path, inputs: list[Path], reports: list[Path | None], *,
+                             force: bool) -> None:
     """Before the work: the ONNX model is a file, and each report path can be written without
     destroying an input (the model, the checkpoint's files or the weights) or the other report."""
     from attndeploy.cli.export import DEFAULT_NAME
     from attndeploy.errors import OutputError, ValidationError
-    from attndeploy.fsutil import check_not_an_input, check_output_file, same_path
+    from attndeploy.fsutil import (
+        check_not_an_input,
+        check_output_file,
+        check_replaceable,
+        same_path,
+    )
 
     if model.is_dir():
         inside = model / DEFAULT_NAME
@@ -146,6 +158,7 @@ def check_inputs_and_outputs(model: Path, inputs: list[Path], reports: list[Path
     for path in (p for p in reports if p is not None):
         check_output_file(path)
         check_not_an_input(path, [model, *inputs])
+        check_replaceable(path, force=force)
         if any(same_path(path, other) for other in written):
             raise OutputError(f"cannot write {path}: --json-out and --markdown name the same "
                               "file")

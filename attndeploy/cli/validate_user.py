@@ -1,4 +1,4 @@
-"""`attndeploy validate --model MODULE:FACTORY`: a user's model against its ONNX export.
+"""`attndeploy validate --factory MODULE:FACTORY`: a user's model against its ONNX export.
 
 The feeds are the factory's example inputs, then the same inputs resized over the declared
 dynamic axes (`resized_feeds`): every dynamic dim at 1, every one at its example size + 3, and
@@ -88,5 +88,5 @@ def validate_user_model(spec: str, weights: Path | None, onnx_path: Path, option
     except AttnDeployError:
         raise
     except Exception as exc:  # the user's forward may raise anything on a resized feed
-        raise ValidationError(f"--model {spec}: running the model failed: "
+        raise ValidationError(f"--factory {spec}: running the model failed: "
                               f"{describe(exc)}") from None

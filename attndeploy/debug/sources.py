@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from attndeploy.check_defaults import INPUT_SEED
 from attndeploy.debug.graph import GraphLayers
 from attndeploy.errors import ValidationError
 from attndeploy.validate.grid import Shape, as_shapes, check_shapes, make_inputs
@@ -113,7 +114,7 @@ def chosen_shapes(shapes: str | Sequence[Any] | None, max_seq: int,
 
 
 def token_feeds(vocab_size: int, max_seq: int, shapes: str | Sequence[Any] | None = None,
-                seed: int = 0, where: str = "the model") -> tuple[list[dict], list[str]]:
+                seed: int = INPUT_SEED, where: str = "the model") -> tuple[list[dict], list[str]]:
     """validate's token-id feeds (`input_ids`, `attention_mask`, right-padded) for `shapes`
     (default one batch of 4 x 17, seq clipped to max_seq), and their labels."""
     chosen = chosen_shapes(shapes, max_seq, f"{where} (max_seq {max_seq})")
@@ -121,7 +122,8 @@ def token_feeds(vocab_size: int, max_seq: int, shapes: str | Sequence[Any] | Non
 
 
 def metadata_feeds(metadata: Mapping[str, str], shapes: str | Sequence[Any] | None = None,
-                   seed: int = 0, where: str = "the model") -> tuple[list[dict], list[str]]:
+                   seed: int = INPUT_SEED, where: str = "the model"
+                   ) -> tuple[list[dict], list[str]]:
     """`token_feeds` for a checkpoint's export, from its metadata (vocabulary size, max_seq):
     the inputs of `compare_models` when the checkpoint is not at hand."""
     try:
@@ -130,5 +132,5 @@ def metadata_feeds(metadata: Mapping[str, str], shapes: str | Sequence[Any] | No
         max_seq = int(metadata.get("max_seq") or config["max_seq"])
     except (ValueError, KeyError, TypeError):
         raise ValidationError(f"{where} records no model config to draw token ids from; give "
-                              "its checkpoint or --model MODULE:FACTORY for the inputs") from None
+                              "its checkpoint or --factory MODULE:FACTORY for the inputs") from None
     return token_feeds(vocab, max_seq, shapes, seed, where)

@@ -45,7 +45,13 @@ from attndeploy.deploy.instructions import (  # noqa: F401  (the folder's files,
 )
 from attndeploy.deploy.options import SERVER_PACKAGES, KubernetesOptions
 from attndeploy.errors import DeployError, OutputError, RepositoryError
-from attndeploy.fsutil import atomic_directory, check_output_dir, file_sha256, same_path
+from attndeploy.fsutil import (
+    already_exists,
+    atomic_directory,
+    check_output_dir,
+    file_sha256,
+    same_path,
+)
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.check_repo import check_repository, text_model_requirement
 from attndeploy.serving.packaging.text_model import id_model_of
@@ -93,7 +99,7 @@ def check_output(repo: Path, out: Path, *, force: bool) -> None:
         raise OutputError(f"cannot write {out}: it holds the repository {repo}, which --force "
                           "would delete; give another --out")
     if out.exists() and not force:
-        raise OutputError(f"{out} already exists; pass --force to replace it")
+        raise OutputError(already_exists(out))
 
 
 def _flavor_of(config: Any) -> str | None:

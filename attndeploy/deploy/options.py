@@ -27,6 +27,8 @@ from attndeploy.serving.packaging.check_repo import TRITON_RELEASE, TRITON_RELEA
 NGC_IMAGE = "nvcr.io/nvidia/tritonserver"
 DEFAULT_IMAGE = f"{NGC_IMAGE}:{TRITON_RELEASE.ngc}-py3"
 DEFAULT_NAME = "attndeploy-triton"
+DEFAULT_OUT = "deploy"  # the folder `attndeploy deploy kubernetes` writes
+TARGETS = ("kubernetes",)  # where `attndeploy deploy` deploys
 DEFAULT_REPLICAS = 2
 DEFAULT_MAX_REPLICAS = 4
 

@@ -41,6 +41,7 @@ import torch
 
 from attndeploy.data import TextDataset
 from attndeploy.errors import CheckpointError, ConfigError
+from attndeploy.fsutil import already_exists
 from attndeploy.integrations.hf_checkpoint import (
     HFClassifier,
     model_config_of,
@@ -198,7 +199,7 @@ def train_hf_checkpoint(
     (without it such a text is refused)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:  # refuse before spending the training time
-        raise CheckpointError(f"{out_dir} already exists; pass --force to replace it")
+        raise CheckpointError(already_exists(out_dir))
     if task is not None and data_file is not None:
         raise ConfigError("give either --task or --data, not both")
     options = dict(options or {})

@@ -11,7 +11,12 @@ from typing import Any
 import onnx
 
 from attndeploy.errors import DataError, QuantizeError
-from attndeploy.fsutil import atomic_write_bytes, check_not_an_input, check_output_file
+from attndeploy.fsutil import (
+    already_exists,
+    atomic_write_bytes,
+    check_not_an_input,
+    check_output_file,
+)
 from attndeploy.quantize import check, methods
 from attndeploy.quantize.options import QuantizeOptions
 from attndeploy.runtime.metadata import PREFIX
@@ -127,7 +132,7 @@ def quantize_model(
     check_output_file(out)
     check_not_an_input(out, [source] + ([Path(data)] if data is not None else []))
     if out.exists() and not options.force:
-        raise QuantizeError(f"{out} already exists; pass --force to replace it")
+        raise QuantizeError(already_exists(out))
     texts = gold = None
     if data is not None:
         texts, gold = check.read_labelled(Path(data), fp32.labels)

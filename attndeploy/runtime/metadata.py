@@ -100,16 +100,16 @@ def tokenizer_from_record(record: Any) -> TextTokenizer:
 
 def _not_a_checkpoint_export(meta: Mapping[str, str], missing: list[str], source: str) -> str:
     """Why `source` cannot be read as a checkpoint's export, and what to do, on one line. A
-    generic model (`export_model`, `attndeploy export --model`: the exporter's version and none
+    generic model (`export_model`, `attndeploy export --factory`: the exporter's version and none
     of a checkpoint's keys) is told apart from a file attndeploy did not write."""
     lacks = f"its metadata lacks {', '.join(missing)}"
     if META_VERSION in meta and len(missing) == len(REQUIRED) - 1:
         what = (f"{source} is an export of your own model (`export_model` or `attndeploy export "
-                f"--model`), not of a checkpoint: {lacks}, which only a checkpoint records")
+                f"--factory`), not of a checkpoint: {lacks}, which only a checkpoint records")
     else:
         what = f"{source} was not exported by attndeploy: {lacks}"
     return (f"{what}. Export a checkpoint with `attndeploy export CHECKPOINT --out model.onnx`; "
-            f"check a model of your own with `attndeploy validate --model MODULE:FACTORY "
+            f"check a model of your own with `attndeploy validate --factory MODULE:FACTORY "
             f"{source}` and run it with onnxruntime directly.")
 
 

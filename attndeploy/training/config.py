@@ -12,6 +12,7 @@ from typing import Any
 from attndeploy.errors import ConfigError
 
 SCHEDULES = ("cosine", "linear")
+DEFAULT_CHECKPOINT_DIR = "runs/model"  # where `attndeploy train` writes without --out
 
 
 @dataclass(frozen=True)

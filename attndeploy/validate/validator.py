@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from attndeploy.check_defaults import INPUT_SEED
 from attndeploy.checkpoint import Checkpoint, read_checkpoint
 from attndeploy.errors import AttnDeployError, ValidationError
 from attndeploy.interface import model_interface
@@ -88,7 +89,7 @@ class ValidationOptions:
     extra_runners: tuple[Runner, ...] = ()
     providers: tuple[str, ...] | None = None
     threads: int | None = None
-    seed: int = 0
+    seed: int = INPUT_SEED
     gate_flip_tolerance: float | None = None
     padding_check: bool = True
     progress: Any = field(default=None, compare=False)

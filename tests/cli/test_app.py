@@ -80,8 +80,8 @@ def test_defaults_written_in_help_strings_are_shown(monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "export", "--help")
     assert code == 0 and err == []
     text = " ".join(out.split())  # however the help is wrapped
-    assert "ONNX file to write [default: CKPT/model.onnx]." in text
-    assert "Largest seq the graph accepts [default: the model's]." in text
+    assert "The ONNX file [default: CKPT/model.onnx]" in text
+    assert "The graph accepts at most this [default: the model's]." in text
 
 
 # ----------------------------------------------------------------------------- bugs and OS errors

@@ -37,15 +37,15 @@ def _server(name: str) -> Any:
 LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
     "loadtest": {
         "protocol": _config("protocol"), "distribution": _config("distribution"),
-        "batch": _config("batch"), "seq": number_list(_config("seq_lengths")),
+        "batch_size": _config("batch"), "seq": number_list(_config("seq_lengths")),
         "window": _config("window_s"), "stability": _config("stability_threshold"),
-        "max_windows": _config("max_windows"), "warmup": _config("warmup_requests"),
+        "max_windows": _config("max_windows"), "warmup_requests": _config("warmup_requests"),
         "check_fraction": _config("check_fraction"), "seed": _config("seed"),
     },
     "serve": {
         "grpc_port": _server("grpc_port"), "http_port": _server("http_port"),
         "metrics_port": _server("metrics_port"), "host": _server("host"),
-        "timeout": _server("ready_timeout_s"),
+        "ready_timeout": _server("ready_timeout_s"),
     },
     "infer": {"timeout": parameter_default(infer_request, "timeout_s")},
     "deploy": {
@@ -72,10 +72,12 @@ LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
         "alpha": None, "beta": None,
     },
     "package": {
-        name: field_default(PackageOptions, name)
-        for name in ("flavor", "version", "max_batch_size", "instances", "kind",
-                     "dynamic_batching", "max_queue_delay_us", "warmup", "threads", "text",
-                     "truncate_text", "text_instances", "force")
+        **{name: field_default(PackageOptions, name)
+           for name in ("flavor", "version", "max_batch_size", "instances", "kind",
+                        "dynamic_batching", "max_queue_delay_us", "warmup", "threads",
+                        "text_instances", "force")},
+        "text_model": field_default(PackageOptions, "text"),
+        "truncate": field_default(PackageOptions, "truncate_text"),
     },
 }
 
@@ -94,7 +96,7 @@ def test_cli_defaults_are_the_library_defaults(command: str) -> None:
 
 
 def test_serve_background_waits_as_long_as_the_foreground_server() -> None:
-    """`serve --timeout` feeds both; their defaults must agree for the option's one default."""
+    """`serve --ready-timeout` feeds both; their defaults must agree for the option's one default."""
     for name in ("grpc_port", "http_port", "metrics_port", "host"):
         assert parameter_default(start_background, name) == _server(name)
     assert parameter_default(start_background, "timeout_s") == _server("ready_timeout_s")

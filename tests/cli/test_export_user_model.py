@@ -1,4 +1,4 @@
-"""`export --model MODULE:FACTORY [--weights W]` and `validate --model ...`: the table of bad
+"""`export --factory MODULE:FACTORY [--weights W]` and `validate --factory ...`: the table of bad
 inputs (one `error (<stage>): ...` line, exit 1 or 2, nothing written), run with the assertion
 helpers of `tests/test_bad_inputs.py`, then a model exported, reloaded and validated."""
 
@@ -69,85 +69,85 @@ def _both(*prepares):
 
 OUT = ("--out", "{tmp}/m.onnx")
 CASES: dict[str, BadInput] = {
-    "not module:factory": case("export", "--model", "tests.cli.user_models", *OUT,
+    "not module:factory": case("export", "--factory", "tests.cli.user_models", *OUT,
                                stage="export", fragment="must be MODULE:FACTORY"),
-    "module not importable": case("export", "--model", "no_such_pkg.models:build", *OUT,
+    "module not importable": case("export", "--factory", "no_such_pkg.models:build", *OUT,
                                   stage="export", fragment="no module named 'no_such_pkg'"),
-    "module raises on import": case("export", "--model", "broken_on_import:build", *OUT,
+    "module raises on import": case("export", "--factory", "broken_on_import:build", *OUT,
                                     stage="export", fragment="importing broken_on_import failed",
                                     prepare=_write("broken_on_import.py", "raise ValueError(1)")),
-    "no such factory": case("export", "--model", "tests.cli.user_models:nope", *OUT,
+    "no such factory": case("export", "--factory", "tests.cli.user_models:nope", *OUT,
                             stage="export", fragment="has no 'nope'"),
-    "factory not callable": case("export", "--model", "tests.cli.user_models:not_callable",
+    "factory not callable": case("export", "--factory", "tests.cli.user_models:not_callable",
                                  *OUT, stage="export", fragment="not a function"),
-    "factory raises": case("export", "--model", "tests.cli.user_models:raises", *OUT,
+    "factory raises": case("export", "--factory", "tests.cli.user_models:raises", *OUT,
                            stage="export", fragment="RuntimeError: no GPU here"),
     "factory returns a module only": case(
-        "export", "--model", "tests.cli.user_models:returns_module_only", *OUT, stage="export",
+        "export", "--factory", "tests.cli.user_models:returns_module_only", *OUT, stage="export",
         fragment="must return (module, inputs)"),
     "factory returns no module": case(
-        "export", "--model", "tests.cli.user_models:returns_not_a_module", *OUT, stage="export",
+        "export", "--factory", "tests.cli.user_models:returns_not_a_module", *OUT, stage="export",
         fragment="not a torch.nn.Module"),
     "factory inputs not a dict": case(
-        "export", "--model", "tests.cli.user_models:returns_bad_inputs", *OUT, stage="export",
+        "export", "--factory", "tests.cli.user_models:returns_bad_inputs", *OUT, stage="export",
         fragment="non-empty dict"),
     "factory dynamic shapes malformed": case(
-        "export", "--model", "tests.cli.user_models:returns_bad_dynamic", *OUT, stage="export",
+        "export", "--factory", "tests.cli.user_models:returns_bad_dynamic", *OUT, stage="export",
         fragment="dynamic_shapes must be"),
     "model fails on its inputs": case(
-        "export", "--model", "tests.cli.user_models:fails_forward", *OUT, stage="export",
+        "export", "--factory", "tests.cli.user_models:fails_forward", *OUT, stage="export",
         fragment="running the model on its example inputs failed"),
-    "weights missing": case("export", "--model", MODEL, "--weights", "{tmp}/absent.safetensors",
+    "weights missing": case("export", "--factory", MODEL, "--weights", "{tmp}/absent.safetensors",
                             *OUT, stage="export", fragment="absent.safetensors does not exist"),
-    "weights corrupt": case("export", "--model", MODEL, "--weights", "{tmp}/w.safetensors", *OUT,
+    "weights corrupt": case("export", "--factory", MODEL, "--weights", "{tmp}/w.safetensors", *OUT,
                             stage="export", fragment="not a readable safetensors file",
                             prepare=_write("w.safetensors", b"\x08\x00\x00garbage")),
     "weights names mismatch": case(
-        "export", "--model", MODEL, "--weights", "{tmp}/w.safetensors", *OUT, stage="export",
+        "export", "--factory", MODEL, "--weights", "{tmp}/w.safetensors", *OUT, stage="export",
         fragment="1 missing: head.bias; 1 unexpected: extra.weight",
         prepare=_weights(_drop_and_add)),
     "weights shape mismatch": case(
-        "export", "--model", MODEL, "--weights", "{tmp}/w.safetensors", *OUT, stage="export",
+        "export", "--factory", MODEL, "--weights", "{tmp}/w.safetensors", *OUT, stage="export",
         fragment="wrong shape: proj.weight [4, 4] (model [8, 3])", prepare=_weights(_reshape)),
-    "model with a checkpoint": case("export", "{tmp}", "--model", MODEL, *OUT, stage="export",
+    "model with a checkpoint": case("export", "{tmp}", "--factory", MODEL, *OUT, stage="export",
                                     fragment="a checkpoint argument"),
-    "model with fp16": case("export", "--model", MODEL, "--fp16", *OUT, stage="export",
+    "model with fp16": case("export", "--factory", MODEL, "--fp16", *OUT, stage="export",
                             fragment="--fp16 applies to a checkpoint only"),
-    "model without out": case("export", "--model", MODEL, stage="export",
-                              fragment="--model needs --out"),
+    "model without out": case("export", "--factory", MODEL, stage="export",
+                              fragment="--factory needs --out"),
     "neither checkpoint nor model": case("export", *OUT, stage="export",
-                                         fragment="give a checkpoint directory, or --model"),
+                                         fragment="give a checkpoint directory, or --factory"),
     "weights without model": case("export", "{tmp}", "--weights", "{tmp}/w.safetensors", *OUT,
-                                  stage="export", fragment="--weights goes with --model",
+                                  stage="export", fragment="--weights goes with --factory",
                                   prepare=_weights()),
-    "out over the weights": case("export", "--model", MODEL, "--weights", "{tmp}/w.safetensors",
+    "out over the weights": case("export", "--factory", MODEL, "--weights", "{tmp}/w.safetensors",
                                  "--out", "{tmp}/w.safetensors", "--force", stage="output",
                                  fragment="it is an input of this command",
                                  prepare=_weights()),
-    "out exists": case("export", "--model", MODEL, *OUT, stage="output",
+    "out exists": case("export", "--factory", MODEL, *OUT, stage="output",
                        fragment="already exists", prepare=_write("m.onnx", "old")),
-    "bad opset": case("export", "--model", MODEL, "--opset", "7", *OUT, stage="export",
+    "bad opset": case("export", "--factory", MODEL, "--opset", "7", *OUT, stage="export",
                       fragment="opset 7 is not supported"),
-    # ---- validate --model
+    # ---- validate --factory
     "validate model with two arguments": case(
-        "validate", "--model", MODEL, "{tmp}", "{tmp}/m.onnx", stage="validation",
+        "validate", "--factory", MODEL, "{tmp}", "{tmp}/m.onnx", stage="validation",
         fragment="give one argument, the ONNX file"),
-    "validate model missing onnx": case("validate", "--model", MODEL, "{tmp}/absent.onnx",
+    "validate model missing onnx": case("validate", "--factory", MODEL, "{tmp}/absent.onnx",
                                         stage="validation", fragment="does not exist"),
-    "validate model corrupt onnx": case("validate", "--model", MODEL, "{tmp}/m.onnx",
+    "validate model corrupt onnx": case("validate", "--factory", MODEL, "{tmp}/m.onnx",
                                         stage="validation", fragment="not an ONNX model",
                                         prepare=_write("m.onnx", b"\xff\xfe junk")),
-    "validate model with shapes": case("validate", "--model", MODEL, "{tmp}/m.onnx", "--shapes",
+    "validate model with shapes": case("validate", "--factory", MODEL, "{tmp}/m.onnx", "--shapes",
                                        "1x2", stage="validation", fragment="--shapes (BxS)"),
     "validate model weights mismatch": case(
-        "validate", "--model", MODEL, "--weights", "{tmp}/w.safetensors", "{tmp}/m.onnx",
+        "validate", "--factory", MODEL, "--weights", "{tmp}/w.safetensors", "{tmp}/m.onnx",
         stage="validation", fragment="wrong shape: proj.weight",
         prepare=_both(_weights(_reshape), _tiny_onnx)),
     "validate model factory raises": case(
-        "validate", "--model", "tests.cli.user_models:raises", "{tmp}/m.onnx",
+        "validate", "--factory", "tests.cli.user_models:raises", "{tmp}/m.onnx",
         stage="validation", fragment="no GPU here", prepare=_tiny_onnx),
     "validate json-out over the weights": case(
-        "validate", "--model", MODEL, "--weights", "{tmp}/w.safetensors", "{tmp}/m.onnx",
+        "validate", "--factory", MODEL, "--weights", "{tmp}/w.safetensors", "{tmp}/m.onnx",
         "--json-out", "{tmp}/w.safetensors", stage="output",
         fragment="it is an input of this command",
         prepare=_both(_weights(), _write("m.onnx", "x"))),
@@ -184,7 +184,7 @@ def test_exported_with_weights_the_onnx_reproduces_them_and_validates(tmp_path, 
             parameter.add_(0.5)
     save_file({k: v.contiguous() for k, v in trained.state_dict().items()},
               str(tmp_path / "w.safetensors"))
-    code, out, err = run_main(monkeypatch, capsys, ["export", "--model", MODEL, "--weights",
+    code, out, err = run_main(monkeypatch, capsys, ["export", "--factory", MODEL, "--weights",
                                                     str(tmp_path / "w.safetensors"), "--out",
                                                     str(tmp_path / "m.onnx"), "--json"])
     assert code == 0, err
@@ -198,13 +198,13 @@ def test_exported_with_weights_the_onnx_reproduces_them_and_validates(tmp_path, 
         want = trained.eval()(**user_models.example_inputs())["value"].numpy()
     np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-5)
     code, out, err = run_main(monkeypatch, capsys, [
-        "validate", "--model", MODEL, "--weights", str(tmp_path / "w.safetensors"),
+        "validate", "--factory", MODEL, "--weights", str(tmp_path / "w.safetensors"),
         str(tmp_path / "m.onnx"), "--json"])
     assert code == 0, err
     report = json.loads(out)
     assert report["passed"] is True
     assert len(report["shapes"]) == 4  # the example, all dims at 1, all grown, batch 1 grown
     code, out, err = run_main(monkeypatch, capsys, [  # without the weights: another model
-        "validate", "--model", MODEL, str(tmp_path / "m.onnx"), "--json"])
+        "validate", "--factory", MODEL, str(tmp_path / "m.onnx"), "--json"])
     assert code == 1 and json.loads(out)["passed"] is False
     assert err[-1].startswith("error (validation): validation failed"), err

@@ -326,10 +326,10 @@ def test_a_generic_model_is_told_apart_and_told_what_to_do():
         parse_metadata({"attndeploy.version": "0.1", "attndeploy.opset": "18"}, "mine.onnx")
     message = str(info.value)
     assert message.startswith("mine.onnx is an export of your own model (`export_model` or "
-                              "`attndeploy export --model`), not of a checkpoint: its metadata "
+                              "`attndeploy export --factory`), not of a checkpoint: its metadata "
                               f"lacks {', '.join(CHECKPOINT_KEYS)}")
     assert "`attndeploy export CHECKPOINT --out model.onnx`" in message
-    assert "`attndeploy validate --model MODULE:FACTORY mine.onnx`" in message
+    assert "`attndeploy validate --factory MODULE:FACTORY mine.onnx`" in message
     assert "onnxruntime" in message and "\n" not in message
 
 
@@ -339,7 +339,7 @@ def test_a_foreign_file_names_its_missing_keys_and_what_to_do():
     message = str(info.value)
     assert message.startswith(f"other.onnx was not exported by attndeploy: its metadata lacks "
                               f"{', '.join(REQUIRED)}")
-    assert "attndeploy export CHECKPOINT" in message and "attndeploy validate --model" in message
+    assert "attndeploy export CHECKPOINT" in message and "attndeploy validate --factory" in message
 
 
 def test_predict_on_a_generic_model_is_one_line_saying_what_to_do(
@@ -348,7 +348,7 @@ def test_predict_on_a_generic_model_is_one_line_saying_what_to_do(
     generic = save_model(build_model(drop_metadata=CHECKPOINT_KEYS), tmp_path / "mine.onnx")
     line = one_line_error(run_main(monkeypatch, capsys, "predict", generic, "--text", "a"), 1,
                           "model")
-    assert "is an export of your own model" in line and "attndeploy validate --model" in line
+    assert "is an export of your own model" in line and "attndeploy validate --factory" in line
 
 
 # --------------------------------------------------------------------------- 10. Makefile

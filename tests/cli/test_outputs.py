@@ -183,7 +183,7 @@ def test_package_refuses_an_unwritable_repo_before_exporting(
 
 def test_package_refuses_an_empty_name(monkeypatch, capsys, tmp_path, onnx_file):
     result = run_main(monkeypatch, capsys, "package", onnx_file, "--repo", tmp_path / "repo",
-                      "--name", "")
+                      "--model", "")
     assert_refused(result, "repository", "the model name is empty")
     assert not (tmp_path / "repo").exists()
 
@@ -192,7 +192,7 @@ def test_package_refuses_an_overlong_name_and_leaves_no_repository(
     monkeypatch, capsys, tmp_path, onnx_file
 ):
     result = run_main(monkeypatch, capsys, "package", onnx_file, "--repo", tmp_path / "repo",
-                      "--name", "m" * 300, "--flavor", "both")
+                      "--model", "m" * 300, "--flavor", "both")
     assert_refused(result, "repository", "300 characters long; use at most 128")
     assert not (tmp_path / "repo").exists()
 
@@ -226,7 +226,7 @@ def test_package_then_check_repo_clean_up_after_a_killed_packager(
     assert code == 1 and finding["severity"] == "error"
     assert f"staging folder {staging.name} was left by an interrupted write" in finding["message"]
     code, _, err = run_main(monkeypatch, capsys, "package", onnx_file, "--repo", repo,
-                            "--name", "second")
+                            "--model", "second")
     assert code == 0, err
     assert sorted(p.name for p in repo.iterdir()) == ["cls", "second"]
     code, out, err = run_main(monkeypatch, capsys, "check-repo", repo, "--json")
@@ -296,3 +296,35 @@ def test_validate_given_a_folder_as_the_model_says_an_onnx_file_is_expected(
     assert_refused(run_main(monkeypatch, capsys, "validate", ckpt, ckpt), "validation",
                    "is a folder", f"(did you mean {ckpt / 'model.onnx'}?)")
     assert validations == []
+
+
+# ---------------------------------------------------------------- reports obey --force
+
+# command line before the report option -> the report options it takes
+REPORT_OPTIONS = {
+    "validate": (["validate", "{ckpt}", "{onnx}"], ["--json-out", "--markdown"]),
+    "debug": (["debug", "compare", "{ckpt}", "{onnx}"], ["--json-out", "--plot"]),
+    "loadtest": (["loadtest", "--model", "m", "--url", "127.0.0.1:9"],
+                 ["--json-out", "--csv", "--plot"]),
+    "tune": (["tune", "--model", "m", "--repo", "{tmp}"], ["--json-out", "--plot"]),
+}
+
+
+@pytest.mark.parametrize("command, option", [
+    (command, option) for command, (_, options) in REPORT_OPTIONS.items() for option in options])
+def test_an_existing_report_is_replaced_only_with_force(monkeypatch, capsys, tmp_path, command,
+                                                        option):
+    """Every file a command writes obeys --force, as checkpoints, ONNX files and repositories
+    do: an existing report is refused before the work starts, and left as it was."""
+    ckpt = fake_checkpoint(tmp_path / "ckpt")
+    (tmp_path / "model.onnx").write_bytes(b"onnx")
+    report = tmp_path / "old-report"
+    report.write_text("kept")
+    values = {"ckpt": str(ckpt), "onnx": str(tmp_path / "model.onnx"), "tmp": str(tmp_path)}
+    line = [arg.format(**values) for arg in REPORT_OPTIONS[command][0]]
+    result = run_main(monkeypatch, capsys, *line, option, report)
+    assert_refused(result, "output", f"{report} already exists; pass --force to replace it")
+    assert report.read_text() == "kept"
+    code, _, err = run_main(monkeypatch, capsys, *line, option, report, "--force")
+    assert not any("already exists" in line for line in err), err  # past the check (it fails
+    # later for want of a real model or server, which is not this test's business)

@@ -79,7 +79,7 @@ def test_validate_refuses_an_onnx_file_of_another_checkpoint(workdir):
 
 
 def test_check_repo_passes_on_the_packaged_repository(workdir):
-    report = json.loads(run_cli("check-repo", "repo", "--json", cwd=workdir).stdout)
+    report = json.loads(run_cli("check-repo", "--repo", "repo", "--json", cwd=workdir).stdout)
     assert report["passed"] is True and len(report["models"]) == 6
 
 
@@ -119,7 +119,7 @@ def test_loadtest_over_http_sends_the_text_file_to_the_text_model(workdir, serve
     result = run_cli("loadtest", "--model", "ganet_text", "--protocol", "http", "--url",
                      server["http_url"], "--repo", "repo", "--text-file", "lines.txt",
                      "--concurrency", "4", "--window", "0.5", "--max-windows", "3",
-                     "--warmup", "5", "--check-fraction", "0.5", "--json", "-", cwd=workdir)
+                     "--warmup-requests", "5", "--check-fraction", "0.5", "--json", "-", cwd=workdir)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["passed"] is True and report["config"]["protocol"] == "http"
@@ -143,7 +143,7 @@ def test_infer_text_returns_a_label_and_the_open_gate_tokens(workdir, server):
 def test_loadtest_json_reports_every_level_without_errors(workdir, server):
     result = run_cli("loadtest", "--model", "standard_python", "--url", server["grpc_url"],
                      "--repo", "repo", "--concurrency", "1,4", "--window", "0.5",
-                     "--max-windows", "3", "--warmup", "5", "--check-fraction", "0.2",
+                     "--max-windows", "3", "--warmup-requests", "5", "--check-fraction", "0.2",
                      "--json", "-", "--plot", "lt.png", cwd=workdir)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

@@ -263,7 +263,10 @@ def test_train_prints_the_best_epoch_the_density_against_its_target_and_the_verd
     text = summary_lines(tmp_path / "m", metrics, training)
     assert "held-out accuracy 0.6100" in text and "baseline_accuracy 0.6400" in text
     assert "best at epoch 4 (step 400) of 8, chosen on the validation set" in text
-    assert "gate density 0.310 (target 0.3)" in text
+    assert "gate density 0.310 (above its target of at most 0.3)" in text
+    metrics["density"] = 0.073
+    assert "gate density 0.073 (within its target of at most 0.3)" in summary_lines(
+        tmp_path / "m", metrics, training)
     assert "WARNING: the model does not beat the bag-of-words baseline" in text
 
 
@@ -313,8 +316,8 @@ def test_train_says_how_far_calibration_moved_the_gate_threshold(tmp_path):
                 "gate_calibration": {"gate_shift": 0.62, "density_before": 0.291,
                                      "density_after": 0.37}}
     text = " ".join(summary_lines(tmp_path / "m", metrics, training).split())
-    assert ("gate density 0.380 (target 0.3, threshold moved by +0.62 from 0.291 on the "
-            "validation set)") in text
+    assert ("gate density 0.380 (above its target of at most 0.3, threshold moved by +0.62 "
+            "from 0.291 on the validation set)") in text
     assert "dense-gate run" not in text
     training["teacher"] = {"accuracy": 0.6533, "seconds": 4.25, "weight": 0.5}
     text = " ".join(summary_lines(tmp_path / "m", metrics, training).split())

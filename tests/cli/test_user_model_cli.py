@@ -1,5 +1,5 @@
 """A user's model that is not a text classifier, through the whole CLI as a person runs it:
-`export --model my_models:build --weights` -> `validate --model` -> `package` -> `check-repo` ->
+`export --factory my_models:build --weights` -> `validate --factory` -> `package` -> `check-repo` ->
 `serve --background` (a real tritonserver) -> a tritonclient gRPC request whose outputs equal
 onnxruntime's -> `stop`. The factory module lies in the working folder, as a user's would."""
 
@@ -41,7 +41,7 @@ def test_a_regressor_exports_validates_packages_and_serves_like_onnxruntime(work
     import onnxruntime as ort
     import tritonclient.grpc as grpcclient
 
-    model = ["--model", "my_models:build", "--weights", "w.safetensors"]
+    model = ["--factory", "my_models:build", "--weights", "w.safetensors"]
     exported = parse_json(run_cli("export", *model, "--out", "reg.onnx", "--json", cwd=workdir))
     assert exported["outputs"] == ["value", "states"]
     report = parse_json(run_cli("validate", *model, "reg.onnx", "--json", cwd=workdir))
@@ -52,7 +52,7 @@ def test_a_regressor_exports_validates_packages_and_serves_like_onnxruntime(work
         ("reg", "generic", 8)]
     config = (workdir / "repo" / "reg" / "config.pbtxt").read_text()
     assert 'name: "features"' in config and "TYPE_BOOL" in config and "warmup" not in config
-    assert parse_json(run_cli("check-repo", "repo", "--json", cwd=workdir))["passed"] is True
+    assert parse_json(run_cli("check-repo", "--repo", "repo", "--json", cwd=workdir))["passed"] is True
 
     ports = [str(port) for port in free_ports(3)]
     started = parse_json(run_cli("serve", "--repo", "repo", "--background", "--grpc-port",

@@ -83,8 +83,8 @@ def test_against_compares_two_onnx_files_without_a_checkpoint(work, monkeypatch,
     (["{ckpt}", "{onnx}", "--json-out", "{tmp}/r", "--plot", "{tmp}/r"], "output",
      "--json-out and --plot name the same file"),
     (["{onnx}"], "validation", "give a checkpoint directory and its ONNX file"),
-    (["{ckpt}", "{onnx}", "--weights", "{onnx}"], "validation", "--weights goes with --model"),
-    (["--model", "nowhere:build", "{onnx}"], "validation", "no module named 'nowhere'"),
+    (["{ckpt}", "{onnx}", "--weights", "{onnx}"], "validation", "--weights goes with --factory"),
+    (["--factory", "nowhere:build", "{onnx}"], "validation", "no module named 'nowhere'"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(work, tmp_path, monkeypatch, capsys, argv,
                                                   stage, fragment):

@@ -77,10 +77,10 @@ def test_minilm_trains_exports_validates_packages_serves_and_answers_text(minilm
                         "--json-out", "parity.json", cwd=tmp_path)
     assert validated.returncode == 0, validated.stderr
     assert json.loads((tmp_path / "parity.json").read_text())["passed"]
-    packaged = parse_json(run_cli("package", "minilm.onnx", "--repo", "repo", "--name",
+    packaged = parse_json(run_cli("package", "minilm.onnx", "--repo", "repo", "--model",
                                   "minilm", "--json", cwd=tmp_path))
     assert sorted(m["name"] for m in packaged["models"]) == ["minilm", "minilm_text"]
-    checked = run_cli("check-repo", "repo", cwd=tmp_path)
+    checked = run_cli("check-repo", "--repo", "repo", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     texts = ["a lovely warm day", "rude and awful"]
     local = [json.loads(line) for line in run_cli(

@@ -36,7 +36,7 @@ def ganet(text_exports: TextExports) -> Path:
 
 def test_json_lines_hold_one_object_per_text_equal_to_the_library(ganet, monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text", TEXTS[0],
-                              "--text", "Amber, W3!", "--json")
+                              "--text", "Amber, W3!", "--jsonl")
     assert code == 0, err
     records = json_lines(out)
     expected = InferenceModel(ganet).predict([TEXTS[0], "Amber, W3!"])
@@ -49,15 +49,57 @@ def test_json_lines_hold_one_object_per_text_equal_to_the_library(ganet, monkeyp
         assert_same_record(record, prediction.to_dict(), atol=1e-6)
 
 
+def test_json_is_one_document_holding_the_records_of_jsonl(ganet, tmp_path, monkeypatch,
+                                                           capsys):
+    """--json means one JSON document in every command; --jsonl is the JSON lines form."""
+    texts = ["--text", TEXTS[0], "--text", "Amber, W3!"]
+    code, lines, err = run_main(monkeypatch, capsys, "predict", str(ganet), *texts, "--jsonl")
+    assert code == 0, err
+    code, document, err = run_main(monkeypatch, capsys, "predict", str(ganet), *texts, "--json")
+    assert code == 0 and err == [], err
+    assert json.loads(document) == {"model": str(ganet), "predictions": json_lines(lines)}
+    empty = tmp_path / "blank.txt"
+    empty.write_text("w1\n")
+    code, document, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file",
+                                   str(empty), "--json")
+    assert code == 0 and len(json.loads(document)["predictions"]) == 1
+    assert err == ["warning: predict --json prints one JSON document now; --jsonl prints one "
+                   "record a line, as --json did"]
+    code, _, err = run_main(monkeypatch, capsys, "predict", str(ganet), *texts, "--json",
+                            "--jsonl")
+    assert code == 1 and "not both" in err[0]
+
+
+def test_a_pipe_is_a_text_file(ganet, tmp_path, monkeypatch, capsys):
+    """`--text-file <(...)`: the shell hands a /dev/fd path to a pipe, read like a file."""
+    import os
+    import threading
+
+    read_end, write_end = os.pipe()
+
+    def feed() -> None:
+        with os.fdopen(write_end, "wb") as pipe:
+            pipe.write("\n".join(TEXTS[:3]).encode())
+
+    threading.Thread(target=feed).start()
+    try:
+        code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file",
+                                  f"/dev/fd/{read_end}", "--jsonl")
+    finally:
+        os.close(read_end)
+    assert code == 0, err
+    assert [r["tokens"] for r in json_lines(out)] == [t.lower().split() for t in TEXTS[:3]]
+
+
 def test_a_file_and_stdin_give_the_same_records(ganet, tmp_path, monkeypatch, capsys):
     lines = tmp_path / "lines.txt"
     lines.write_bytes("\r\n".join(TEXTS[:6]).encode() + b"\r\n")  # CRLF, a final line end
-    code, from_file, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file",
-                                    str(lines), "--json")
+    code, from_file, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file",
+                                    str(lines), "--jsonl")
     assert code == 0, err
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(lines.read_bytes())))
-    code, from_stdin, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file", "-",
-                                     "--json")
+    code, from_stdin, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file", "-",
+                                     "--jsonl")
     assert code == 0, err
     assert json_lines(from_file) == json_lines(from_stdin)
     assert [r["tokens"] for r in json_lines(from_file)] == [
@@ -81,7 +123,7 @@ def test_a_tagging_model_prints_token_tag_pairs(text_exports, monkeypatch, capsy
     assert " ".join(f"{t}/{g}" for t, g in zip(prediction.tokens, prediction.tags,
                                                strict=True)) in out
     code, out, err = run_main(monkeypatch, capsys, "predict", str(path), "--text", "w1 w2",
-                              "--json")
+                              "--jsonl")
     (record,) = json_lines(out)
     assert set(record) == {"index", "tokens", "tags", "logits", "probabilities", "attended"}
     assert len(record["tags"]) == len(record["logits"]) == len(record["probabilities"]) == 2
@@ -102,8 +144,8 @@ def test_a_long_file_runs_with_a_progress_callback(ganet, tmp_path, monkeypatch,
     n = predict_cli.PROGRESS_MIN_TEXTS + 1
     lines = tmp_path / "many.txt"
     lines.write_text("\n".join(TEXTS[i % len(TEXTS)] for i in range(n)))
-    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file", str(lines),
-                              "--json", "--batch-size", "64")
+    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file", str(lines),
+                              "--jsonl", "--batch-size", "64")
     assert code == 0 and err == []  # stderr is no terminal here: no bar, not even a newline
     assert len(json_lines(out)) == n
     assert sum(calls) == n and len(calls) == -(-n // 64)
@@ -113,25 +155,25 @@ def test_truncate_lets_a_long_line_through(ganet, tmp_path, monkeypatch, capsys)
     long_line = " ".join(f"w{i}" for i in range(MAX_SEQ + 3))
     lines = tmp_path / "long.txt"
     lines.write_text(f"w1 alpha\n{long_line}\n")
-    code, _, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file", str(lines))
+    code, _, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file", str(lines))
     assert code == 1 and len(err) == 1
     assert err[0] == (f"error (data): line 2 of {lines} has {MAX_SEQ + 3} tokens, more than "
                       f"the model's max_seq={MAX_SEQ}; shorten it or pass --truncate")
-    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file", str(lines),
-                              "--truncate", "--json")
+    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file", str(lines),
+                              "--truncate", "--jsonl")
     assert code == 0, err
     assert len(json_lines(out)[1]["tokens"]) == MAX_SEQ
 
 
 BAD = {
     "no texts": ([], "error (data): give texts with --text"),
-    "both sources": (["--text", "a", "--file", "x.txt"], "not both"),
-    "blank line": (["--file", "{blank}"], "line 2 of {blank} has no tokens"),
+    "both sources": (["--text", "a", "--text-file", "x.txt"], "not both"),
+    "blank line": (["--text-file", "{blank}"], "line 2 of {blank} has no tokens"),
     "empty text": (["--text", "w1", "--text", "  "], "--text #2 has no tokens"),
-    "empty file": (["--file", "{empty}"], "{empty} holds no text"),
-    "missing file": (["--file", "{tmp}/absent.txt"], "no such file: {tmp}/absent.txt"),
-    "folder as file": (["--file", "{tmp}"], "is a folder; --file takes a text file"),
-    "not utf-8": (["--file", "{latin}"], "is not UTF-8 text"),
+    "empty file": (["--text-file", "{empty}"], "{empty} holds no text"),
+    "missing file": (["--text-file", "{tmp}/absent.txt"], "no such file: {tmp}/absent.txt"),
+    "folder as file": (["--text-file", "{tmp}"], "is a folder; --text-file takes a text file"),
+    "not utf-8": (["--text-file", "{latin}"], "is not UTF-8 text"),
     "bad batch size": (["--text", "w1", "--batch-size", "0"], "error (config): batch_size"),
     "zero threads": (["--text", "w1", "--threads", "0"], "error (config): threads"),
 }

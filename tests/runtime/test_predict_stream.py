@@ -59,8 +59,8 @@ def test_a_chunk_is_printed_before_the_next_chunk_is_read(ganet, monkeypatch, ca
     monkeypatch.setattr(predict_cli, "CHUNK_TEXTS", 4)
     stdin = RecordingStdin(texts(11))
     monkeypatch.setattr("sys.stdin", stdin)
-    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file", "-",
-                              "--json")
+    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file", "-",
+                              "--jsonl")
     assert code == 0, err
     assert [r["index"] for r in json_lines(out)] == list(range(11))
     printed_when_read = dict(stdin.reads)
@@ -74,8 +74,8 @@ def test_the_input_read_ahead_of_the_output_is_one_chunk_at_most(ganet, monkeypa
     monkeypatch.setattr(predict_cli, "CHUNK_TEXTS", 256)
     stdin = RecordingStdin(texts(3000))
     monkeypatch.setattr("sys.stdin", stdin)
-    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file", "-",
-                              "--json", "--batch-size", "64")
+    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file", "-",
+                              "--jsonl", "--batch-size", "64")
     assert code == 0, err
     records = json_lines(out)
     assert [r["index"] for r in records] == list(range(3000))
@@ -91,18 +91,18 @@ def test_chunked_output_equals_one_run_as_json_and_as_one_table(ganet, tmp_path,
                                                                 capsys):
     lines = tmp_path / "lines.txt"
     lines.write_text("\n".join(texts(23)) + "\n")
-    code, whole, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file",
-                                str(lines), "--json")
+    code, whole, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file",
+                                str(lines), "--jsonl")
     assert code == 0, err
     monkeypatch.setattr(predict_cli, "CHUNK_TEXTS", 5)
-    code, chunked, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file",
-                                  str(lines), "--json")
+    code, chunked, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file",
+                                  str(lines), "--jsonl")
     assert code == 0, err
     assert [r["index"] for r in json_lines(chunked)] == list(range(23))
     for got, want in zip(json_lines(chunked), json_lines(whole), strict=True):
         assert_same_record(got, want, atol=1e-5)  # other batches: logits equal to float noise
     monkeypatch.setattr(predict_cli.console, "width", 300)  # a row a line: nothing wraps
-    code, table, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file",
+    code, table, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file",
                                 str(lines))
     assert code == 0, err
     rows = table.splitlines()
@@ -124,8 +124,8 @@ def test_an_error_in_a_later_chunk_names_its_line_and_keeps_what_was_printed(
     monkeypatch.setattr(predict_cli, "CHUNK_TEXTS", 4)
     lines = tmp_path / "lines.txt"
     lines.write_text("\n".join([*texts(10), bad_line, *texts(3)]) + "\n")
-    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file", str(lines),
-                              "--json")
+    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file", str(lines),
+                              "--jsonl")
     assert code == 1 and len(err) == 1
     assert err[0].startswith("error (data): " + fragment.format(file=lines, n=MAX_SEQ + 1,
                                                                  max_seq=MAX_SEQ))
@@ -137,8 +137,8 @@ def test_a_bad_byte_in_a_later_line_names_its_offset_and_line(ganet, tmp_path, m
     monkeypatch.setattr(predict_cli, "CHUNK_TEXTS", 2)
     lines = tmp_path / "lines.txt"
     lines.write_bytes(b"\xef\xbb\xbfw1\nw2\nw3\nw4 \xff\n")  # a BOM, then a bad byte on line 4
-    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file", str(lines),
-                              "--json")
+    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file", str(lines),
+                              "--jsonl")
     assert code == 1 and len(json_lines(out)) == 2
     assert err == [f"error (data): {lines} is not UTF-8 text (bad byte at offset 15, line 4)"]
 
@@ -158,7 +158,7 @@ def test_an_endless_line_is_refused_without_being_read_whole(ganet, monkeypatch,
 
     stdin = EndlessStdin()
     monkeypatch.setattr("sys.stdin", stdin)
-    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file", "-")
+    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file", "-")
     assert code == 1 and out == ""
     assert err == [f"error (data): line 2 of stdin has more than {DEFAULT_MAX_TEXT_BYTES} "
                    "bytes, the limit per text"]
@@ -178,8 +178,8 @@ def test_ctrl_c_keeps_the_chunks_already_printed(ganet, tmp_path, monkeypatch, c
     monkeypatch.setattr(InferenceModel, "predict", interrupted_third_chunk)
     lines = tmp_path / "lines.txt"
     lines.write_text("\n".join(texts(20)))
-    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--file", str(lines),
-                              "--json")
+    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file", str(lines),
+                              "--jsonl")
     assert (code, err) == (130, ["error (attndeploy): interrupted"])
     assert [r["index"] for r in json_lines(out)] == list(range(6))
 
@@ -197,7 +197,7 @@ def predict_process(ganet: Path, *args: str, **kwargs) -> subprocess.Popen:
 
 def test_stdin_results_come_out_while_the_input_is_still_open(ganet):
     """A pipe: the first chunk's results arrive before the writer has finished (or closed)."""
-    process = predict_process(ganet, "--file", "-", "--json", stdin=subprocess.PIPE,
+    process = predict_process(ganet, "--text-file", "-", "--jsonl", stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         first = texts(predict_cli.CHUNK_TEXTS)
@@ -218,7 +218,7 @@ def test_stdin_results_come_out_while_the_input_is_still_open(ganet):
     assert json.loads(rest[-1])["index"] == len(first) == len(rest)
 
 
-@pytest.mark.parametrize("args", [["--json"], []], ids=["json", "table"])
+@pytest.mark.parametrize("args", [["--jsonl"], []], ids=["json", "table"])
 def test_a_reader_that_leaves_early_ends_predict_with_exit_0_and_no_message(
     ganet, tmp_path, args
 ):
@@ -226,7 +226,7 @@ def test_a_reader_that_leaves_early_ends_predict_with_exit_0_and_no_message(
     stops at its next write, exit 0, nothing on stderr (no 'Exception ignored')."""
     lines = tmp_path / "lines.txt"
     lines.write_text("\n".join(texts(3 * predict_cli.CHUNK_TEXTS)) + "\n")
-    process = predict_process(ganet, "--file", str(lines), *args, stdout=subprocess.PIPE,
+    process = predict_process(ganet, "--text-file", str(lines), *args, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     try:
         assert process.stdout.readline()
@@ -247,7 +247,7 @@ def test_the_progress_bar_goes_to_a_terminal_stderr_when_stdout_is_redirected(ga
     master, slave = pty.openpty()
     out = tmp_path / "out.jsonl"
     with out.open("wb") as stdout:
-        process = predict_process(ganet, "--file", str(lines), "--json", "--batch-size", "8",
+        process = predict_process(ganet, "--text-file", str(lines), "--jsonl", "--batch-size", "8",
                                   stdout=stdout, stderr=slave, stdin=subprocess.DEVNULL,
                                   env={**ENV, "TERM": "xterm", "COLUMNS": "120"})
     os.close(slave)

@@ -284,7 +284,7 @@ def test_a_tokenizer_type_no_text_model_serves_is_refused_naming_no_text(tmp_pat
     model = build_model()
     model.metadata_props.add(key="attndeploy.tokenizer", value=json.dumps({"type": "bpe"}))
     source = save_model(model, tmp_path / "m.onnx")
-    with pytest.raises(RepositoryError, match=r"'bpe'.*--no-text"):
+    with pytest.raises(RepositoryError, match=r"'bpe'.*--no-text-model"):
         package_model(source, tmp_path / "repo")
     assert [m.name for m in package_model(source, tmp_path / "repo",
                                           PackageOptions(text=False))] == ["m"]
@@ -400,7 +400,7 @@ BAD_TEXTS = {
     "invalid utf-8": (b"w3 \xff\xfe w4", r"text 0 is not valid UTF-8 .* at byte 3"),
     "too long": (" ".join(["w3"] * (MAX_SEQ + 1)),
                  rf"text 0 has {MAX_SEQ + 1} tokens, more than the model's max_seq={MAX_SEQ}; "
-                 r"shorten it, or re-package with --truncate-text"),
+                 r"shorten it, or re-package with --truncate"),
 }
 
 

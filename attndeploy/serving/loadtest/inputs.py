@@ -324,6 +324,6 @@ def _input_dtypes(
     if max_batch > 0 and config.batch > max_batch:
         raise LoadTestError(
             f"batch {config.batch} exceeds the max_batch_size {max_batch} of model "
-            f"'{config.model}'; lower --batch."
+            f"'{config.model}'; lower --batch-size."
         )
     return dtypes

@@ -1,4 +1,4 @@
-"""A generic model: any ONNX file from `attndeploy export --model` / `export_model`, served by
+"""A generic model: any ONNX file from `attndeploy export --factory` / `export_model`, served by
 its own declared inputs and outputs (no text-classifier interface, no checkpoint metadata).
 
 The graph's inputs and outputs drive `config.pbtxt`: names as declared, ONNX element types as

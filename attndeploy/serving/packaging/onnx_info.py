@@ -3,7 +3,7 @@
 `attndeploy export` records (docs/ops.md, "Model-level interface"): `attndeploy.variant`,
 `attndeploy.version`, `attndeploy.config` (the JSON model config), `attndeploy.weights_sha256` and
 `attndeploy.labels` (JSON list of label names). A file with `attndeploy.version` but none of the
-others is a user's model exported with `export --model` / `export_model` (`is_generic`; packaged
+others is a user's model exported with `export --factory` / `export_model` (`is_generic`; packaged
 by its declared inputs and outputs, see `generic.py`); a file with neither was not made by
 attndeploy.
 The config must name `variant`, `head`, `num_labels`, `max_seq` and `vocab_size` (the python

@@ -164,7 +164,7 @@ def check_tokenizer_record(record: dict[str, Any], info: ModelInfo, source: str)
     if kind not in TOKENIZER_TYPES:
         raise RepositoryError(
             f"{source}: its tokenizer type {kind!r} has no served text model in this attndeploy "
-            f"(it serves {', '.join(sorted(TOKENIZER_TYPES))}); package with --no-text to "
+            f"(it serves {', '.join(sorted(TOKENIZER_TYPES))}); package with --no-text-model to "
             "write the id model alone"
         )
     entry = TOKENIZER_TYPES[kind]

@@ -60,7 +60,7 @@ class TuneTarget:
     text_config: mc.ModelConfig | None
     version: int  # the id model's served version
     onnx_path: Path  # the id model's (fp32) ONNX of that version
-    generic: bool  # a user's model (`export --model`): packaged from its graph
+    generic: bool  # a user's model (`export --factory`): packaged from its graph
     int8: Int8Model | None = None
 
     @property

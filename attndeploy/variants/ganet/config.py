@@ -8,6 +8,8 @@ from attndeploy.configbase import check_types, choice, positive
 from attndeploy.errors import ConfigError
 
 RELAXATIONS = ("concrete", "hard_concrete")
+AUX_NETWORKS = ("mlp", "conv", "bilstm")
+GATE_MODES = ("threshold", "sample")
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,8 @@ class GANetConfig:
         if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
             raise ConfigError(f"open_token_ids must be token ids (ints >= 0), got {ids!r}")
         object.__setattr__(self, "open_token_ids", ids)
-        choice("ganet aux network", self.aux, ("mlp", "conv", "bilstm"))
-        choice("gate_mode", self.gate_mode, ("threshold", "sample"))
+        choice("ganet aux network", self.aux, AUX_NETWORKS)
+        choice("gate_mode", self.gate_mode, GATE_MODES)
         choice("gate relaxation", self.relaxation, RELAXATIONS)
         positive("aux_hidden", self.aux_hidden)
         positive("temperature", self.temperature)

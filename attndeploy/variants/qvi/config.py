@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from attndeploy.configbase import check_types, choice, positive
 
+QVI_FORMS = ("pooled", "pairwise")
+
 
 @dataclass(frozen=True)
 class QVIConfig:
@@ -16,5 +18,5 @@ class QVIConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
-        choice("qvi form", self.form, ("pooled", "pairwise"))
+        choice("qvi form", self.form, QVI_FORMS)
         positive("pairwise_chunk", self.pairwise_chunk)
