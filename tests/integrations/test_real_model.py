@@ -84,7 +84,7 @@ def test_minilm_trains_exports_validates_packages_serves_and_answers_text(minilm
     assert checked.returncode == 0, checked.stdout + checked.stderr
     texts = ["a lovely warm day", "rude and awful"]
     local = [json.loads(line) for line in run_cli(
-        "predict", "minilm.onnx", "--text", texts[0], "--text", texts[1], "--json",
+        "predict", "minilm.onnx", "--text", texts[0], "--text", texts[1], "--jsonl",
         cwd=tmp_path).stdout.splitlines()]
     grpc, http, metrics = free_ports()
     with TritonServer(tmp_path / "repo", grpc_port=grpc, http_port=http, metrics_port=metrics,

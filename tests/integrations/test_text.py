@@ -110,7 +110,7 @@ def test_truncation_keeps_the_final_sep_and_answers_as_pytorch(hf_text_exports):
 def test_the_predict_command_reads_a_wordpiece_model(hf_text_exports, monkeypatch, capsys):
     exported = hf_text_exports["ga_distilbert"]
     monkeypatch.setattr("sys.argv", ["attndeploy", "predict", str(exported.path), "--text",
-                                     TEXTS[0], "--text", TEXTS[3], "--json"])
+                                     TEXTS[0], "--text", TEXTS[3], "--jsonl"])
     with pytest.raises(SystemExit) as info:
         cli_app.main()
     captured = capsys.readouterr()
