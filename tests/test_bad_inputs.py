@@ -343,7 +343,8 @@ CASES: dict[str, BadInput] = {
         "predict", "{onnx}", "--text-file", "{tmp}/l.txt", "--jsonl", stage="data",
         fragment=f"line {LATE} of", prepare=_write("l.txt", "w1\n" * (LATE - 1) + "w1 " * 40)),
     "predict blank line in a later chunk": case(
-        "predict", "{onnx}", "--text-file", "-", stage="data", fragment=f"line {LATE} of stdin has no "
+        "predict", "{onnx}", "--text-file", "-", stage="data",
+        fragment=f"line {LATE} of stdin has no "
         "tokens", stdin=b"w1\n" * (LATE - 1) + b"\n"),
     # ---- deploy
     "deploy unknown target": case("deploy", "nomad", stage="usage", fragment="nomad"),

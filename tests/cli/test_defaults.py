@@ -96,7 +96,8 @@ def test_cli_defaults_are_the_library_defaults(command: str) -> None:
 
 
 def test_serve_background_waits_as_long_as_the_foreground_server() -> None:
-    """`serve --ready-timeout` feeds both; their defaults must agree for the option's one default."""
+    """`serve --ready-timeout` feeds both; their defaults must agree for the option's one
+    default."""
     for name in ("grpc_port", "http_port", "metrics_port", "host"):
         assert parameter_default(start_background, name) == _server(name)
     assert parameter_default(start_background, "timeout_s") == _server("ready_timeout_s")

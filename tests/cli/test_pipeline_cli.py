@@ -119,7 +119,8 @@ def test_loadtest_over_http_sends_the_text_file_to_the_text_model(workdir, serve
     result = run_cli("loadtest", "--model", "ganet_text", "--protocol", "http", "--url",
                      server["http_url"], "--repo", "repo", "--text-file", "lines.txt",
                      "--concurrency", "4", "--window", "0.5", "--max-windows", "3",
-                     "--warmup-requests", "5", "--check-fraction", "0.5", "--json", "-", cwd=workdir)
+                     "--warmup-requests", "5", "--check-fraction", "0.5", "--json", "-",
+                     cwd=workdir)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["passed"] is True and report["config"]["protocol"] == "http"

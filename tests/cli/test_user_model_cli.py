@@ -52,7 +52,8 @@ def test_a_regressor_exports_validates_packages_and_serves_like_onnxruntime(work
         ("reg", "generic", 8)]
     config = (workdir / "repo" / "reg" / "config.pbtxt").read_text()
     assert 'name: "features"' in config and "TYPE_BOOL" in config and "warmup" not in config
-    assert parse_json(run_cli("check-repo", "--repo", "repo", "--json", cwd=workdir))["passed"] is True
+    checked = parse_json(run_cli("check-repo", "--repo", "repo", "--json", cwd=workdir))
+    assert checked["passed"] is True
 
     ports = [str(port) for port in free_ports(3)]
     started = parse_json(run_cli("serve", "--repo", "repo", "--background", "--grpc-port",

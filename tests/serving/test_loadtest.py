@@ -551,7 +551,8 @@ def run_cli_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
     return info.value.code, captured.out, captured.err.strip().splitlines()
 
 
-CLI_DYING = ["--concurrency", "1", "--window", "0.2", "--max-windows", "10", "--warmup-requests", "5",
+CLI_DYING = ["--concurrency", "1", "--window", "0.2", "--max-windows", "10",
+             "--warmup-requests", "5",
              "--seq", "4"]
 
 
@@ -652,7 +653,8 @@ def test_json_and_json_out_together_print_and_write_the_same_report(
     monkeypatch.chdir(tmp_path)
     fake_server(monkeypatch, CountingClient())
     code, out, _ = run_cli_main(monkeypatch, capsys, "--concurrency", "1", "--window", "0.1",
-                                "--max-windows", "3", "--warmup-requests", "2", "--seq", "4", "--json",
+                                "--max-windows", "3", "--warmup-requests", "2", "--seq", "4",
+                                "--json",
                                 "--json-out", "r.json")
     assert code == 0
     assert json.loads(out) == json.loads((tmp_path / "r.json").read_text())
