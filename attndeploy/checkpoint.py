@@ -31,7 +31,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from attndeploy import __version__
+from attndeploy import __version__, checkpoint_formats
 from attndeploy.config import ModelConfig
 from attndeploy.errors import AttnDeployError, CheckpointError
 from attndeploy.fsutil import already_exists, atomic_directory, file_sha256
@@ -359,10 +359,13 @@ def read_checkpoint(path: Path) -> Checkpoint:
             f"{weights_path} does not match the SHA-256 recorded in {CONFIG_FILE}: "
             "the file is corrupt or was replaced"
         )
-    if "hf" in raw:  # a Hugging Face model converted by attndeploy.integrations
-        from attndeploy.integrations.hf_checkpoint import read_hf_checkpoint
-
-        checkpoint = read_hf_checkpoint(path, raw, digest)
+    tag = checkpoint_formats.tag_of(raw)
+    if tag is not None:  # another format's checkpoint (e.g. a converted Hugging Face model)
+        try:
+            read = checkpoint_formats.plugin(checkpoint_formats.READERS, tag)
+        except LookupError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
+        checkpoint = read(path, raw, digest)
         check_config_digest(path, raw)
         return checkpoint
     _check_model_limits(raw.get("model"), path / CONFIG_FILE)

@@ -7,7 +7,7 @@ from torch import nn
 
 from attndeploy.export import export_model
 from attndeploy.nn import EvolvingAttention, GatedAttention, GateNetwork
-from attndeploy.validate import validate_model
+from attndeploy.validate import validate_module
 
 
 class MyClassifier(nn.Module):
@@ -57,7 +57,7 @@ result = export_model(  # traced in eval mode: hard gates, one attndeploy node p
 )
 print(result.custom_nodes)  # {'GatedAttention': 1, 'EvolvingAttentionStart': 1, ...}
 
-report = validate_model(model, out, grid="1x1,3x1,2x5,4x17,2x32", vocab_size=1000)
+report = validate_module(model, out, grid="1x1,3x1,2x5,4x17,2x32", vocab_size=1000)
 report.write_json(out + ".parity.json")  # statistics per oracle, shape and output
 report.raise_for_failure()  # gates must agree exactly, logits within 1e-5 / 1e-4
 print("parity passed:", ", ".join(report.oracles))

@@ -10,15 +10,18 @@ fix is cheap: annotate with the lower layer's own types or `Any`).
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "attndeploy"
+ROOT_PACKAGE = "attndeploy"  # its lazy re-exports are the one exemption from the cycle check
 
 
 @dataclass(frozen=True)
@@ -32,20 +35,17 @@ class Layer:
 LAYERS: tuple[Layer, ...] = (
     Layer("base", ("attndeploy", "attndeploy.errors", "attndeploy.fsutil",
                    "attndeploy.configbase", "attndeploy.check_defaults",
-                   "attndeploy.optimize_methods"), torch_free=True),
-    Layer("runtime", ("attndeploy.runtime", "attndeploy.interface", "attndeploy.integrations",
-                      "attndeploy.integrations.hf_tokenizer"), torch_free=True),
+                   "attndeploy.optimize_methods", "attndeploy.checkpoint_formats"),
+          torch_free=True),
+    Layer("runtime", ("attndeploy.runtime", "attndeploy.interface"), torch_free=True),
     Layer("reference", ("attndeploy.variants.functional",)),
     Layer("opspec", ("attndeploy.opspec",)),
     Layer("variants", ("attndeploy.variants", "attndeploy.nn")),
     Layer("config", ("attndeploy.config",)),
-    Layer("models", ("attndeploy.models", "attndeploy.data",
-                     "attndeploy.integrations.transformers", "attndeploy.integrations.hf_hooks",
-                     "attndeploy.integrations.warm_start")),
-    Layer("checkpoint", ("attndeploy.checkpoint", "attndeploy.integrations.hf_checkpoint")),
-    Layer("train", ("attndeploy.train", "attndeploy.training",
-                    "attndeploy.integrations.hf_train", "attndeploy.integrations.hf_data")),
-    Layer("export", ("attndeploy.export", "attndeploy.integrations.hf_export")),
+    Layer("models", ("attndeploy.models", "attndeploy.data")),
+    Layer("checkpoint", ("attndeploy.checkpoint",)),
+    Layer("train", ("attndeploy.train", "attndeploy.training")),
+    Layer("export", ("attndeploy.export",)),
     Layer("validate", ("attndeploy.validate",)),
     Layer("optimize", ("attndeploy.optimize",)),
     Layer("debug", ("attndeploy.debug",)),
@@ -53,6 +53,9 @@ LAYERS: tuple[Layer, ...] = (
     Layer("serving", ("attndeploy.serving",), torch_free=True),
     Layer("deploy", ("attndeploy.deploy",), torch_free=True),
     Layer("quickstart", ("attndeploy.quickstart",)),
+    # Hugging Face models: one plug-in layer over all of core, which never names it (its
+    # checkpoint reader and exporter are found through `checkpoint_formats`)
+    Layer("integrations", ("attndeploy.integrations",)),
     Layer("cli", ("attndeploy.cli", "attndeploy.__main__")),
 )
 INDEX = {layer.name: position for position, layer in enumerate(LAYERS)}
@@ -103,12 +106,32 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def imports_of(module: str, path: Path | None = None) -> set[str]:
+def _is_type_checking(node: ast.AST) -> bool:
+    """`if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`): imports for annotations only."""
+    return isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
+                                                                   "typing.TYPE_CHECKING")
+
+
+def _nodes(tree: ast.AST, type_checking: bool) -> list[ast.AST]:
+    """Every node of `tree`, without the bodies of `if TYPE_CHECKING:` unless `type_checking`."""
+    found, pending = [], [tree]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        children = list(ast.iter_child_nodes(node))
+        if not type_checking and _is_type_checking(node):
+            children = list(node.orelse)  # type: ignore[attr-defined]
+        pending.extend(children)
+    return found
+
+
+def imports_of(module: str, path: Path | None = None, *, type_checking: bool = True) -> set[str]:
     """Every module `module` (read from `path`, default its file) imports: absolute names;
-    `from x import y` names x.y when y is a module of the package, else x."""
+    `from x import y` names x.y when y is a module of the package, else x. Without
+    `type_checking`, imports under `if TYPE_CHECKING:` (never run) are left out."""
     path = path or MODULES[module]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _nodes(ast.parse(path.read_text(encoding="utf-8")), type_checking):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -119,12 +142,69 @@ def imports_of(module: str, path: Path | None = None) -> set[str]:
     return found
 
 
+# Every module that calls importlib.import_module, with the modules it may import that way
+# (checked against the layers and for cycles like any import) or, where no list can hold
+# them, the reason. `test_every_importlib_call_is_listed` keeps the table whole.
+def _homes(module: str) -> set[str]:
+    return set(importlib.import_module(module)._HOMES.values())
+
+
+def _tokenizer_modules() -> set[str]:
+    from attndeploy.runtime.shipping import TOKENIZER_TYPES
+
+    return {entry.module for entry in TOKENIZER_TYPES.values()}
+
+
+def _variant_modules() -> set[str]:
+    from attndeploy.variants.registry import variant_specs
+
+    packages = {f"attndeploy.variants.{folder.name}"  # what registry._discover imports
+                for folder in (PACKAGE / "variants").iterdir()
+                if (folder / "__init__.py").is_file() and not folder.name.startswith("_")}
+    return packages | {spec.layer.partition(":")[0] for spec in variant_specs()}
+
+
+def _variant_op_modules() -> set[str]:
+    from attndeploy.variants.registry import variant_specs
+
+    return {spec.ops for spec in variant_specs() if spec.ops is not None}
+
+
+IMPORTLIB: dict[str, Any] = {
+    "attndeploy.runtime": lambda: _homes("attndeploy.runtime"),
+    "attndeploy.deploy": lambda: _homes("attndeploy.deploy"),
+    "attndeploy.export": lambda: {f"attndeploy.export.{m}" for m in
+                                  importlib.import_module("attndeploy.export")._PUBLIC.values()},
+    "attndeploy.runtime.metadata": _tokenizer_modules,
+    "attndeploy.serving.packaging.text_model": _tokenizer_modules,
+    "attndeploy.serving.packaging.text_model_checks":
+        "third-party packages a tokenizer needs (`TokenizerType.requires`), probed only",
+    "attndeploy.variants.registry": _variant_modules,
+    "attndeploy.variants.op_registry": _variant_op_modules,
+    "attndeploy.cli.app": lambda: {f"attndeploy.cli.{module}" for module, _ in
+                                   importlib.import_module("attndeploy.cli.app").COMMANDS.values()},
+    "attndeploy.cli.user_model": "the user's own module, named on the command line (--factory)",
+}
+
+
+def importlib_targets(module: str) -> set[str]:
+    """The package modules `module` imports through importlib (IMPORTLIB), resolved."""
+    listed = IMPORTLIB.get(module)
+    if listed is None or isinstance(listed, str):
+        return set()
+    return {target for target in listed() if target in MODULES}
+
+
+def all_imports(module: str, *, type_checking: bool = True) -> set[str]:
+    return imports_of(module, type_checking=type_checking) | importlib_targets(module)
+
+
 def layer_violations() -> list[str]:
     problems = []
     for module in MODULES:
         own = layer_of(module)
         assert own is not None, f"{module} belongs to no layer: add its prefix to LAYERS"
-        for target in sorted(imports_of(module)):
+        for target in sorted(all_imports(module)):
             if own.torch_free and any(target == p or target.startswith(p + ".")
                                       for p in TORCH_PACKAGES):
                 problems.append(f"{module} -> {target} (torch-free layer {own.name} imports "
@@ -146,6 +226,111 @@ def layer_violations() -> list[str]:
 def test_every_import_points_down_the_layer_table():
     problems = layer_violations()
     assert not problems, "imports against docs/architecture.md's layers:\n" + "\n".join(problems)
+
+
+def import_cycles() -> list[list[str]]:
+    """The import cycles between the package's files (each as its modules, sorted): strongly
+    connected components of the graph of every import statement, at module level or in a
+    function, but not those under `if TYPE_CHECKING:` (never run) nor the package root's lazy
+    re-exports. importlib's targets are plug-ins found by name at run time (a registry finding
+    its variants, the CLI its commands): the layer check holds them, not this one, since a
+    plug-in imports the registry that finds it by design."""
+    graph = {module: {t for t in imports_of(module, type_checking=False)
+                      if t in MODULES and t not in (module, ROOT_PACKAGE)}
+             for module in MODULES if module != ROOT_PACKAGE}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(start: str) -> None:  # Tarjan's algorithm, iterative
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            advanced = False
+            for target in targets:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    advanced = True
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(cycles)
+
+
+def test_no_import_cycle_between_files():
+    cycles = import_cycles()
+    assert cycles == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle_and_ignores_type_checking(tmp_path, monkeypatch):
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("import attndeploy.b\n", encoding="utf-8")
+    b.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import attndeploy.a\n",
+                 encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "MODULES",
+                        {ROOT_PACKAGE: MODULES[ROOT_PACKAGE], "attndeploy.a": a, "attndeploy.b": b})
+    assert import_cycles() == []
+    b.write_text("def f():\n    from attndeploy import a\n", encoding="utf-8")
+    assert import_cycles() == [["attndeploy.a", "attndeploy.b"]]
+
+
+def test_every_importlib_call_is_listed():
+    calling = {module for module, path in MODULES.items()
+               if "import_module(" in path.read_text(encoding="utf-8")}
+    assert calling == set(IMPORTLIB), "list each importlib call's targets in IMPORTLIB"
+    for module, listed in IMPORTLIB.items():
+        if not isinstance(listed, str):
+            assert importlib_targets(module), f"{module}: its importlib targets resolve to none"
+
+
+def test_no_core_module_names_the_integrations():
+    """Core finds the Hugging Face plug-ins through `checkpoint_formats`, by tag: no module
+    below the integrations layer imports it, or names it to importlib."""
+    below = [module for module in MODULES
+             if INDEX[layer_of(module).name] < INDEX["integrations"]]
+    naming = [module for module in below
+              if any(t.startswith("attndeploy.integrations") for t in all_imports(module))
+              or "attndeploy.integrations" in _code_strings(MODULES[module])]
+    assert naming == []
+
+
+def _code_strings(path: Path) -> str:
+    """The string constants of a module's code, docstrings left out (they may cite it)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    return "\n".join(node.value for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                     and id(node) not in docstrings)
 
 
 def test_the_allowed_edges_still_exist():
@@ -170,8 +355,8 @@ def test_the_import_scan_sees_function_level_type_checking_and_relative_imports(
     ("attndeploy", "base"),
     ("attndeploy.variants.functional", "reference"),
     ("attndeploy.variants.ganet.layer", "variants"),
-    ("attndeploy.integrations.hf_checkpoint", "checkpoint"),
-    ("attndeploy.integrations.hf_export", "export"),
+    ("attndeploy.integrations.hf_checkpoint", "integrations"),
+    ("attndeploy.integrations.hf_export", "integrations"),
     ("attndeploy.serving.packaging.text_model", "serving"),
     ("attndeploy.interface", "runtime"),
     ("attndeploy.debug.inside", "debug"),

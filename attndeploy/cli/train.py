@@ -22,7 +22,7 @@ from attndeploy.cli.options import (
     readable_text_file,
     shared,
 )
-from attndeploy.cli.output import console, print_json
+from attndeploy.cli.output import console, print_json, summary_lines
 from attndeploy.config import ModelConfig
 from attndeploy.training.config import (
     DEFAULT_CHECKPOINT_DIR,
@@ -94,45 +94,6 @@ def _three(field: str) -> str:
     """`_both` for a TrainConfig field of all three presets."""
     return _both(getattr(_TASK.training, field), getattr(_DATA.training, field),
                  getattr(_PRE, field))
-
-_SHOWN = ("accuracy", "loss", "density", "rescue_rate", "baseline_accuracy")
-
-
-def summary_lines(out: Path, metrics: dict[str, Any], training: dict[str, Any]) -> str:
-    """What `train` prints: the held-out numbers, where the best model was, the baseline."""
-    from attndeploy.training.baseline import baseline_verdict
-
-    shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in _SHOWN if key in metrics)
-    lines = [f"saved [bold]{out}[/] ({training['seconds']:.1f} s): held-out {shown}",
-             f"  best at epoch {training['best_epoch']:g} (step {training['best_step']}) of "
-             f"{training['epochs_done']:g}, chosen on the {training['selected_on']} set; "
-             f"stopped by {training['stopped_by']}"]
-    refit = training.get("refit")
-    if refit is not None:
-        lines.append(f"  {refit['skipped']}: no refit" if "skipped" in refit else
-                     f"  then refit on training + validation ({refit['examples']} examples) "
-                     f"for {refit['epochs']} epochs; this is the model saved")
-    teacher = training.get("teacher")
-    if teacher is not None:
-        lines.append(f"  learnt from its dense-gate run too (held-out accuracy "
-                     f"{teacher['accuracy']:.4f}, {teacher['seconds']:.1f} s, weight "
-                     f"{teacher['weight']:g})")
-    if "density_target" in metrics:
-        calibrated = training.get("gate_calibration")
-        moved = "" if calibrated is None else (
-            f", threshold moved by {calibrated['gate_shift']:+.2f} from "
-            f"{calibrated['density_before']:.3f} on the {training['selected_on']} set")
-        within = ("within" if metrics["density"] <= metrics["density_target"]
-                  else "above")
-        lines.append(f"  gate density {metrics['density']:.3f} ({within} its target of at most "
-                     f"{metrics['density_target']:g}{moved})")
-    verdict = baseline_verdict(metrics)
-    if verdict:
-        solved = metrics.get("accuracy") == metrics.get("baseline_accuracy") == 1.0
-        style = "green" if metrics.get("beats_baseline") or solved else "bold yellow"
-        lines.append(f"  [{style}]{verdict}[/]")
-    return "\n".join(lines)
-
 
 def command(
     variant: VariantOption = field_default(ModelConfig, "variant"),

@@ -68,7 +68,7 @@ def train_hf_command(
     a variant without one. The model's sizes come from its config (`--d-model`, `--heads`,
     `--layers` and `--d-ff` do not apply). `patience` 0 and `density_target` 0 mean none.
     """
-    from attndeploy.cli.train import summary_lines
+    from attndeploy.cli.output import summary_lines
     from attndeploy.errors import ConfigError
     from attndeploy.fsutil import check_output_dir
     from attndeploy.integrations.hf_data import load_source

@@ -32,7 +32,7 @@ import onnx
 import torch
 from torch import nn
 
-from attndeploy import __version__
+from attndeploy import __version__, checkpoint_formats
 from attndeploy.checkpoint import Checkpoint, read_checkpoint, read_config
 from attndeploy.errors import ExportError
 from attndeploy.export import _tracing, generic
@@ -227,10 +227,13 @@ def export_checkpoint(
     previous file at `out_path` untouched.
     """
     options = options or ExportOptions()
-    if "hf" in read_config(Path(checkpoint_dir)):  # a Hugging Face model (integrations)
-        from attndeploy.integrations.hf_export import export_hf_checkpoint
-
-        return export_hf_checkpoint(Path(checkpoint_dir), Path(out_path), options)
+    tag = checkpoint_formats.tag_of(read_config(Path(checkpoint_dir)))
+    if tag is not None:  # another format's checkpoint: its plug-in exports it
+        try:
+            export = checkpoint_formats.plugin(checkpoint_formats.EXPORTERS, tag)
+        except LookupError as exc:
+            raise ExportError(f"{checkpoint_dir}: {exc}") from None
+        return export(Path(checkpoint_dir), Path(out_path), options)
     started, cpu_started = time.perf_counter(), time.process_time()
     ckpt, model, max_seq = _load(Path(checkpoint_dir), options)
     config = ckpt.model_config

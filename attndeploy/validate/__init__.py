@@ -1,7 +1,7 @@
 """Parity validation: an exported ONNX model against its PyTorch checkpoint.
 
-`validate_model(checkpoint_dir, onnx_path, ValidationOptions(...)) -> ValidationReport` (or
-`validate_model(model, onnx_path, options, feeds=... | grid=...)` for any nn.Module) runs the
+`validate_model(checkpoint_dir, onnx_path, ValidationOptions(...)) -> ValidationReport` (and
+`validate_module(model, onnx_path, options, feeds=... | grid=...)` for any nn.Module) runs the
 PyTorch reference and the oracles (onnxruntime with all / no graph optimizations, the ONNX
 reference evaluator, optionally more runners such as the Triton client) over a grid of shapes,
 compares every output (`compare`), checks padding invariance (`padding`) and returns a report
@@ -21,7 +21,15 @@ from attndeploy.validate.compare import (
     compare_outputs,
     default_tolerance,
 )
+from attndeploy.validate.generic import validate_module
 from attndeploy.validate.grid import Shape, default_grid, make_inputs, parse_shapes
+from attndeploy.validate.oracles import (
+    ORACLES,
+    ORT_ALL,
+    ORT_NONE,
+    REFERENCE,
+    ValidationOptions,
+)
 from attndeploy.validate.report import SCHEMA, SCHEMA_VERSION, ValidationReport
 from attndeploy.validate.runners import (
     OrtRunner,
@@ -30,14 +38,7 @@ from attndeploy.validate.runners import (
     RunnerError,
     TorchRunner,
 )
-from attndeploy.validate.validator import (
-    ORACLES,
-    ORT_ALL,
-    ORT_NONE,
-    REFERENCE,
-    ValidationOptions,
-    validate_model,
-)
+from attndeploy.validate.validator import validate_model
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -67,4 +68,5 @@ __all__ = [
     "make_inputs",
     "parse_shapes",
     "validate_model",
+    "validate_module",
 ]

@@ -1,7 +1,7 @@
 """Parity validation of any exported model against the PyTorch model it came from.
 
-    report = validate_model(model, "model.onnx", grid="1x1,2x5,4x17", vocab_size=1000)
-    report = validate_model(model, "model.onnx", feeds=[{"x": x, "mask": mask}, ...])
+    report = validate_module(model, "model.onnx", grid="1x1,2x5,4x17", vocab_size=1000)
+    report = validate_module(model, "model.onnx", feeds=[{"x": x, "mask": mask}, ...])
 
 The same statistics, oracles and report as a checkpoint's validation (`validator`): PyTorch eager
 in eval mode is the reference; onnxruntime with all and with no graph optimizations and the ONNX
@@ -41,17 +41,17 @@ from attndeploy.validate.compare import (
     default_tolerance,
 )
 from attndeploy.validate.grid import FIRST_TOKEN_ID, Shape, as_shapes, default_reference_shapes
+from attndeploy.validate.oracles import (
+    ORT_ALL,
+    REFERENCE,
+    Progress,
+    ValidationOptions,
+    builtin_runner,
+    run_oracle,
+)
 from attndeploy.validate.padding import DEFAULT_EXTRA, PaddingCase
 from attndeploy.validate.report import ValidationReport, environment
 from attndeploy.validate.runners import BaseRunner, Feed, Outputs
-from attndeploy.validate.validator import (
-    ORT_ALL,
-    REFERENCE,
-    ValidationOptions,
-    _builtin_runner,
-    _Progress,
-    _run_oracle,
-)
 
 BATCH, SEQ = "batch", "seq"
 GATE_LOGITS = "gate_logits"
@@ -334,7 +334,7 @@ def validate_module(
     builtins = [n for n in options.oracles if n != REFERENCE or run_reference]
     steps = len(shapes) * (1 + len(options.extra_runners)) + sum(
         len(reference_shapes) if n == REFERENCE else len(shapes) for n in builtins)
-    progress = _Progress(options.progress, steps)
+    progress = Progress(options.progress, steps)
     load_s = time.perf_counter() - started
 
     t0 = time.perf_counter()
@@ -354,22 +354,22 @@ def validate_module(
 
     oracles, notes = {}, []
     for name in builtins:
-        runner = _builtin_runner(name, onnx_path, options)
+        runner = builtin_runner(name, onnx_path, options)
         run_shapes = reference_shapes if name == REFERENCE else shapes
         note = ("onnx.reference.ReferenceEvaluator is a slow pure-numpy implementation: run on "
                 f"{', '.join(map(str, reference_shapes))} only") if name == REFERENCE else ""
         if note:
             notes.append(note)
-        oracles[name] = _run_oracle(runner, run_shapes, all_feeds, expected, compare, progress,
+        oracles[name] = run_oracle(runner, run_shapes, all_feeds, expected, compare, progress,
                                     note, valid_of)
     for runner in options.extra_runners:
-        oracles[runner.name] = _run_oracle(runner, shapes, all_feeds, expected, compare,
+        oracles[runner.name] = run_oracle(runner, shapes, all_feeds, expected, compare,
                                            progress, "", valid_of)
     padding, padding_s = None, 0.0
     if options.padding_check and mask is not None and ORT_ALL in options.oracles:
         t0 = time.perf_counter()
         try:
-            with _builtin_runner(ORT_ALL, onnx_path, options) as runner:
+            with builtin_runner(ORT_ALL, onnx_path, options) as runner:
                 padding = _padding_cases(runner, {s: all_feeds[s] for s in shapes}, inputs,
                                          outputs, compare, mask)
         except AttnDeployError as exc:

@@ -17,21 +17,19 @@ exported from another checkpoint (weights SHA-256), and shapes longer than the g
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from attndeploy.check_defaults import INPUT_SEED
 from attndeploy.checkpoint import Checkpoint, read_checkpoint
 from attndeploy.errors import AttnDeployError, ValidationError
 from attndeploy.interface import model_interface
 from attndeploy.validate.compare import (
     GATE_FLIP_TOLERANCE,
     Tolerance,
-    check_tolerance_fields,
     compare_outputs,
     default_tolerance,
 )
@@ -42,102 +40,27 @@ from attndeploy.validate.grid import (
     default_grid,
     default_reference_shapes,
     make_inputs,
-    valid_mask,
+)
+from attndeploy.validate.oracles import (  # noqa: F401  (re-exported: their old home)
+    ORACLES,
+    ORT_ALL,
+    ORT_NONE,
+    REFERENCE,
+    Progress,
+    ProgressCallback,
+    ShapesSpec,
+    ValidationOptions,
+    builtin_runner,
+    run_oracle,
 )
 from attndeploy.validate.padding import check_padding
-from attndeploy.validate.report import OracleResult, ShapeResult, ValidationReport, environment
-from attndeploy.validate.runners import OrtRunner, ReferenceRunner, Runner, TorchRunner
+from attndeploy.validate.report import OracleResult, ValidationReport, environment
+from attndeploy.validate.runners import TorchRunner
 from attndeploy.variants.registry import variant_spec
 
-ORT_ALL = "onnxruntime[all]"
-ORT_NONE = "onnxruntime[none]"
-REFERENCE = "onnx-reference"
-ORACLES = (ORT_ALL, ORT_NONE, REFERENCE)
 # fp16 graphs: a gate logit within this of 0 may round either way (fp16 has ~3 decimal digits)
 FP16_GATE_FLIP_TOLERANCE = 1e-2
 
-ProgressCallback = Callable[[int, int, str], None]  # (completed, total, description)
-ShapesSpec = str | tuple[Shape | str | tuple[int, int], ...] | list[Any]
-
-
-@dataclass(frozen=True)
-class ValidationOptions:
-    """How to validate. None means "the default for this model".
-
-    atol/rtol:          default tolerance; None -> by the graph's dtype (fp32 1e-5/1e-4,
-                        fp16 1e-2/1e-2).
-    per_output:         {output name: Tolerance or (atol, rtol)} overriding the default.
-    shapes:             "1x1,4x17" or a sequence of Shape / "BxS" / (batch, seq);
-                        None -> `grid.default_grid(max_seq)`.
-    reference_shapes:   shapes for the slow ONNX reference evaluator (a subset); None -> the
-                        few smallest shapes of the grid; "" or () -> skip it.
-    oracles:            which built-in oracles run (ORACLES).
-    extra_runners:      more runners (the runner interface, e.g. TritonRunner), run on every shape.
-    providers/threads:  onnxruntime execution providers and intra-op threads.
-    gate_flip_tolerance: GA-Net flips accepted where |gate logit| < this; None -> 1e-4
-                        (fp32, docs/variants.md §3.6) or 1e-2 (fp16).
-    padding_check:      check that extra right padding leaves outputs unchanged (onnxruntime).
-    progress:           a callback (completed, total, description) or a rich `Progress`.
-    """
-
-    atol: float | None = None
-    rtol: float | None = None
-    per_output: Mapping[str, Tolerance | tuple[float, float]] = field(default_factory=dict)
-    shapes: ShapesSpec | None = None
-    reference_shapes: ShapesSpec | None = None
-    oracles: tuple[str, ...] = ORACLES
-    extra_runners: tuple[Runner, ...] = ()
-    providers: tuple[str, ...] | None = None
-    threads: int | None = None
-    seed: int = INPUT_SEED
-    gate_flip_tolerance: float | None = None
-    padding_check: bool = True
-    progress: Any = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        check_tolerance_fields(self)
-        unknown = [o for o in self.oracles if o not in ORACLES]
-        if unknown:
-            raise ValidationError(
-                f"unknown oracle(s) {', '.join(unknown)}; valid: {', '.join(ORACLES)}"
-            )
-        if self.threads is not None and self.threads < 1:
-            raise ValidationError(f"threads must be >= 1, got {self.threads}")
-        for name, tol in self.per_output.items():
-            atol, rtol = (tol.atol, tol.rtol) if isinstance(tol, Tolerance) else tol
-            if not (atol >= 0 and rtol >= 0):
-                raise ValidationError(f"tolerance of {name!r} must be >= 0, got {tol}")
-
-
-class _Progress:
-    """Adapts a callback or a rich Progress to (completed, total, description) updates."""
-
-    def __init__(self, target: Any, total: int) -> None:
-        self.total, self.done = total, 0
-        self.callback: ProgressCallback | None = None
-        self.rich, self.task = None, None
-        if target is None:
-            return
-        if hasattr(target, "add_task") and hasattr(target, "update"):
-            self.rich = target
-            self.task = target.add_task("validate", total=total)
-        elif callable(target):
-            self.callback = target
-        else:
-            raise ValidationError("progress must be a callable or a rich Progress")
-
-    def step(self, description: str) -> None:
-        self.done += 1
-        if self.callback is not None:
-            self.callback(self.done, self.total, description)
-        if self.rich is not None:
-            self.rich.update(self.task, completed=self.done, description=description)
-
-    def finish(self) -> None:
-        """Complete the bar when steps were skipped (an oracle that could not run)."""
-        if self.done < self.total:
-            self.done = self.total - 1
-            self.step("done")
 
 
 @dataclass(frozen=True)
@@ -206,62 +129,6 @@ def _tolerances(options: ValidationOptions, target: _Target) -> tuple[Tolerance,
     return tolerance, per_output
 
 
-def _builtin_runner(name: str, path: Path, options: ValidationOptions) -> Runner:
-    if name == REFERENCE:
-        return ReferenceRunner(path)
-    optimization = "all" if name == ORT_ALL else "none"
-    return OrtRunner(path, optimization, providers=options.providers, threads=options.threads)
-
-
-def _run_oracle(
-    runner: Runner,
-    shapes: tuple[Shape, ...],
-    feeds: dict[Shape, dict[str, np.ndarray]],
-    expected: dict[Shape, dict[str, np.ndarray]],
-    compare: Callable[[dict, dict, np.ndarray], Any],
-    progress: _Progress,
-    note: str = "",
-    valid_of: Callable[[dict[str, np.ndarray]], np.ndarray] = valid_mask,
-) -> OracleResult:
-    """Run `runner` on every shape's feed and compare with `expected`; `valid_of(feed)` gives
-    the real tokens bool [B, T] (default: the feed's `attention_mask`)."""
-    oracle = OracleResult(runner.name, note=note)
-    started = time.perf_counter()
-    try:
-        runner.__enter__()
-    except AttnDeployError as exc:
-        oracle.status = "unsupported" if getattr(exc, "unsupported", False) else "error"
-        oracle.message = getattr(exc, "runtime_message", str(exc))
-        oracle.seconds = time.perf_counter() - started
-        for shape in shapes:
-            progress.step(f"{runner.name} {shape}: {oracle.status}")
-        return oracle
-    try:
-        for shape in shapes:
-            t0 = time.perf_counter()
-            try:
-                got = runner.infer(feeds[shape])
-            except AttnDeployError as exc:
-                status = "unsupported" if getattr(exc, "unsupported", False) else "error"
-                message = getattr(exc, "runtime_message", str(exc))
-                oracle.results.append(
-                    ShapeResult(shape, time.perf_counter() - t0, None, status, message)
-                )
-            else:
-                result = compare(got, expected[shape], valid_of(feeds[shape]))
-                failed = "; ".join(f"{n}: {result.outputs[n].message}" for n in result.failures)
-                oracle.results.append(ShapeResult(
-                    shape, time.perf_counter() - t0, result,
-                    "passed" if result else "failed", failed,
-                ))
-            progress.step(f"{runner.name} {shape}")
-    finally:
-        runner.__exit__(None, None, None)
-    oracle.seconds = time.perf_counter() - started
-    oracle.settle()
-    return oracle
-
-
 def validate_model(
     checkpoint_dir: Path | str | Any,
     onnx_path: Path | str,
@@ -274,15 +141,19 @@ def validate_model(
 ) -> ValidationReport:
     """Validate `onnx_path` against the checkpoint it was exported from; return the report.
 
-    `checkpoint_dir` may also be the PyTorch model itself (any nn.Module, e.g. one exported with
-    `export_model`): then the inputs are `feeds` or a `grid` of shapes, filled as
-    `attndeploy.validate.generic` describes (`mask_input`, `vocab_size`).
+    A PyTorch module (any nn.Module, e.g. one exported with `export_model`) has its own entry
+    point, `validate_module`; passed here as `checkpoint_dir` it still goes there, with a
+    DeprecationWarning (`feeds`, `grid`, `mask_input` and `vocab_size` are its arguments).
     Raises ValidationError only when validation cannot start (see the module docstring); a
     validation that runs and fails returns a report with `passed` false.
     """
     if not isinstance(checkpoint_dir, (str, Path)):
+        import warnings
+
         from attndeploy.validate.generic import validate_module
 
+        warnings.warn("validate_model(module, ...) is deprecated; call validate_module(module, "
+                      "...) (attndeploy.validate)", DeprecationWarning, stacklevel=2)
         return validate_module(checkpoint_dir, onnx_path, options, feeds=feeds, grid=grid,
                                mask_input=mask_input, vocab_size=vocab_size)
     if feeds is not None or grid is not None:
@@ -319,7 +190,7 @@ def validate_model(
     padding_shapes = tuple(s for s in shapes if s.seq < target.max_seq)
     if options.padding_check and ORT_ALL in options.oracles:
         steps += len(padding_shapes)
-    progress = _Progress(options.progress, steps)
+    progress = Progress(options.progress, steps)
     load_s = time.perf_counter() - started
 
     # ---- the reference: PyTorch eager on every shape (also the inputs of the reference shapes)
@@ -344,23 +215,23 @@ def validate_model(
     oracles: dict[str, OracleResult] = {}
     notes: list[str] = []
     for name in builtins:
-        runner = _builtin_runner(name, onnx_path, options)
+        runner = builtin_runner(name, onnx_path, options)
         run_shapes, note = shapes, ""
         if name == REFERENCE:
             run_shapes = reference_shapes
             note = (f"onnx.reference.ReferenceEvaluator is a slow pure-numpy implementation: "
                     f"run on {', '.join(map(str, reference_shapes))} only")
             notes.append(note)
-        oracles[name] = _run_oracle(runner, run_shapes, feeds, expected, compare, progress, note)
+        oracles[name] = run_oracle(runner, run_shapes, feeds, expected, compare, progress, note)
     for runner in options.extra_runners:
-        oracles[runner.name] = _run_oracle(runner, shapes, feeds, expected, compare, progress)
+        oracles[runner.name] = run_oracle(runner, shapes, feeds, expected, compare, progress)
 
     # ---- padding invariance in onnxruntime
     padding, padding_s = None, 0.0
     if options.padding_check and ORT_ALL in options.oracles and oracles[ORT_ALL].results:
         t0 = time.perf_counter()
         try:
-            with _builtin_runner(ORT_ALL, onnx_path, options) as runner:
+            with builtin_runner(ORT_ALL, onnx_path, options) as runner:
                 padding = []
                 for shape in padding_shapes:
                     padding += check_padding(

@@ -17,6 +17,7 @@ import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import ConfigError
@@ -89,12 +90,12 @@ def register_variant(spec: VariantSpec) -> VariantSpec:
 
 @functools.cache
 def _discover() -> None:
-    """Import every variant package of this folder; each registers its spec."""
-    import attndeploy.variants as package
-
-    for module in pkgutil.iter_modules(package.__path__):
+    """Import every variant package of this folder; each registers its spec. (Found by the
+    folder, not by importing `attndeploy.variants`, whose `__init__` imports this module.)"""
+    package = __name__.rpartition(".")[0]
+    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if module.ispkg and not module.name.startswith("_"):
-            importlib.import_module(f"{package.__name__}.{module.name}")
+            importlib.import_module(f"{package}.{module.name}")
 
 
 def variant_specs() -> tuple[VariantSpec, ...]:

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 from attndeploy.export.exporter import export_checkpoint, read_metadata  # noqa: E402
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer  # noqa: E402
 from attndeploy.serving.packaging.repository import PackageOptions, package_model  # noqa: E402
-from attndeploy.validate import ValidationOptions, validate_model  # noqa: E402
+from attndeploy.validate import ValidationOptions, validate_model, validate_module  # noqa: E402
 
 from .hf_models import (  # noqa: E402
     LABELS,
@@ -159,7 +159,7 @@ def test_export_model_takes_string_dims_on_a_converted_model_and_finds_the_posit
                           inputs={"input_ids": ids, "attention_mask": mask}, dynamic_shapes=dims)
     assert result.dim_bounds == {"seq": (1, 64)}
     assert result.custom_nodes == {"EvolvingAttentionStart": 1, "EvolvingAttention": 1}
-    report = validate_model(model, tmp_path / "m.onnx", grid="1x1,3x17,2x64", vocab_size=VOCAB)
+    report = validate_module(model, tmp_path / "m.onnx", grid="1x1,3x17,2x64", vocab_size=VOCAB)
     assert report.passed, [(o.name, o.message) for o in report.oracles.values() if not o.passed]
     with torch.no_grad():
         assert model(input_ids=ids, attention_mask=mask).logits.shape == (2, NUM_LABELS)
@@ -183,5 +183,5 @@ def test_gates_kept_open_by_token_id_export_and_match_pytorch(tmp_path: Path):
     dims = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
     export_model(model, tmp_path / "g.onnx", inputs={"input_ids": ids, "attention_mask": mask},
                  dynamic_shapes=dims, output_names=["logits"])
-    report = validate_model(model, tmp_path / "g.onnx", grid="1x1,3x17,2x40", vocab_size=8)
+    report = validate_module(model, tmp_path / "g.onnx", grid="1x1,3x17,2x40", vocab_size=8)
     assert report.passed, [(o.name, o.message) for o in report.oracles.values() if not o.passed]

@@ -74,7 +74,7 @@ def _constants() -> str:
 
 def _text_constants() -> dict[str, object]:
     from attndeploy.runtime.shipping import SHIPPED_MODULES, TOKENIZER_TYPES
-    from attndeploy.serving.packaging import text_model
+    from attndeploy.serving.packaging import text_model_names as names
 
     return {
         "INPUT_IDS": interface.INPUT_IDS,
@@ -82,16 +82,16 @@ def _text_constants() -> dict[str, object]:
         "LOGITS": interface.LOGITS,
         "GATES": interface.GATES,
         "HEAD_TAGGING": interface.TAGGING,
-        "TEXT": text_model.TEXT,
+        "TEXT": names.TEXT,
         "LABELS_FILE": model_config.LABELS_FILE,
-        "TOKENIZER_FILE": text_model.TOKENIZER_FILE,
-        "PARAM_ID_MODEL": text_model.PARAM_ID_MODEL,
-        "PARAM_ID_VERSION": text_model.PARAM_ID_VERSION,
+        "TOKENIZER_FILE": names.TOKENIZER_FILE,
+        "PARAM_ID_MODEL": names.PARAM_ID_MODEL,
+        "PARAM_ID_VERSION": names.PARAM_ID_VERSION,
         "PARAM_MAX_SEQ": model_config.PARAM_MAX_SEQ,
         "PARAM_HEAD": model_config.PARAM_HEAD,
         "PARAM_GATED": model_config.PARAM_GATED,
-        "PARAM_TRUNCATE": text_model.PARAM_TRUNCATE,
-        "PARAM_MAX_TEXT_BYTES": text_model.PARAM_MAX_TEXT_BYTES,
+        "PARAM_TRUNCATE": names.PARAM_TRUNCATE,
+        "PARAM_MAX_TEXT_BYTES": names.PARAM_MAX_TEXT_BYTES,
         "PARAM_MAX_REQUEST_BYTES": model_config.PARAM_MAX_REQUEST_BYTES,
         "SHIPPED_MODULES": [list(entry) for entry in SHIPPED_MODULES],
         "TOKENIZER_TYPES": {kind: {"module": t.module, "cls": t.cls, "requires": t.requires}

@@ -70,16 +70,16 @@ from attndeploy.runtime.contract import (
 from attndeploy.runtime.shipping import TOKENIZER_TYPES, runtime_sources
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.onnx_info import ModelInfo
-
-TEXT = "text"
-TEXT_SUFFIX = "_text"
-TOKENIZER_FILE = "tokenizer.json"
-META_TOKENIZER = "attndeploy.tokenizer"
-
-PARAM_ID_MODEL = "ID_MODEL"  # the id model this text model calls (marks a text model)
-PARAM_ID_VERSION = "ID_MODEL_VERSION"
-PARAM_TRUNCATE = "TRUNCATE"  # "true": keep the first MAX_SEQ tokens of a longer text
-PARAM_MAX_TEXT_BYTES = "MAX_TEXT_BYTES"  # a longer text (UTF-8 bytes) is refused, untokenized
+from attndeploy.serving.packaging.text_model_names import (  # noqa: F401  (re-exported)
+    META_TOKENIZER,
+    PARAM_ID_MODEL,
+    PARAM_ID_VERSION,
+    PARAM_MAX_TEXT_BYTES,
+    PARAM_TRUNCATE,
+    TEXT,
+    TEXT_SUFFIX,
+    TOKENIZER_FILE,
+)
 
 
 @dataclass(frozen=True)
