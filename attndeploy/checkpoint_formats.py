@@ -57,5 +57,7 @@ def plugin(group: str, tag: str) -> Callable[..., Any]:
     entry = _entry_points(group).get(tag)
     if entry is None:
         raise LookupError(f"no {group.rpartition('_')[2][:-1]} is installed for checkpoints "
-                          f"tagged {tag!r}")
+                          f"tagged {tag!r} (a package registers one as an entry point of "
+                          f"{group}; if attndeploy itself writes them, re-install it: "
+                          "pip install -e .)")
     return entry.load()

@@ -24,7 +24,13 @@ def test_a_registered_format_is_read_through_its_plug_in(monkeypatch, tmp_path) 
     `read_checkpoint` (after the weights' digest is verified)."""
     import json
 
-    from attndeploy.checkpoint import CONFIG_FILE, WEIGHTS_FILE, read_checkpoint
+    from attndeploy.checkpoint import (
+        CONFIG_FILE,
+        FORMAT,
+        FORMAT_VERSION,
+        WEIGHTS_FILE,
+        read_checkpoint,
+    )
     from attndeploy.fsutil import file_sha256
 
     monkeypatch.setattr(checkpoint_formats, "_registered", {})
@@ -36,7 +42,7 @@ def test_a_registered_format_is_read_through_its_plug_in(monkeypatch, tmp_path) 
 
     register(READERS, "toy", reader)
     (tmp_path / WEIGHTS_FILE).write_bytes(b"weights")
-    raw = {"format": "attndeploy-checkpoint", "toy": {"v": 1},
+    raw = {"format": FORMAT, "format_version": FORMAT_VERSION, "toy": {"v": 1},
            "weights_sha256": file_sha256(tmp_path / WEIGHTS_FILE)}
     (tmp_path / CONFIG_FILE).write_text(json.dumps(raw))
     with pytest.raises(RuntimeError, match="toy plug-in"):
