@@ -326,7 +326,8 @@ def optimize_model(
     except Exception as exc:  # protobuf raises DecodeError and friends
         raise ExportError(f"cannot read {source} as an ONNX model: {_first_line(exc)}") from exc
     metadata = {p.key: p.value for p in original.metadata_props}
-    meta = parse_metadata(metadata, str(source))
+    meta = parse_metadata(metadata, str(source),
+                          outputs=[o.name for o in original.graph.output])
     messages: list[str] = []
     num_heads = hidden_size = 0
     if method is Method.transformers:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,10 @@ META_TOKENIZER = PREFIX + "tokenizer"
 REQUIRED = (META_VARIANT, META_VERSION, META_CONFIG, META_WEIGHTS, META_LABELS)
 REQUIRED_CONFIG_KEYS = ("variant", "head", "num_labels", "max_seq", "vocab_size")
 HEADS = ("classification", "tagging")
+LOGITS = "logits"  # the outputs of an exported model (attndeploy.interface, which imports onnx)
+GATES = "gates"
+# Deprecated: whether a model is gated is read from its outputs (a `gates` output), not from
+# its variant's name; this list serves only `parse_metadata` called without `outputs`.
 GATED_VARIANTS = ("ganet",)
 
 
@@ -54,11 +58,13 @@ class ModelMetadata:
     exporter_version: str
     weights_sha256: str
     config: dict[str, Any]
+    outputs: tuple[str, ...] = ()  # the graph's output names
 
     @property
     def gated(self) -> bool:
-        """Whether the model outputs `gates` (GA-Net models only)."""
-        return self.variant in GATED_VARIANTS
+        """Whether the model outputs `gates` (a gated variant's, e.g. GA-Net's): read from the
+        graph, so any registered gated variant is one, with no list of names."""
+        return GATES in self.outputs
 
     @property
     def tagging(self) -> bool:
@@ -114,11 +120,13 @@ def _not_a_checkpoint_export(meta: Mapping[str, str], missing: list[str], source
 
 
 def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
-                   read_tokenizer: bool = True) -> ModelMetadata:
+                   read_tokenizer: bool = True,
+                   outputs: Sequence[str] | None = None) -> ModelMetadata:
     """The `ModelMetadata` in an exported model's metadata_props; ModelError naming what is
     missing or wrong (`source` names the file in the message). The one reader of that metadata:
     the packager's `read_model_info` calls it with `read_tokenizer=False` (a text model checks
-    its tokenizer record itself), leaving `tokenizer` None."""
+    its tokenizer record itself), leaving `tokenizer` None. `outputs` are the graph's output
+    names (whether it is gated); without them (deprecated) the variant's name decides."""
     missing = [key for key in REQUIRED if key not in meta]
     if missing:
         raise ModelError(_not_a_checkpoint_export(meta, missing, source))
@@ -160,6 +168,12 @@ def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
         if len(tokenizer) > vocab_size:
             raise ModelError(f"{source}: the vocabulary has {len(tokenizer)} tokens but the "
                               f"model embeds {vocab_size}; re-export the model.")
+    if outputs is None:
+        import warnings
+
+        warnings.warn("parse_metadata without outputs= is deprecated: pass the graph's output "
+                      "names (whether the model is gated)", DeprecationWarning, stacklevel=2)
+        outputs = (LOGITS, GATES) if str(config["variant"]) in GATED_VARIANTS else (LOGITS,)
     return ModelMetadata(
         variant=str(config["variant"]),
         head=str(config["head"]),
@@ -170,4 +184,5 @@ def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
         exporter_version=meta[META_VERSION],
         weights_sha256=meta[META_WEIGHTS],
         config=config,
+        outputs=tuple(outputs),
     )

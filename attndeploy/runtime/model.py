@@ -28,12 +28,10 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 from attndeploy.errors import ConfigError, DataError, ModelError
 from attndeploy.runtime import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TEXT_BYTES, sessions
 from attndeploy.runtime.checks import ATTENTION_MASK, INPUT_IDS, check_inputs
-from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
+from attndeploy.runtime.metadata import GATES, LOGITS, ModelMetadata, parse_metadata
 from attndeploy.runtime.text import Prediction, decode_batch, encode_texts
 from attndeploy.runtime.tokenizer import TextTokenizer, pad_sequences
 
-LOGITS = "logits"
-GATES = "gates"
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 # What onnxruntime raises for a file it cannot load (none of them derives from RuntimeError).
 _LOAD_ERRORS = (ort_state.Fail, ort_state.InvalidArgument, ort_state.NoSuchFile,
@@ -93,7 +91,9 @@ class InferenceModel:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelError(f"onnxruntime cannot load {self.path}: {first}") from exc
         meta = self.session.get_modelmeta().custom_metadata_map
-        self.metadata: ModelMetadata = parse_metadata(meta, str(self.path))
+        graph_outputs = [o.name for o in self.session.get_outputs()]
+        self.metadata: ModelMetadata = parse_metadata(meta, str(self.path),
+                                                      outputs=graph_outputs)
         self.output_names = [LOGITS, GATES] if self.metadata.gated else [LOGITS]
         inputs = sorted(i.name for i in self.session.get_inputs())
         outputs = {o.name for o in self.session.get_outputs()}

@@ -221,3 +221,13 @@ print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
     ids, loaded = result.stdout.strip().splitlines()
     assert json.loads(ids) == [5, 15, 16, 17, 6]
     assert loaded == "[]"
+
+
+def test_a_model_is_gated_by_its_gates_output_not_by_its_variant_s_name():
+    """Any registered gated variant is one to the runtime: the graph's outputs decide."""
+    meta = metadata({"type": "word", "vocab": ["<pad>", "<unk>", "fox"]})
+    assert parse_metadata(meta, outputs=["logits", "gates"]).gated is True  # an "evolving"
+    assert parse_metadata(meta, outputs=["logits"]).gated is False
+    with pytest.warns(DeprecationWarning, match="outputs"):
+        legacy = parse_metadata(meta)  # without outputs: the variant's name, for one release
+    assert legacy.gated is False

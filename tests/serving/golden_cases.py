@@ -29,6 +29,7 @@ def info(variant: str, head: str, num_labels: int) -> ModelInfo:
         exporter_version="0.1.0",
         weights_sha256="0" * 64,
         config={"variant": variant, "head": head, "num_labels": num_labels, "max_seq": 32},
+        outputs=("logits", "gates") if variant == "ganet" else ("logits",),  # the graph's
     )
 
 

@@ -22,7 +22,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from attndeploy.errors import ExportError, RepositoryError
-from attndeploy.interface import ModelInterface, model_interface
+from attndeploy.interface import GATES, ModelInterface, model_interface
 from attndeploy.runtime.metadata import (  # noqa: F401  (the keys, re-exported for serving)
     GATED_VARIANTS,
     META_CONFIG,
@@ -52,11 +52,12 @@ class ModelInfo:
     exporter_version: str
     weights_sha256: str
     config: dict[str, Any]
+    outputs: tuple[str, ...] = ()  # the graph's output names
 
     @property
     def gated(self) -> bool:
-        """Whether the model outputs `gates` (GA-Net; the list in-process inference reads)."""
-        return self.variant in GATED_VARIANTS
+        """Whether the model outputs `gates` (a gated variant's): read from its graph."""
+        return GATES in self.outputs
 
     @property
     def interface(self) -> ModelInterface:
@@ -96,7 +97,8 @@ def read_model_info(model: onnx.ModelProto, source: str = "the model") -> ModelI
     the one reader); RepositoryError naming what is missing or wrong."""
     meta = {prop.key: prop.value for prop in model.metadata_props}
     try:
-        parsed = parse_metadata(meta, source, read_tokenizer=False)
+        parsed = parse_metadata(meta, source, read_tokenizer=False,
+                                outputs=[output.name for output in model.graph.output])
     except ExportError as exc:
         raise RepositoryError(str(exc)) from exc
     if any("\n" in label or "\r" in label for label in parsed.labels):  # labels.txt lines
@@ -111,6 +113,7 @@ def read_model_info(model: onnx.ModelProto, source: str = "the model") -> ModelI
         exporter_version=parsed.exporter_version,
         weights_sha256=parsed.weights_sha256,
         config=parsed.config,
+        outputs=parsed.outputs,
     )
 
 
