@@ -87,7 +87,10 @@ def test_the_served_model_answers_as_pytorch_and_onnxruntime(served: dict[str, A
         reference = torch_model(torch.from_numpy(ids), torch.from_numpy(mask))
     for output in outputs:
         assert got[output].tobytes() == local[output].tobytes(), output
-    np.testing.assert_allclose(got["logits"], reference["logits"].numpy(), atol=1e-5, rtol=1e-4)
+    # PyTorch against onnxruntime: fp32 sums in another order. A full-suite run measured one
+    # logit of -0.10 off by 2.6e-5 (the served and in-process answers bit-identical), over the
+    # 2.0e-5 an atol of 1e-5 allowed there; 1e-4 still fails any real change (O(0.1) and up).
+    np.testing.assert_allclose(got["logits"], reference["logits"].numpy(), atol=1e-4, rtol=1e-4)
     if "gates" in outputs:
         assert np.array_equal(got["gates"], reference["gates"].numpy())
         assert not (got["gates"] & (mask == 0)).any()

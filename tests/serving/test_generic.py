@@ -1,4 +1,4 @@
-"""Generic models (a user's ONNX from `export --model`): config from the graph, check-repo, and
+"""Generic models (a user's ONNX from `export --factory`): config from the graph, check-repo, and
 the generated model.py run in-process with the stand-in of `test_model_py.py`."""
 
 from __future__ import annotations
