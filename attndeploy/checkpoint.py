@@ -36,6 +36,7 @@ from attndeploy.config import ModelConfig
 from attndeploy.errors import AttnDeployError, CheckpointError
 from attndeploy.fsutil import already_exists, atomic_directory, file_sha256
 from attndeploy.models import AttnModel, build_model
+from attndeploy.variants.registry import variant_specs
 
 FORMAT = "attndeploy-checkpoint"
 FORMAT_VERSION = 1
@@ -60,10 +61,19 @@ MODEL_LIMITS: dict[str, int] = {
     "pool_hidden": 65_536,
     "lstm_hidden": 65_536,
 }
-SUB_LIMITS: dict[tuple[str, str], int] = {
-    ("ganet", "aux_hidden"): 65_536,
-    ("qvi", "pairwise_chunk"): 1_048_576,
-}
+
+
+def sub_limits() -> dict[tuple[str, str], int]:
+    """{(variant, sub-config field): largest value}: each variant's `VariantSpec.limits`."""
+    return {(spec.name, name): limit for spec in variant_specs()
+            for name, limit in spec.limits.items()}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SUB_LIMITS":  # derived from the variant specs (was a table here)
+        return sub_limits()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 # config.json holds the vocabulary (words of at most 100 characters, data/tokenizer.py) and the
 # label names; a million words fit in a few tens of MB.
 MAX_CONFIG_BYTES = 64 * 1024 * 1024
@@ -231,7 +241,7 @@ def _check_model_limits(raw: Any, source: Path) -> None:
 
     for name, limit in MODEL_LIMITS.items():
         check(name, raw.get(name), limit)
-    for (section, name), limit in SUB_LIMITS.items():
+    for (section, name), limit in sub_limits().items():
         sub = raw.get(section)
         if isinstance(sub, dict):
             check(f"{section}.{name}", sub.get(name), limit)
@@ -294,7 +304,7 @@ def _shaping_fields(config: ModelConfig, tensor: str, axes: set[int] | None) -> 
     """The size fields of `config` that set tensor `tensor`'s `axes` (None: its shape at all),
     found by doubling each field in turn on the meta device (a failure path only)."""
     base = _expected_tensors(config)[tensor][0]
-    names = [*MODEL_LIMITS, *(".".join(key) for key in SUB_LIMITS)]
+    names = [*MODEL_LIMITS, *(".".join(key) for key in sub_limits())]
     found = []
     for name in names:
         try:

@@ -47,7 +47,7 @@ def _ganet(field: str) -> Any:
 
 def _ganet_default(defaults: Any, field: str) -> Any:
     """GA-Net's default for one kind of data: the preset's override, else the config's."""
-    return defaults.ganet.get(field, _ganet(field))
+    return defaults.options_for("ganet").get(field, _ganet(field))
 
 
 def _evolving(field: str) -> Any:
@@ -55,7 +55,7 @@ def _evolving(field: str) -> Any:
 
 
 def _pretrained_ganet(field: str) -> Any:
-    return PRETRAINED_DEFAULTS.ganet.get(field, _ganet(field))
+    return PRETRAINED_DEFAULTS.options_for("ganet").get(field, _ganet(field))
 
 
 def _ganet_help(field: str) -> str:
@@ -63,8 +63,25 @@ def _ganet_help(field: str) -> str:
                  _pretrained_ganet(field))
 
 
+def _evolving_default(defaults: Any, field: str) -> Any:
+    return defaults.options_for("evolving").get(field, _evolving(field))
+
+
+def _option_fields() -> str:
+    """Every registered variant's config fields and defaults, read from its dataclass."""
+    from attndeploy.variants.registry import variant_specs
+
+    listed = []
+    for spec in variant_specs():
+        if spec.config is not None:
+            fields = ", ".join(f"{f.name}={_show(field_default(spec.config, f.name))}"
+                               for f in dataclasses.fields(spec.config))
+            listed.append(f"{spec.name}: {fields}")
+    return "; ".join(listed)
+
+
 def _pretrained_evolving(field: str) -> Any:
-    return PRETRAINED_DEFAULTS.evolving.get(field, _evolving(field))
+    return PRETRAINED_DEFAULTS.options_for("evolving").get(field, _evolving(field))
 
 
 def _model_default(key: str) -> str:
@@ -255,7 +272,9 @@ def command(
     option: Annotated[
         list[str] | None,
         typer.Option("--option", help="A field of the variant's own config as NAME=VALUE "
-                     "(repeatable), for any registered variant, e.g. --option pairwise_chunk=32."),
+                     "(repeatable), for any registered variant, e.g. --option pairwise_chunk=32; "
+                     "typed and checked by its config. The fields and their defaults (a "
+                     f"preset may set others, as the named options say): {_option_fields()}."),
     ] = None,
     hf_model: Annotated[Path | None, typer.Option(
         "--hf-model", help="Fine-tune a Hugging Face BERT, RoBERTa or DistilBERT (a local "
@@ -302,8 +321,8 @@ def command(
                     else relaxation.value),
     )
     evolving = EvolvingConfig(
-        alpha=defaults.evolving.get("alpha", _evolving("alpha")) if alpha is None else alpha,
-        beta=defaults.evolving.get("beta", _evolving("beta")) if beta is None else beta,
+        alpha=_evolving_default(defaults, "alpha") if alpha is None else alpha,
+        beta=_evolving_default(defaults, "beta") if beta is None else beta,
         negative_slope=negative_slope)
     qvi = QVIConfig(form=qvi_form.value)
     sub_configs = {"qvi": qvi, "ganet": ganet, "evolving": evolving}  # the named options above
@@ -311,7 +330,7 @@ def command(
         spec = variant_spec(variant)
         if spec.config is None:
             raise ConfigError(f"variant {spec.name!r} has no options")
-        base = sub_configs.get(spec.name) or spec.config()
+        base = sub_configs.get(spec.name) or spec.config(**defaults.options_for(spec.name))
         sub_configs[spec.name] = with_options(base, option, spec.name)
     preset = defaults.training_for(variant)
 

@@ -1,8 +1,8 @@
-"""What every model family shares: the forward contract and the GA-Net bookkeeping.
+"""What every model family shares: the forward contract and the gate bookkeeping.
 
 forward(input_ids [B,T] int64, attention_mask [B,T] int64) -> dict with
   "logits": [B, C] (classification) or [B, T, C] (tagging),
-  "gates": bool [B, T] (GA-Net only; hard gates, also reported in training for statistics),
+  "gates": bool [B, T] (gated variants, e.g. GA-Net; hard gates, also reported in training),
 and, with details=True (training and evaluation), "density_penalty" (GA-Net training) and
 "gate_logits" (GA-Net: the logits the gates were decided on; s + noise in `sample` mode).
 """
@@ -15,19 +15,20 @@ from torch import Tensor, nn
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
 from attndeploy.models.inputs import check_model_inputs
+from attndeploy.variants._gating import GateState, soft_density
 from attndeploy.variants.functional import hard_gates
-from attndeploy.variants.ganet.layer import GateController, GateState, soft_density
 from attndeploy.variants.registry import variant_spec
 
 
 class AttnModel(nn.Module):
-    """Base class: input checks outside tracing, and GA-Net gates once per forward pass."""
+    """Base class: input checks outside tracing, and the variant's gates (its spec's gate
+    machinery, attndeploy/variants/_gating.py) once per forward pass."""
 
     def __init__(self, config: ModelConfig, embed_dim: int) -> None:
         super().__init__()
         self.config = config
-        gated = variant_spec(config.variant).gated
-        self.gates = GateController(embed_dim, config) if gated else None
+        spec = variant_spec(config.variant)
+        self.gates = spec.gating_class()(embed_dim, config) if spec.gated else None
 
     @property
     def is_gated(self) -> bool:
@@ -48,7 +49,7 @@ class AttnModel(nn.Module):
         if self.gates is None:
             raise ConfigError(f"variant {self.config.variant!r} has no gates")
         mask = attention_mask != 0  # [B, T]
-        scores = self.gates.network.scores(self.embed(input_ids), mask)  # [B, T]
+        scores = self.gates.scores(self.embed(input_ids), mask)  # [B, T]
         return hard_gates(scores, mask)
 
     def gate_outputs(

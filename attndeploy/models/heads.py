@@ -9,8 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from attndeploy.variants._common import LayerContext
+from attndeploy.variants._gating import gated_pooling
 from attndeploy.variants.functional import masked_softmax
-from attndeploy.variants.ganet.layer import gated_pooling
 
 
 class AdditiveScorer(nn.Module):

@@ -13,6 +13,7 @@ import torch
 from attndeploy.fsutil import atomic_write_text
 from attndeploy.quickstart import figures
 from attndeploy.quickstart.targets import target_notes
+from attndeploy.variants.registry import variant_spec
 
 
 def _max_logit_error(validation: dict[str, Any], oracle: str) -> float | None:
@@ -176,24 +177,26 @@ def write_report(data: dict[str, Any], outcomes: list, work: Path, options: Any)
                       json.dumps(example["request"]), "```", "", "```json",
                       json.dumps(example["response"]), "```", ""]
 
-    by_variant = {o.variant: o for o in outcomes}
-    if "ganet" in by_variant:
-        examples = _gate_examples(by_variant["ganet"].checkpoint, options.task)
-        paths["gates"] = figures.plot_gates(
-            examples, pictures / "ganet_gates.png",
-            title="GA-Net hard gates on held-out examples (highlighted = open)")
-        lines += ["## GA-Net: which tokens the model attends to", "",
-                  "Hard gates decided on the gate logits (s > 0), as exported; the label is the "
-                  "model's prediction.", "", f"![GA-Net gates]({_rel(paths['gates'], work)})", ""]
-    if "evolving" in by_variant:
-        maps, words = _evolving_maps(by_variant["evolving"].checkpoint, options.task)
-        paths["evolving"] = figures.plot_evolving_maps(
-            maps, words, pictures / "evolving_maps.png",
-            title="Evolving attention: attention maps layer by layer (one example)")
-        lines += ["## Evolving attention across layers", "",
-                  "Each layer's logits are a residual mix of its own and a 3×3 convolution of "
-                  "the previous layer's.", "",
-                  f"![evolving attention maps]({_rel(paths['evolving'], work)})", ""]
+    for outcome in outcomes:  # the figures each variant's spec asks for
+        spec = variant_spec(outcome.variant)
+        if "gates" in spec.figures:
+            examples = _gate_examples(outcome.checkpoint, options.task)
+            paths[f"{spec.name}_gates"] = figures.plot_gates(
+                examples, pictures / f"{spec.name}_gates.png",
+                title=f"{spec.title} hard gates on held-out examples (highlighted = open)")
+            lines += [f"## {spec.title}: which tokens the model attends to", "",
+                      "Hard gates decided on the gate logits (s > 0), as exported; the label is "
+                      "the model's prediction.", "",
+                      f"![{spec.title} gates]({_rel(paths[f'{spec.name}_gates'], work)})", ""]
+        if "layer_maps" in spec.figures:
+            maps, words = _evolving_maps(outcome.checkpoint, options.task)
+            paths[f"{spec.name}_maps"] = figures.plot_evolving_maps(
+                maps, words, pictures / f"{spec.name}_maps.png",
+                title=f"{spec.title}: attention maps layer by layer (one example)")
+            lines += [f"## {spec.title} across layers", "",
+                      f"{spec.title[:1].upper()}{spec.title[1:]}: {spec.summary}.", "",
+                      f"![{spec.title} attention maps]"
+                      f"({_rel(paths[f'{spec.name}_maps'], work)})", ""]
     lines += ["## Run data", "", "Everything above in machine-readable form: `report.json`.", ""]
     paths["report"] = work / "report.md"
     atomic_write_text(paths["report"], "\n".join(lines))

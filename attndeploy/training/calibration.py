@@ -34,7 +34,7 @@ def _gate_logits(model: Any, dataset: Any, batch_size: int
     batches = []
     for input_ids, attention_mask, _ in dataset.batches(batch_size, shuffle=False):
         mask = attention_mask != 0  # [B, T]
-        scores = model.gates.network.scores(model.embed(input_ids), mask)  # [B, T]
+        scores = model.gates.scores(model.embed(input_ids), mask)  # [B, T]
         batches.append((scores, mask))
     model.train(was_training)
     return batches
@@ -82,6 +82,6 @@ def calibrate_gate_threshold(model: Any, dataset: Any, density: float, *,
             else:
                 high = middle
         shift = _between_gates(batches, low)
-    model.gates.network.score.bias.add_(shift)
+    model.gates.shift_threshold(shift)
     return {"gate_shift": shift, "density_before": before,
             "density_after": _density(_gate_logits(model, dataset, batch_size), 0.0)}

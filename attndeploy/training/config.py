@@ -6,10 +6,11 @@ Torch-free, so that the command line can show the defaults in its help without l
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from attndeploy.errors import ConfigError
+from attndeploy.variants.registry import variant_spec
 
 SCHEDULES = ("cosine", "linear")
 DEFAULT_CHECKPOINT_DIR = "runs/model"  # where `attndeploy train` writes without --out
@@ -154,48 +155,49 @@ EVAL_FRACTION = 0.2
 
 @dataclass(frozen=True)
 class Defaults:
-    """What `attndeploy train` uses for one kind of data unless told otherwise."""
+    """What `attndeploy train` uses for one kind of data unless told otherwise.
+
+    A variant's own settings in this preset (its sub-config fields and TrainConfig fields) are
+    declared in its spec (`VariantSpec.presets[preset]`, attndeploy/variants/<name>/__init__.py).
+    """
 
     training: TrainConfig
     model: dict[str, Any]  # ModelConfig fields: d_model, n_heads, n_layers, d_ff, dropout
     val_fraction: float  # JSONL: share of the training part kept for model selection
     n_val: int  # built-in task: validation examples generated for model selection
     min_freq: int  # JSONL: words seen fewer times in training encode as <unk>
-    ganet: dict[str, Any] = field(default_factory=dict)  # GANetConfig fields that differ
-    ganet_training: dict[str, Any] = field(default_factory=dict)  # TrainConfig fields, GA-Net's
-    evolving: dict[str, Any] = field(default_factory=dict)  # EvolvingConfig fields that differ
+    preset: str = "task"  # its name in the variant specs (variants.registry.PRESET_NAMES)
 
     def training_for(self, variant: str) -> TrainConfig:
-        """The training preset of one variant: `training`, with GA-Net's own fields for GA-Net."""
-        if variant == "ganet" and self.ganet_training:
-            return dataclasses.replace(self.training, **self.ganet_training)
-        return self.training
+        """The training preset of one variant: `training`, with the variant's own fields."""
+        own = variant_spec(variant).preset(self.preset).training
+        return dataclasses.replace(self.training, **own) if own else self.training
 
     def options_for(self, variant: str) -> dict[str, Any]:
-        """The variant config fields this preset sets (GA-Net's or Evolving Attention's)."""
-        return dict({"ganet": self.ganet, "evolving": self.evolving}.get(variant, {}))
+        """The variant config fields this preset sets (e.g. GA-Net's relaxation on real text)."""
+        return dict(variant_spec(variant).preset(self.preset).config)
+
+    @property
+    def ganet(self) -> dict[str, Any]:  # GANetConfig fields that differ
+        return self.options_for("ganet")
+
+    @property
+    def ganet_training(self) -> dict[str, Any]:  # TrainConfig fields, GA-Net's
+        return dict(variant_spec("ganet").preset(self.preset).training)
+
+    @property
+    def evolving(self) -> dict[str, Any]:  # EvolvingConfig fields that differ
+        return self.options_for("evolving")
 
 
 _SMALL_MODEL = {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 128}
 TASK_DEFAULTS = Defaults(TrainConfig(keep_best=True, density_target=DEFAULT_DENSITY_TARGET),
                          {**_SMALL_MODEL, "dropout": 0.0}, val_fraction=0.0, n_val=500,
-                         min_freq=1)
-# GA-Net on real text trains with hard-concrete gates: closed gates are exactly 0 in training as
-# at inference (benchmarks/README.md, `ganet_real_seeds.py`: with the refit, +0.3 points on
-# fortunes and +0.7 on debian over three seeds against the paper's concrete gates). Its gates
-# come from the paper's BiLSTM auxiliary network, which reads the whole text and so can keep the
-# telling words of each text, where a per-word MLP keeps the same word types in every text
-# (+0.8 on fortunes and +1.5 on debian over five seeds against `mlp`). Its noisy gates already
-# drop words in training, so it trains without word dropout on top (+0.9 on fortunes, level on
-# debian with a smaller spread, over five seeds). It learns from its dense-gate run's soft
-# targets as well as from the labels (training.distill, weight 0.5 at temperature 2; in the
-# refit, on the training examples the teacher learnt from only): +1.6 points on fortunes over
-# five seeds, and within 1 point of the dense-gate run on both sets on average, where fortunes
-# was 1.9 under.
+                         min_freq=1, preset="task")
+# Each variant's own settings on real text (GA-Net's gates, training without word dropout, with
+# distillation) are in its spec, with the measurements behind them.
 REAL_TEXT_DEFAULTS = Defaults(REAL_TEXT, {**_SMALL_MODEL, "dropout": 0.4}, val_fraction=0.1,
-                              n_val=0, min_freq=1,
-                              ganet={"relaxation": "hard_concrete", "aux": "bilstm"},
-                              ganet_training={"word_dropout": 0.0, "distill": 0.5})
+                              n_val=0, min_freq=1, preset="data")
 
 
 # Fine-tuning a pretrained encoder (`train --hf-model` on a folder with weights): the usual
@@ -231,19 +233,10 @@ PRETRAINED = TrainConfig(
 # (Evolving Attention was 0.8323 at 5e-5, under standard). On the quotations QVI scored 0.8313
 # and Evolving Attention 0.8206 against 0.8302: the sets disagree on Evolving Attention by about
 # its seeds' spread, and one rate serves every conversion (benchmarks/README.md, `pretrained.py`).
-# Evolving Attention warm-starts (docs/variants.md §7) into α = 0.3, β = 0.5, where the built-in
-# α = 0.5, β = 1.0 was 1.1 points under standard at seed 0.
-# GA-Net fine-tuned from pretrained weights: its gate network is new, and at the encoder's 5e-5
-# its gates never closed (density 1.000); at 5e-3 (`new_learning_rate`) with hard-concrete
-# training gates at temperature 0.5 and a density target of 0.45 (held-out about 0.5) it scored
-# 0.802 on the Debian descriptions at seed 0, against 0.792 at 2e-3 and temperature 1, 0.774
-# with [CLS] and [SEP] kept open, and 0.825 with dense gates (benchmarks/README.md,
-# `pretrained.py`). Distillation from the dense-gate run gained 0.7 points at twice the time
-# and is left off (`--distill 0.5` turns it on).
+# Evolving Attention's warm start and GA-Net's gates when fine-tuning are in their specs
+# (attndeploy/variants/<name>/__init__.py), with the measurements behind them.
 PRETRAINED_DEFAULTS = Defaults(PRETRAINED, {}, val_fraction=0.0, n_val=0, min_freq=1,
-                               ganet={"relaxation": "hard_concrete", "temperature": 0.5},
-                               ganet_training={"density_target": 0.45},
-                               evolving={"alpha": 0.3, "beta": 0.5})
+                               preset="pretrained")
 
 
 def defaults_for(*, real_text: bool, pretrained: bool = False) -> Defaults:

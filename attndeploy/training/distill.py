@@ -29,12 +29,13 @@ import torch
 import torch.nn.functional as F
 
 from attndeploy.training.evaluation import IGNORE_INDEX
+from attndeploy.variants.registry import variant_spec
 
 
 def dense_gate_config(model_config: Any) -> Any:
-    """The teacher's ModelConfig: the same model with the density penalty off."""
-    return dataclasses.replace(
-        model_config, ganet=dataclasses.replace(model_config.ganet, density_weight=0.0))
+    """The teacher's ModelConfig: the same model with the density penalty off (the variant's
+    `TrainingHooks.without_penalty`)."""
+    return variant_spec(model_config.variant).training.without_penalty(model_config)
 
 
 def teacher_training(config: Any) -> Any:

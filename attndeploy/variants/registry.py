@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,43 @@ def _no_check(config: Any) -> None:
     return None
 
 
+# The training presets `attndeploy train` has (attndeploy/training/config.py): a built-in task, a
+# JSONL file trained from scratch, pretrained weights fine-tuned (`--hf-model`).
+PRESET_NAMES = ("task", "data", "pretrained")
+# The quickstart's figures a variant can ask for (attndeploy/quickstart/report.py): its hard gates
+# on held-out examples (a gated variant), its attention maps layer by layer (a variant whose
+# layers hand logits on, like Evolving Attention).
+FIGURE_KINDS = ("gates", "layer_maps")
+
+
 @dataclasses.dataclass(frozen=True)
+class Preset:
+    """What one training preset (`PRESET_NAMES`) sets for one variant, beyond everyone's.
+
+    config:   fields of the variant's sub-config (e.g. GA-Net's relaxation on real text).
+    training: fields of `TrainConfig` (e.g. GA-Net's density target when fine-tuning).
+    """
+
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    training: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingHooks:
+    """What training needs from a gated variant beyond its layers (light: functions of the
+    ModelConfig). The density penalty, its controller, the threshold calibration and the
+    distillation from a dense-gate run are shared by every gated variant (attndeploy/training/);
+    these say how this variant's config drives them.
+
+    penalty_weight:  model config -> the starting weight of the `density_penalty` in the loss.
+    without_penalty: model config -> the same model with the penalty off (the dense-gate teacher).
+    """
+
+    penalty_weight: Callable[[Any], float]
+    without_penalty: Callable[[Any], Any]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class VariantSpec:
     """An attention variant, declared once in its own package.
 
@@ -55,6 +91,14 @@ class VariantSpec:
     lstm_runs:   config -> the standard `LSTM` nodes its own modules add (one per direction run).
     check:       config -> None: constraints on the whole model config (raise ConfigError).
     export_check: config -> None: why a config cannot be exported (raise ExportError).
+    title:       its name in prose, report headings and figures ("GA-Net"); default `name`.
+    gating:      "module:Class" of its gate machinery (attndeploy/variants/_gating.py), built once
+                 per model as `Class(embed_dim, model_config)`; required with the `gates` output.
+    training:    its `TrainingHooks`; required with the `gates` output.
+    presets:     {preset name: Preset}: its own settings in `attndeploy train`'s presets.
+    limits:      {sub-config field: largest value} a checkpoint's config.json may ask for (the
+                 size fields a hostile config could blow up, like GA-Net's `aux_hidden`).
+    figures:     the quickstart figures it asks for (`FIGURE_KINDS`).
     """
 
     name: str
@@ -69,15 +113,52 @@ class VariantSpec:
     lstm_runs: Callable[[Any], int] = _no_runs
     check: Callable[[Any], None] = _no_check
     export_check: Callable[[Any], None] = _no_check
+    title: str = ""
+    gating: str | None = None
+    training: TrainingHooks | None = None
+    presets: Mapping[str, Preset] = dataclasses.field(default_factory=dict)
+    limits: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    figures: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.gated and (self.gating is None or self.training is None):
+            raise ConfigError(f"variant {self.name!r} outputs gates: its spec needs `gating` "
+                              "(its gate machinery) and `training` (its TrainingHooks)")
+        unknown = [name for name in self.presets if name not in PRESET_NAMES]
+        if unknown:
+            raise ConfigError(f"variant {self.name!r}: unknown presets {unknown}; "
+                              f"valid: {', '.join(PRESET_NAMES)}")
+        unknown = [kind for kind in self.figures if kind not in FIGURE_KINDS]
+        if unknown:
+            raise ConfigError(f"variant {self.name!r}: unknown figures {unknown}; "
+                              f"valid: {', '.join(FIGURE_KINDS)}")
+        if self.limits and self.config is None:
+            raise ConfigError(f"variant {self.name!r} has limits but no config")
+        if not self.title:
+            object.__setattr__(self, "title", self.name)
 
     @property
     def gated(self) -> bool:
-        """Whether its models output `gates` (and run GA-Net's gate machinery)."""
+        """Whether its models output `gates` (and run its gate machinery)."""
         return "gates" in self.outputs
 
+    def gating_class(self) -> type:
+        """Its gate machinery's class (imports it, and torch)."""
+        if self.gating is None:
+            raise ConfigError(f"variant {self.name!r} has no gates")
+        return _import_attribute(self.gating)
+
+    def preset(self, name: str) -> Preset:
+        """Its settings in the training preset `name` (empty when it has none there)."""
+        return self.presets.get(name, Preset())
+
     def layer_class(self) -> type:
-        module, _, attribute = self.layer.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        return _import_attribute(self.layer)
+
+
+def _import_attribute(path: str) -> Any:
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def register_variant(spec: VariantSpec) -> VariantSpec:

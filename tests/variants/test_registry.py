@@ -48,6 +48,42 @@ def test_each_spec_is_the_one_source_of_its_config_ops_and_outputs():
     assert variant_spec("standard").ops is None
 
 
+def test_what_a_variant_adds_to_the_toolkit_is_read_from_its_spec():
+    from attndeploy.checkpoint import sub_limits
+    from attndeploy.models import build_model
+    from attndeploy.training.config import PRETRAINED_DEFAULTS, REAL_TEXT_DEFAULTS, TASK_DEFAULTS
+    from attndeploy.training.distill import dense_gate_config
+    from attndeploy.variants.ganet.layer import GateController
+
+    ganet = variant_spec("ganet")
+    config = ModelConfig(vocab_size=5, num_labels=2, variant="ganet", d_model=8, n_heads=2,
+                         n_layers=1, d_ff=8, max_seq=8)
+    assert isinstance(build_model(config).gates, GateController)  # its gate machinery
+    assert ganet.training.penalty_weight(config) == config.ganet.density_weight
+    assert dense_gate_config(config).ganet.density_weight == 0.0  # its teacher, via the hook
+    # The presets: its own fields on top of everyone's, none where it declares none.
+    assert REAL_TEXT_DEFAULTS.options_for("ganet") == dict(ganet.preset("data").config)
+    assert REAL_TEXT_DEFAULTS.training_for("ganet").distill == 0.5
+    assert TASK_DEFAULTS.training_for("ganet") == TASK_DEFAULTS.training
+    assert PRETRAINED_DEFAULTS.options_for("evolving") == {"alpha": 0.3, "beta": 0.5}
+    assert PRETRAINED_DEFAULTS.training_for("ganet").density_target == 0.45
+    assert sub_limits() == {("qvi", "pairwise_chunk"): 1_048_576, ("ganet", "aux_hidden"): 65_536}
+    assert {s.name: s.figures for s in variant_specs() if s.figures} == {
+        "ganet": ("gates",), "evolving": ("layer_maps",)}
+    assert [s.title for s in variant_specs()] == ["standard", "QVI", "GA-Net", "Evolving attention"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"outputs": ("gates",)}, "needs `gating`"),
+    ({"presets": {"weekend": None}}, "unknown presets"),
+    ({"figures": ("histogram",)}, "unknown figures"),
+    ({"limits": {"width": 4}}, "has limits but no config"),
+], ids=["gated without machinery", "preset", "figure", "limits"])
+def test_a_spec_that_cannot_work_is_refused_when_declared(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        dataclasses.replace(variant_spec("standard"), name="broken", **changes)
+
+
 def test_unknown_variant_fails_listing_the_valid_names():
     with pytest.raises(ConfigError) as err:
         get_variant("flash")

@@ -2,7 +2,7 @@
 convolution of the previous layer's."""
 
 from attndeploy.variants.evolving.config import EvolvingConfig
-from attndeploy.variants.registry import VariantSpec, register_variant
+from attndeploy.variants.registry import Preset, VariantSpec, register_variant
 
 
 def _model_ops(config) -> dict[str, int]:
@@ -23,4 +23,10 @@ SPEC = register_variant(VariantSpec(
     config=EvolvingConfig,
     ops="attndeploy.variants.evolving.ops",
     model_ops=_model_ops,
+    title="Evolving attention",
+    # Fine-tuned from pretrained weights it warm-starts (docs/variants.md §7) into alpha 0.3,
+    # beta 0.5, where the built-in alpha 0.5, beta 1.0 was 1.1 points under standard at seed 0
+    # (benchmarks/README.md, `pretrained.py`).
+    presets={"pretrained": Preset(config={"alpha": 0.3, "beta": 0.5})},
+    figures=("layer_maps",),
 ))

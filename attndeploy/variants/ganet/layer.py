@@ -9,7 +9,6 @@ the classifier head.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,8 +24,14 @@ from attndeploy.variants._common import (
     as_key_padding_mask,
     call_op,
 )
+from attndeploy.variants._gating import (  # noqa: F401  (GA-Net's names since 0.x)
+    GateState,
+    gated_pooling,
+    relaxed_probs,
+    soft_density,
+)
 from attndeploy.variants._recurrent import PaddedBiLSTM
-from attndeploy.variants.functional import hard_gates, masked_softmax
+from attndeploy.variants.functional import hard_gates
 from attndeploy.variants.ganet.config import GANetConfig
 
 NOISE_EPS = 1e-6
@@ -112,17 +117,6 @@ class GateNetwork(nn.Module):
         return s
 
 
-@dataclass(frozen=True)
-class GateState:
-    """What the gates hand to the layers and the loss for one forward pass."""
-
-    gate_logits: Tensor  # decision logits [B, T]: s (threshold) or s + L (sample / training)
-    raw_logits: Tensor  # s [B, T], the auxiliary network's output
-    log_gates: Tensor | None  # log g_soft [B, T] in training, None in eval
-    soft_gates: Tensor | None  # g_soft [B, T] in training
-    hard_gates: Tensor | None  # sampled hard gates for straight-through training
-
-
 class GateController(nn.Module):
     """A built-in model's gates: owns the auxiliary network, turns its logits into this pass's
     gates (noise, relaxation, `gate_mode`) once for every layer and the pooling."""
@@ -148,6 +142,16 @@ class GateController(nn.Module):
         soft = relaxed_gates(noisy, self.config.temperature, self.config.relaxation)  # [B, T]
         return GateState(noisy, s, relaxed.log_gates, soft, relaxed.hard_gates)
 
+    def scores(self, embeddings: Tensor, key_padding_mask: Tensor) -> Tensor:
+        """The gate network's logits s [B, T], without noise."""
+        return self.network.scores(embeddings, key_padding_mask)
+
+    @torch.no_grad()
+    def shift_threshold(self, shift: float) -> None:
+        """Move every gate logit by `shift` for good (the logit layer's bias): opens (> 0) or
+        closes (< 0) the gates nearest the threshold first; the exported graph keeps its form."""
+        self.network.score.bias.add_(shift)
+
     def layer_context(self, state: GateState, key_padding_mask: Tensor) -> LayerContext:
         return LayerContext(
             key_padding_mask=key_padding_mask,
@@ -155,12 +159,6 @@ class GateController(nn.Module):
             log_gates=state.log_gates,
             hard_gates=state.hard_gates,
         )
-
-
-def soft_density(soft_gates: Tensor, key_padding_mask: Tensor) -> Tensor:
-    """R: mean over examples of the mean soft gate over valid tokens (docs/variants.md §3.5)."""
-    m = key_padding_mask.to(soft_gates.dtype)
-    return ((soft_gates * m).sum(-1) / m.sum(-1).clamp(min=1)).mean()
 
 
 def relaxed_gates(gate_logits: Tensor, temperature: float, relaxation: str = "concrete"
@@ -197,24 +195,6 @@ def relax_gates(
     hard = hard_gates(gate_logits, key_padding_mask) if straight_through else None
     return LayerContext(key_padding_mask, gate_logits=gate_logits, log_gates=log_gates,
                         hard_gates=hard)
-
-
-def _relaxed_probs(scores: Tensor, context: LayerContext, broadcast: tuple) -> Tensor:
-    """Training-time attention/pooling weights over keys (last axis of `scores`).
-
-    Soft: softmax(scores + M + log g_soft). Straight-through: hard forward, soft backward.
-    `broadcast` indexes a [B, T] tensor up to the rank of `scores`.
-    """
-    m = context.key_padding_mask[broadcast]
-    log_gates = context.log_gates[broadcast]
-    soft = masked_softmax(scores + log_gates.to(scores.dtype), m)
-    if context.hard_gates is None:
-        return soft
-    hard = masked_softmax(scores, context.hard_gates[broadcast])
-    # Forward: the hard weights; backward: the soft path only (docs/variants.md §3.5 "backward
-    # through the soft path"). Written as soft + stopgrad(hard - soft) so that no gradient reaches
-    # Q·Kᵀ through the hard softmax as well (hard + soft - stopgrad(soft) would count it twice).
-    return soft + (hard - soft).detach()
 
 
 class GatedAttention(AttentionBase):
@@ -266,7 +246,7 @@ class GatedAttention(AttentionBase):
             context = relax_gates(gate_logits, mask, self.temperature, self.straight_through,
                                   self.relaxation)
             scores = self.scale * (q @ k.transpose(-2, -1))  # [B, H, Tq, Tk]
-            probs = _relaxed_probs(scores, context, (slice(None), None, None, slice(None)))
+            probs = relaxed_probs(scores, context, (slice(None), None, None, slice(None)))
             gates = context.hard_gates
             if gates is None:
                 with torch.no_grad():
@@ -291,18 +271,4 @@ class GatedAttention(AttentionBase):
         return LayerResult(y)
 
 
-def gated_pooling(
-    values: Tensor, scores: Tensor, context: LayerContext, training: bool
-) -> tuple[Tensor, Tensor | None]:
-    """Gated additive attention pooling: values [B, T, D], scores [B, T] -> context [B, D].
-
-    Training: relaxed gates (no gates returned). Eval: the GatedAttentionPooling op, which also
-    returns the hard gates it applied.
-    """
-    if training:
-        alpha = _relaxed_probs(scores, context, (slice(None), slice(None)))  # [B, T]
-        return torch.einsum("bt,btd->bd", alpha, values), None
-    return call_op(
-        functional.gated_attention_pooling, values, scores, context.key_padding_mask,
-        context.gate_logits,
-    )
+_relaxed_probs = relaxed_probs  # its name before the gated machinery was shared

@@ -20,4 +20,6 @@ SPEC = register_variant(VariantSpec(
     config=QVIConfig,
     ops="attndeploy.variants.qvi.ops",
     model_ops=_model_ops,
+    title="QVI",
+    limits={"pairwise_chunk": 1_048_576},
 ))
