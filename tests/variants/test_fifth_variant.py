@@ -1,6 +1,10 @@
 """Adding a variant touches only its folder: a copy of the package plus the folder of a fifth
 variant (`tests/variants/fifth_variant/tempered`, with a config, a layer and its own op) trains,
-saves, exports with its custom node and validates, and the CLI offers it."""
+saves, exports with its custom node and validates, and the CLI offers it. A gated one
+(`tests/variants/fifth_variant/sieve`: its own gate machinery, training hooks, presets, limits and
+figures in its spec) goes the whole way through the CLI: train (its density penalty steered to the
+target), export, validate (gate agreement), package (python flavour, with its text model), serve,
+infer and predict."""
 
 from __future__ import annotations
 
@@ -41,14 +45,19 @@ print(json.dumps({"variants": list(variant_names()), "cli": [v.value for v in Va
 """
 
 
-@pytest.mark.slow
-def test_a_fifth_variant_folder_is_all_it_takes(tmp_path):
+def _tree_with(tmp_path: Path, variant: str) -> dict[str, str]:
+    """A copy of the package with the variant's folder added; the environment that imports it."""
     package = tmp_path / "src" / "attndeploy"
     shutil.copytree(ROOT / "attndeploy", package,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(Path(__file__).parent / "fifth_variant" / "tempered",
-                    package / "variants" / "tempered")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "src"), "OMP_NUM_THREADS": "1"}
+    shutil.copytree(Path(__file__).parent / "fifth_variant" / variant,
+                    package / "variants" / variant)
+    return {**os.environ, "PYTHONPATH": str(tmp_path / "src"), "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.slow
+def test_a_fifth_variant_folder_is_all_it_takes(tmp_path):
+    env = _tree_with(tmp_path, "tempered")
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -57,3 +66,54 @@ def test_a_fifth_variant_folder_is_all_it_takes(tmp_path):
     assert facts["cli"] == facts["variants"]
     assert facts["nodes"] == {"TemperedAttention": 2}
     assert facts["passed"]
+
+
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_gated_fifth_variant_goes_from_training_to_the_server(tmp_path):
+    from attndeploy.data import example_texts
+    from attndeploy.serving.server.ports import free_ports
+
+    env = _tree_with(tmp_path, "sieve")
+    texts = example_texts("sparse_evidence", 4, seed=4242)  # held-out-like texts of the task
+
+    def cli(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "attndeploy", *args], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{args[0]}: {done.stderr[-3000:]}"
+        return done.stdout
+
+    assert "sieve" in cli("train", "--help")
+    trained = json.loads(cli("train", "--variant", "sieve", "--task", "sparse_evidence",
+                             "--steps", "80", "--n-train", "400", "--n-eval", "100",
+                             "--n-val", "100", "--out", "ckpt", "--json"))
+    metrics, training = trained["metrics"], trained["training"]
+    # Its training hook gave the penalty's starting weight; the shared controller then steered it.
+    assert metrics["density_target"] == 0.3 and metrics["density"] < 1.0
+    assert training["final_density_weight"] != 1e-3  # SieveConfig.density_weight, moved
+
+    exported = cli("export", "ckpt", "--out", "model.onnx")
+    assert "SieveAttention" in exported and "GatedAttentionPooling" in exported
+    report = json.loads(cli("validate", "ckpt", "model.onnx", "--shapes", "1x4,2x9,3x16",
+                            "--json"))
+    assert report["passed"] and report["gates"], report["failures"]
+
+    predicted = json.loads(cli("predict", "model.onnx", *[a for t in texts for a in ("--text", t)],
+                               "--json"))["predictions"]
+    assert all(set(p["attended"]) <= set(p["tokens"]) for p in predicted)
+    assert any(len(p["attended"]) < len(p["tokens"]) for p in predicted)  # some gates closed
+
+    cli("package", "model.onnx", "--repo", "repo", "--model", "sieve", "--flavor", "python")
+    grpc, http, metrics_port = free_ports(3)
+    cli("serve", "--repo", "repo", "--background", "--grpc-port", str(grpc), "--http-port",
+        str(http), "--metrics-port", str(metrics_port))
+    try:
+        for text, local in zip(texts, predicted, strict=True):
+            served = json.loads(cli("infer", "--model", "sieve_text", "--text", text,
+                                    "--url", f"127.0.0.1:{grpc}", "--json"))
+            assert (served["label"], served["attended"]) == (local["label"], local["attended"])
+            assert served["logits"] == pytest.approx(local["logits"], abs=1e-4)
+    finally:
+        cli("stop", "--repo", "repo")
