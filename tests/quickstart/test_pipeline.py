@@ -17,6 +17,7 @@ import pytest
 from matplotlib.image import imread
 
 from attndeploy.quickstart.pipeline import VARIANTS, QuickstartOptions, run_quickstart
+from attndeploy.variants import variant_spec
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +89,15 @@ def test_the_report_links_only_pictures_that_exist_and_read_back(first_run):
         assert imread(work / link).size > 0, link
     for variant in VARIANTS:
         assert f"| {variant} |" in report
+    # Each variant's figures are the ones its spec asks for, under its title.
+    files = {Path(link).name for link in links}
+    for variant in VARIANTS:
+        spec = variant_spec(variant)
+        if "gates" in spec.figures:
+            assert f"{variant}_gates.png" in files
+            assert f"## {spec.title}: which tokens the model attends to" in report
+        if "layer_maps" in spec.figures:
+            assert f"{variant}_maps.png" in files
 
 
 def test_a_second_run_reuses_checkpoints_and_exports(first_run):
