@@ -13,7 +13,7 @@ Stages (timed in `ExportResult.stages`):
                  through `torch.onnx.export(model, ...)`, whose fallback strategies re-export
                  with torch's "suggested fixes" and silently pin a dynamic dim
                  (docs/architecture.md).
-  translate      decomposition, ONNX translation, onnxscript optimizer (`_tracing.to_onnx`); then
+  translate      decomposition, ONNX translation, onnxscript optimizer (`tracing.to_onnx`); then
                  the dims get the interface's names and the `Attention` masks their query dim
   finish         function bodies, structure checks (`check_structure`), metadata, onnx.checker
   runtime_check  one run in onnxruntime's CPU provider; then the atomic write
@@ -35,7 +35,7 @@ from torch import nn
 from attndeploy import __version__, checkpoint_formats
 from attndeploy.checkpoint import Checkpoint, read_checkpoint, read_config
 from attndeploy.errors import ExportError
-from attndeploy.export import _tracing, generic
+from attndeploy.export import generic, tracing
 from attndeploy.export.generic import META_PREFIX, ExportOptions, ExportResult
 from attndeploy.fsutil import atomic_write_bytes
 from attndeploy.interface import BATCH, SEQ, ModelInterface, make_feed, model_interface
@@ -48,8 +48,8 @@ __all__ = [
     "runtime_check",
 ]
 
-RANDOM_OPS = _tracing.RANDOM_OPS
-random_ops = _tracing.random_ops
+RANDOM_OPS = tracing.RANDOM_OPS
+random_ops = tracing.random_ops
 # Largest batch the traced graph is declared for (ONNX dims carry no bound; torch.export needs one).
 MAX_BATCH = 4096
 EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
@@ -95,7 +95,7 @@ def expected_lstm_nodes(config: Any) -> int:
 def check_structure(model: onnx.ModelProto, config: Any, *, inlined: bool) -> dict[str, int]:
     """Assert the contract: custom nodes per layer, a function per op type, one `LSTM` per
     direction run, no random op, symbolic dims. Returns the custom node counts."""
-    found = _tracing.check_custom_nodes(
+    found = tracing.check_custom_nodes(
         model, Counter() if inlined else expected_custom_nodes(config), inlined=inlined
     )
     lstms = sum(n.op_type == "LSTM" and n.domain in ("", "ai.onnx") for n in model.graph.node)
@@ -107,7 +107,7 @@ def check_structure(model: onnx.ModelProto, config: Any, *, inlined: bool) -> di
     interface = interface_of(config)
     for value in list(model.graph.input) + list(model.graph.output):
         spec = interface.spec(value.name)
-        dims = _tracing.dims_of(value)
+        dims = tracing.dims_of(value)
         for axis, want in enumerate(spec.dims):
             got = dims[axis] if axis < len(dims) else None
             if got != want:
@@ -186,7 +186,7 @@ def runtime_check(model: onnx.ModelProto | bytes | Path, config: Any, max_seq: i
             if fp16 and "implementation" in str(exc).lower() else ""
         )
         raise ExportError(f"{where} cannot run the exported model: "
-                          f"{_tracing.first_lines(exc, 3)}{hint}") from exc
+                          f"{tracing.first_lines(exc, 3)}{hint}") from exc
     sizes = {BATCH: 2, SEQ: seq}
     for spec, value in zip(interface.outputs, outputs, strict=True):
         want = tuple(sizes.get(d, d) for d in spec.dims)

@@ -37,7 +37,7 @@ from torch import nn
 
 from attndeploy import __version__
 from attndeploy.errors import ExportError
-from attndeploy.export import _tracing, lstm
+from attndeploy.export import lstm, tracing
 from attndeploy.export.dims import DimSpec, dim_spec, export_program
 from attndeploy.fsutil import atomic_write_bytes
 from attndeploy.models.inputs import position_limit
@@ -183,20 +183,20 @@ def _trace(
     """The flat model as an ONNX model (custom nodes still without functions), stage times,
     the attndeploy op calls made while tracing and the dims torch.export narrowed."""
     times: dict[str, float] = {}
-    with _tracing.tracing_settings():
+    with tracing.tracing_settings():
         started = time.perf_counter()
-        _tracing.onnx_registry(opset)  # built once per process and opset
+        tracing.onnx_registry(opset)  # built once per process and opset
         times["registry"] = time.perf_counter() - started
         started = time.perf_counter()
-        with _tracing.lstm_route(flat.lstm_weights):
+        with tracing.lstm_route(flat.lstm_weights):
             program, refined = export_program(flat, example, dims)
         times["capture"] = time.perf_counter() - started
-        calls = _tracing.op_calls(program)
+        calls = tracing.op_calls(program)
         started = time.perf_counter()
         try:
-            proto = _tracing.to_onnx(program, opset, names).model_proto
+            proto = tracing.to_onnx(program, opset, names).model_proto
         except Exception as exc:  # the translator raises many types; keep its message
-            raise ExportError(f"translation to ONNX failed: {_tracing.first_lines(exc)}") from exc
+            raise ExportError(f"translation to ONNX failed: {tracing.first_lines(exc)}") from exc
         times["translate"] = time.perf_counter() - started
     return proto, times, calls, refined.bounds
 
@@ -232,9 +232,9 @@ def trace_model(
         names = SimpleNamespace(input_names=list(inputs), output_names=list(reference))
         proto, stages, calls, bounds = _trace(flat, example, dims, names, opset)
     stages["capture"] = stages.get("capture", 0.0) + eager_s
-    _tracing.name_dynamic_dims(proto, dynamic_axes)
-    _tracing.expand_attention_masks(proto)
-    proto = _tracing.attach_functions(proto, opset, inline_functions, function_protos)
+    tracing.name_dynamic_dims(proto, dynamic_axes)
+    tracing.expand_attention_masks(proto)
+    proto = tracing.attach_functions(proto, opset, inline_functions, function_protos)
     return Traced(proto, stages, calls, tuple(inputs), tuple(reference), dynamic_axes, reference,
                   bounds)
 
@@ -242,7 +242,7 @@ def trace_model(
 def check_dynamic_dims(proto: onnx.ModelProto, dynamic_axes: Mapping[str, Mapping[int, str]]):
     """Every declared dynamic axis of an input is still symbolic, under its declared name."""
     for value in proto.graph.input:
-        dims = _tracing.dims_of(value)
+        dims = tracing.dims_of(value)
         for axis, want in dynamic_axes.get(value.name, {}).items():
             got = dims[axis] if axis < len(dims) else None
             if got != want:
@@ -280,7 +280,7 @@ def smoke_check(proto: onnx.ModelProto, traced: Traced, inputs: Mapping[str, tor
         outputs = session.run(list(traced.output_names), feed)
     except Exception as exc:  # onnxruntime raises its own pybind types
         raise ExportError(f"{where} cannot run the exported model: "
-                          f"{_tracing.first_lines(exc, 3)}") from exc
+                          f"{tracing.first_lines(exc, 3)}") from exc
     for name, got in zip(traced.output_names, outputs, strict=True):
         want = traced.reference[name]
         want_dtype = np.dtype(str(want.dtype).replace("torch.", ""))
@@ -329,7 +329,7 @@ def export_model(
                          inline_functions=inline_functions)
     finishing = time.perf_counter()
     proto = traced.proto
-    custom = _tracing.check_custom_nodes(proto, traced.op_calls, inlined=inline_functions)
+    custom = tracing.check_custom_nodes(proto, traced.op_calls, inlined=inline_functions)
     check_dynamic_dims(proto, traced.dynamic_axes)
     extra = dict(metadata or {})
     bad = [key for key, value in extra.items() if not (isinstance(key, str)

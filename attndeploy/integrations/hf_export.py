@@ -20,7 +20,7 @@ import onnx
 
 from attndeploy.checkpoint import read_checkpoint
 from attndeploy.errors import ExportError
-from attndeploy.export import _tracing, generic
+from attndeploy.export import generic, tracing
 from attndeploy.export.exporter import build_metadata, interface_of, runtime_check, trace_checkpoint
 from attndeploy.export.generic import META_PREFIX, ExportOptions, ExportResult
 from attndeploy.fsutil import (
@@ -37,7 +37,7 @@ def _check_structure(proto: Any, config: HFModelConfig, expected: Counter, lstms
                      inlined: bool) -> dict[str, int]:
     """One `attndeploy` node per attention layer (`expected`, each with its function, no random
     op), `lstms` `LSTM` nodes (a BiLSTM gate network: one per direction), symbolic dims."""
-    found = _tracing.check_custom_nodes(proto, Counter() if inlined else expected,
+    found = tracing.check_custom_nodes(proto, Counter() if inlined else expected,
                                         inlined=inlined)
     got = sum(n.op_type == "LSTM" and n.domain in ("", "ai.onnx") for n in proto.graph.node)
     if got != lstms:
@@ -45,7 +45,7 @@ def _check_structure(proto: Any, config: HFModelConfig, expected: Counter, lstms
                           "(one per direction)")
     interface = interface_of(config)
     for value in list(proto.graph.input) + list(proto.graph.output):
-        dims = _tracing.dims_of(value)
+        dims = tracing.dims_of(value)
         for axis, want in enumerate(interface.spec(value.name).dims):
             got_dim = dims[axis] if axis < len(dims) else None
             if got_dim != want:

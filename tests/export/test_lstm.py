@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from attndeploy.errors import ExportError
-from attndeploy.export import _tracing, lstm
+from attndeploy.export import lstm, tracing
 from attndeploy.variants import _recurrent
 from attndeploy.variants._recurrent import PaddedBiLSTM, override_lstm, run_lstm
 from tests.helpers import assert_close, lengths_mask, randn
@@ -122,8 +122,8 @@ def exported_block() -> tuple[_BiLSTMBlock, onnx.ModelProto]:
         )
     names = SimpleNamespace(input_names=["x", "mask"], output_names=["states"])
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_tracing, "onnx_registry", lambda opset: None)
-        onnx_program = _tracing.to_onnx(program, 18, names)
+        patch.setattr(tracing, "onnx_registry", lambda opset: None)
+        onnx_program = tracing.to_onnx(program, 18, names)
     return block, onnx_program.model_proto
 
 
