@@ -32,8 +32,9 @@ How:
 
 Run: `.venv/bin/python benchmarks/tune.py --repo REPO --model NAME [--latency-budget-ms P95]
 [--budget-minutes 10] [--concurrency 1,4,16,64] [--int8 Q.onnx] [--rounds 3] [--levels 1,16]
-[--window-s 2] [--quick] [--out DIR]`. Writes DIR/tune.json and DIR/tune.png (DIR defaults to
-benchmarks/results/). `--quick`: a 3-minute budget, 2 rounds, 1-second windows.
+[--window-s 2] [--text-file TEXTS] [--quick] [--out DIR]`. Writes DIR/tune.json and
+DIR/tune.png (DIR defaults to benchmarks/results/). `--quick`: a 3-minute budget, 2 rounds,
+1-second windows.
 Quickstart-like model: `attndeploy train --variant standard --task sparse_evidence --out
 /tmp/tune/ckpt`, `attndeploy package /tmp/tune/ckpt --repo /tmp/tune/repo`, then
 `--repo /tmp/tune/repo --model ckpt_text` (the text model and its id model) or `--model ckpt`.
@@ -244,6 +245,8 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=None)
     parser.add_argument("--in-process-s", type=float, default=3.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--text-file", type=Path, default=None,
+                        help="texts, one per line, sent instead of random words (a text model)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
@@ -264,7 +267,7 @@ def main() -> None:
                           latency_budget_ms=args.latency_budget_ms,
                           concurrency=tuple(int(c) for c in args.concurrency.split(",")),
                           budget_minutes=args.budget_minutes, int8=args.int8,
-                          window_s=args.window_s, seed=args.seed)
+                          window_s=args.window_s, seed=args.seed, text_file=args.text_file)
     result = run_tune(options, progress=True)
     tune_s = time.perf_counter() - started
     load_after_tune = list(os.getloadavg())
