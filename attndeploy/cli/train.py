@@ -54,17 +54,18 @@ def _evolving(field: str) -> Any:
     return field_default(EvolvingConfig, field)
 
 
-def _pretrained_ganet(field: str) -> Any:
-    return PRETRAINED_DEFAULTS.options_for("ganet").get(field, _ganet(field))
-
-
 def _ganet_help(field: str) -> str:
     return _both(_ganet_default(_TASK, field), _ganet_default(_DATA, field),
-                 _pretrained_ganet(field))
+                 _ganet_default(PRETRAINED_DEFAULTS, field))
 
 
 def _evolving_default(defaults: Any, field: str) -> Any:
     return defaults.options_for("evolving").get(field, _evolving(field))
+
+
+def _evolving_help(field: str) -> str:
+    return _both(_evolving_default(_TASK, field), _evolving_default(_DATA, field),
+                 _evolving_default(PRETRAINED_DEFAULTS, field))
 
 
 def _option_fields() -> str:
@@ -78,10 +79,6 @@ def _option_fields() -> str:
                                for f in dataclasses.fields(spec.config))
             listed.append(f"{spec.name}: {fields}")
     return "; ".join(listed)
-
-
-def _pretrained_evolving(field: str) -> Any:
-    return PRETRAINED_DEFAULTS.options_for("evolving").get(field, _evolving(field))
 
 
 def _model_default(key: str) -> str:
@@ -260,11 +257,11 @@ def command(
     )] = None,
     alpha: Annotated[float | None, typer.Option(
         help="Evolving: weight of the previous logits. "
-             f"{_both(_evolving('alpha'), _evolving('alpha'), _pretrained_evolving('alpha'))}"
+             f"{_evolving_help('alpha')}"
     )] = None,
     beta: Annotated[float | None, typer.Option(
         help="Evolving: weight of the conv branch. "
-             f"{_both(_evolving('beta'), _evolving('beta'), _pretrained_evolving('beta'))}"
+             f"{_evolving_help('beta')}"
     )] = None,
     negative_slope: Annotated[
         float, typer.Option(help="Evolving: LeakyReLU slope.")

@@ -52,7 +52,7 @@ def _gate_examples(ckpt_dir: Path, task: str, count: int = 6) -> list:
     return rows
 
 
-def _evolving_maps(ckpt_dir: Path, task: str) -> tuple[list, list[str]]:
+def _layer_maps(ckpt_dir: Path, task: str) -> tuple[list, list[str]]:
     from attndeploy.checkpoint import read_checkpoint
     from attndeploy.data import example_texts
 
@@ -189,7 +189,7 @@ def write_report(data: dict[str, Any], outcomes: list, work: Path, options: Any)
                       "the model's prediction.", "",
                       f"![{spec.title} gates]({_rel(paths[f'{spec.name}_gates'], work)})", ""]
         if "layer_maps" in spec.figures:
-            maps, words = _evolving_maps(outcome.checkpoint, options.task)
+            maps, words = _layer_maps(outcome.checkpoint, options.task)
             paths[f"{spec.name}_maps"] = figures.plot_evolving_maps(
                 maps, words, pictures / f"{spec.name}_maps.png",
                 title=f"{spec.title}: attention maps layer by layer (one example)")
