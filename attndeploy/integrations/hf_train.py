@@ -33,7 +33,7 @@ whichever is fewer). The bag-of-words baseline (on the texts' words) joins the h
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,7 @@ from attndeploy.train import TrainConfig, TrainResult, fit
 from attndeploy.training.baseline import compare_with_baseline
 from attndeploy.training.config import defaults_for
 from attndeploy.training.schedule import warmup_steps
+from attndeploy.variants.registry import variant_spec
 
 # ----------------------------------------------------------------------------- the model
 
@@ -223,13 +224,14 @@ def train_hf_checkpoint(
                              seed=train_config.seed)
     if not model.is_gated:
         train_config = replace(train_config, density_target=None)  # no gates to steer
-    density_weight = float(getattr(sub, "density_weight", 0.0)) if model.is_gated else 0.0
+    hooks = variant_spec(variant).training  # a gated variant's (None otherwise)
+    density_weight = float(hooks.penalty_weight(sub)) if model.is_gated else 0.0
     teacher = None
     if train_config.distill:  # GA-Net learns from its dense-gate run (training.distill)
         if not model.is_gated:
             raise ConfigError(f"distillation from a dense-gate teacher applies to gated "
                               f"variants (GA-Net), not {variant!r}; leave --distill at 0")
-        dense = build_classifier(source, data, variant, {**options, "density_weight": 0.0},
+        dense = build_classifier(source, data, variant, asdict(hooks.without_penalty(sub)),
                                  max_seq=max_seq, seed=train_config.seed)
         teacher = fine_tune(dense, data.train_set, data.eval_set,
                             replace(train_config, density_target=None, distill=0.0),

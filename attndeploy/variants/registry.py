@@ -61,12 +61,14 @@ class Preset:
 @dataclasses.dataclass(frozen=True)
 class TrainingHooks:
     """What training needs from a gated variant beyond its layers (light: functions of the
-    ModelConfig). The density penalty, its controller, the threshold calibration and the
-    distillation from a dense-gate run are shared by every gated variant (attndeploy/training/);
-    these say how this variant's config drives them.
+    variant's own sub-config, e.g. `GANetConfig`, which both a built-in model's `ModelConfig` and a
+    converted Hugging Face model hold). The density penalty, its controller, the threshold
+    calibration and the distillation from a dense-gate run are shared by every gated variant
+    (attndeploy/training/); these say how this variant's config drives them.
 
-    penalty_weight:  model config -> the starting weight of the `density_penalty` in the loss.
-    without_penalty: model config -> the same model with the penalty off (the dense-gate teacher).
+    penalty_weight:  sub-config -> the starting weight of the `density_penalty` in the loss.
+    without_penalty: sub-config -> the same sub-config with the penalty off (the dense-gate
+                     teacher).
     """
 
     penalty_weight: Callable[[Any], float]

@@ -59,7 +59,7 @@ def test_what_a_variant_adds_to_the_toolkit_is_read_from_its_spec():
     config = ModelConfig(vocab_size=5, num_labels=2, variant="ganet", d_model=8, n_heads=2,
                          n_layers=1, d_ff=8, max_seq=8)
     assert isinstance(build_model(config).gates, GateController)  # its gate machinery
-    assert ganet.training.penalty_weight(config) == config.ganet.density_weight
+    assert ganet.training.penalty_weight(config.ganet) == config.ganet.density_weight
     assert dense_gate_config(config).ganet.density_weight == 0.0  # its teacher, via the hook
     # The presets: its own fields on top of everyone's, none where it declares none.
     assert REAL_TEXT_DEFAULTS.options_for("ganet") == dict(ganet.preset("data").config)

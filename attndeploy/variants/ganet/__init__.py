@@ -36,13 +36,13 @@ def _export_check(config) -> None:
         )
 
 
-def _penalty_weight(config) -> float:
-    return config.ganet.density_weight  # the paper's lambda
+def _penalty_weight(config) -> float:  # a GANetConfig
+    return config.density_weight  # the paper's lambda
 
 
 def _without_penalty(config):
-    """The dense-gate run (the distillation teacher): the same model, lambda 0."""
-    return dataclasses.replace(config, ganet=dataclasses.replace(config.ganet, density_weight=0.0))
+    """The dense-gate run (the distillation teacher): the same gates, lambda 0."""
+    return dataclasses.replace(config, density_weight=0.0)
 
 
 # On real text (`train --data`) GA-Net trains with hard-concrete gates: closed gates are exactly 0

@@ -16,12 +16,12 @@ def _model_ops(config) -> dict[str, int]:
     return ops
 
 
-def _penalty_weight(config) -> float:
-    return config.sieve.density_weight
+def _penalty_weight(config) -> float:  # a SieveConfig
+    return config.density_weight
 
 
 def _without_penalty(config):
-    return dataclasses.replace(config, sieve=dataclasses.replace(config.sieve, density_weight=0.0))
+    return dataclasses.replace(config, density_weight=0.0)
 
 
 SPEC = register_variant(VariantSpec(
