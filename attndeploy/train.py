@@ -9,7 +9,8 @@ training stops after `patience` evaluations without a better one, after `max_epo
 `max_seconds`. Evaluation runs in eval mode (hard gates for GA-Net) and reports accuracy, and for
 GA-Net the gate density and the count and rate of all-closed rescues (docs/variants.md §3.7).
 With `density_calibrate` the kept GA-Net model's gate threshold moves at the end so that the
-selection set's density is that value (`attndeploy.training.calibration`).
+validation set's density (without one, the training set's: never the held-out set's) is that
+value (`attndeploy.training.calibration`).
 With `refit` (real text) the selected run only chooses the epoch count, and a fresh model then
 trains on the training and validation examples together (`attndeploy.training.refit`).
 
@@ -375,7 +376,8 @@ def fit(
         average.copy_to_model()
     calibration = None
     if controller is not None and config.density_calibrate is not None:
-        calibration = calibrate_gate_threshold(model, select_set, config.density_calibrate)
+        calibration = calibrate_gate_threshold(  # texts only, no labels: but never held out
+            model, train_set if val_set is None else val_set, config.density_calibrate)
     model.eval()
     metrics = evaluate(model, eval_set)
     best = tracker.best if config.keep_best else None

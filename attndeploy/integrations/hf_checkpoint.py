@@ -155,6 +155,29 @@ class HFClassifier(nn.Module):
     def is_gated(self) -> bool:
         return self._gated
 
+    def _gate_network(self) -> nn.Module:
+        network = conversion_of(self.model).gate_network if self.is_gated else None
+        if network is None:
+            raise ConfigError(f"variant {self.config.variant!r} has no gates")
+        return network
+
+    @torch.no_grad()
+    def gate_scores(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """The gate network's logits s [B, T] for these inputs, without noise (an eval-mode
+        pass: the network scores the embedding layer's output inside the encoder)."""
+        self._gate_network()
+        was_training = self.training
+        self.eval()
+        try:
+            return self(input_ids, attention_mask, details=True)["gate_logits"]  # [B, T]
+        finally:
+            self.train(was_training)
+
+    @torch.no_grad()
+    def shift_gate_threshold(self, shift: float) -> None:
+        """Move every gate logit by `shift` for good (the gate network's last bias)."""
+        self._gate_network().shift_threshold(shift)
+
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor, *, details: bool = False
     ) -> dict[str, Tensor]:

@@ -129,9 +129,10 @@ def fine_tune(
 ) -> HFTrainResult:
     """Train `model` in place with `attndeploy train`'s loop (`attndeploy.train.fit`); returns it
     in eval mode with metrics on `eval_set`. Selection reads `val_set` when given, else
-    `eval_set`; word dropout needs the `tokenizer` (its [UNK], [CLS] and [SEP]). The gate
-    threshold is not calibrated (`density_calibrate` is set to None), and the selected model is
-    kept: no refit on the validation examples (`refit` is set to False)."""
+    `eval_set`; word dropout needs the `tokenizer` (its [UNK], [CLS] and [SEP]). With
+    `density_calibrate` the gate threshold moves at the end as `fit` moves it (on `val_set`, else
+    on `train_set`). The selected model is kept: no refit on the validation examples (`refit` is
+    set to False)."""
     if not len(train_set):
         raise ConfigError("the training set is empty")
     if config.word_dropout and tokenizer is None:
@@ -146,7 +147,7 @@ def fine_tune(
             return _drop_pieces(input_ids, attention_mask, config.word_dropout,
                                 tokenizer.unk_id, keep, generator)
 
-    config = replace(config, density_calibrate=None, refit=False)
+    config = replace(config, refit=False)
     return fit(
         model, train_set, eval_set, config, density_weight=density_weight,
         label=f"fine-tune {model.config.architecture} / {model.config.variant}",

@@ -42,15 +42,28 @@ class AttnModel(nn.Module):
                 max_seq=self.config.max_seq, vocab_size=self.config.vocab_size,
             )
 
+    def _require_gates(self) -> None:
+        if self.gates is None:
+            raise ConfigError(f"variant {self.config.variant!r} has no gates")
+
+    @torch.no_grad()
+    def gate_scores(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """The gate network's logits s [B, T] for these inputs, without noise: a gate is open
+        where s > 0 (`training.calibration` reads them)."""
+        self._require_gates()
+        return self.gates.scores(self.embed(input_ids), attention_mask != 0)  # [B, T]
+
+    @torch.no_grad()
+    def shift_gate_threshold(self, shift: float) -> None:
+        """Move every gate logit by `shift` for good (one bias value; the graph keeps its form)."""
+        self._require_gates()
+        self.gates.shift_threshold(shift)
+
     @torch.no_grad()
     def eval_gates(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         """The hard gates [B, T] that eval mode would apply to these inputs, in either mode: the
         auxiliary network's logits s without noise, open where s > 0, with the rescue."""
-        if self.gates is None:
-            raise ConfigError(f"variant {self.config.variant!r} has no gates")
-        mask = attention_mask != 0  # [B, T]
-        scores = self.gates.scores(self.embed(input_ids), mask)  # [B, T]
-        return hard_gates(scores, mask)
+        return hard_gates(self.gate_scores(input_ids, attention_mask), attention_mask != 0)
 
     def gate_outputs(
         self, state: GateState | None, applied: Tensor | None, mask: Tensor, details: bool

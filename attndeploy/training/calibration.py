@@ -33,9 +33,8 @@ def _gate_logits(model: Any, dataset: Any, batch_size: int
     model.eval()
     batches = []
     for input_ids, attention_mask, _ in dataset.batches(batch_size, shuffle=False):
-        mask = attention_mask != 0  # [B, T]
-        scores = model.gates.scores(model.embed(input_ids), mask)  # [B, T]
-        batches.append((scores, mask))
+        scores = model.gate_scores(input_ids, attention_mask)  # [B, T]
+        batches.append((scores, attention_mask != 0))
     model.train(was_training)
     return batches
 
@@ -82,6 +81,6 @@ def calibrate_gate_threshold(model: Any, dataset: Any, density: float, *,
             else:
                 high = middle
         shift = _between_gates(batches, low)
-    model.gates.shift_threshold(shift)
+    model.shift_gate_threshold(shift)
     return {"gate_shift": shift, "density_before": before,
             "density_after": _density(_gate_logits(model, dataset, batch_size), 0.0)}

@@ -42,7 +42,8 @@ class TrainConfig:
     density_anneal: float = 0.0  # GA-Net: epochs over which the target falls from 1 to its value
     density_slack: float = 0.05  # GA-Net: selection takes evaluations up to target + this
     density_calibrate: float | None = None  # GA-Net: at the end, move the gate threshold to
-    # this density on the selection set (training.calibration); None: leave it at 0
+    # this density on the validation set, else the training set (training.calibration); None:
+    # leave it at 0
     weight_average: float = 0.0  # evaluate and keep an EMA of the weights with this decay; 0: off
     embedding_init: float = 0.0  # re-draw token and position embeddings from N(0, this²); 0: off
     refit: bool = False  # after selection on a validation split, train a fresh model on the

@@ -446,3 +446,30 @@ def test_a_pretrained_variant_trains_what_the_conversion_added_at_the_new_rate(
     assert info.value.code == 0, capsys.readouterr().err
     used = read_checkpoint(tmp_path / "ckpt").metadata["training"]["config"]
     assert used["new_learning_rate"] > used["learning_rate"] == 5e-5
+
+
+def test_a_pretrained_ganet_calibrates_its_gate_threshold_on_the_training_texts(tmp_path: Path):
+    """`density_calibrate` moves the converted model's gate threshold at the end, as the built-in
+    loop does; without a validation split it reads the training texts, never the held-out ones,
+    and the checkpoint keeps the moved threshold."""
+    from attndeploy.integrations.hf_data import load_hf_training_data, load_source
+    from attndeploy.train import evaluate
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i % 4} {'good' if i % 2 else 'bad'} day "
+                                                  f"{'amber' if i % 3 else 'cobalt'} bravo",
+                                          "label": i % 2}) for i in range(60)) + "\n")
+    folder = pretrained_folder(tmp_path / "pre")
+    config = TrainConfig(steps=12, batch_size=16, learning_rate=5e-5, new_learning_rate=5e-2,
+                         density_target=0.45, density_calibrate=0.5)
+    result = train_hf_checkpoint(folder, "ganet", tmp_path / "ckpt", data_file=data,
+                                 max_seq=16, progress=False, train_config=config)
+    calibration = result.summary["gate_calibration"]
+    assert calibration["gate_shift"] != 0.0
+    assert calibration["density_before"] != calibration["density_after"]
+    source = load_source(folder)
+    split = load_hf_training_data(source, data_file=data, max_seq=16, seed=0)
+    saved = read_checkpoint(tmp_path / "ckpt").model.eval()
+    training_density = evaluate(saved, split.train_set)["density"]
+    assert training_density == pytest.approx(calibration["density_after"], abs=1e-6)
+    assert training_density <= 0.5

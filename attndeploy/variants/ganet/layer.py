@@ -98,6 +98,11 @@ class GateNetwork(nn.Module):
         self.score.weight.zero_()
         self.score.bias.fill_(logit)
 
+    @torch.no_grad()
+    def shift_threshold(self, shift: float) -> None:
+        """Move every logit s by `shift` for good (the last layer's bias)."""
+        self.score.bias.add_(shift)
+
     def scores(self, x: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
         """The auxiliary network's logits s [B, T] (no noise)."""
         mask = as_key_padding_mask(key_padding_mask, x)
@@ -150,7 +155,7 @@ class GateController(nn.Module):
     def shift_threshold(self, shift: float) -> None:
         """Move every gate logit by `shift` for good (the logit layer's bias): opens (> 0) or
         closes (< 0) the gates nearest the threshold first; the exported graph keeps its form."""
-        self.network.score.bias.add_(shift)
+        self.network.shift_threshold(shift)
 
     def layer_context(self, state: GateState, key_padding_mask: Tensor) -> LayerContext:
         return LayerContext(
