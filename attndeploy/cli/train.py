@@ -235,8 +235,9 @@ def command(
              "during training. 0: no target, a fixed --density-weight. "
              f"{_both(_TASK.training.density_target, _DATA.training.density_target)}")] = None,
     density_calibrate: Annotated[float | None, typer.Option(
-        help="GA-Net: at the end, move the gate threshold so that the validation density is "
-             "this. 0: leave the threshold at 0. "
+        help="GA-Net: at the end, move the gate threshold so that the validation density "
+             "(without a validation split, the training texts') is this. 0: leave the "
+             "threshold at 0. "
              f"{_both(_TASK.training.density_calibrate, _DATA.training.density_calibrate)}"
     )] = None,
     distill: Annotated[float | None, typer.Option(
@@ -352,8 +353,8 @@ def command(
             json_output=json_output, max_epochs=max_epochs, patience=patience,
             eval_every=eval_every, weight_decay=weight_decay, label_smoothing=label_smoothing,
             word_dropout=word_dropout, weight_average=weight_average,
-            density_target=density_target, n_val=n_val, val_fraction=val_fraction,
-            truncate=truncate, new_lr=new_lr,
+            density_target=density_target, density_calibrate=density_calibrate, n_val=n_val,
+            val_fraction=val_fraction, truncate=truncate, new_lr=new_lr,
         )
         return
 

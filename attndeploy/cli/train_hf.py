@@ -55,6 +55,7 @@ def train_hf_command(
     word_dropout: float | None = None,
     weight_average: float | None = None,
     density_target: float | None = None,
+    density_calibrate: float | None = None,
     n_val: int | None = None,
     val_fraction: float | None = None,
     truncate: bool = False,
@@ -66,7 +67,8 @@ def train_hf_command(
     `variant_config`: the variant's config dataclass as `attndeploy train` builds it from its
     options (`--alpha`, `--beta`, `--qvi-form`, `--aux`, `--option NAME=VALUE`...), or None for
     a variant without one. The model's sizes come from its config (`--d-model`, `--heads`,
-    `--layers` and `--d-ff` do not apply). `patience` 0 and `density_target` 0 mean none.
+    `--layers` and `--d-ff` do not apply). `patience`, `density_target` and
+    `density_calibrate` 0 mean none.
     """
     from attndeploy.cli.output import summary_lines
     from attndeploy.errors import ConfigError
@@ -100,6 +102,7 @@ def train_hf_command(
         word_dropout=pick(word_dropout, 0.0),
         weight_average=pick(weight_average, preset.weight_average),
         density_target=pick(density_target, preset.density_target) or None,
+        density_calibrate=pick(density_calibrate, preset.density_calibrate) or None,
         embedding_init=0.0,
     )
     result = train_hf_checkpoint(

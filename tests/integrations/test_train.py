@@ -473,3 +473,23 @@ def test_a_pretrained_ganet_calibrates_its_gate_threshold_on_the_training_texts(
     training_density = evaluate(saved, split.train_set)["density"]
     assert training_density == pytest.approx(calibration["density_after"], abs=1e-6)
     assert training_density <= 0.5
+
+
+def test_the_cli_passes_density_calibrate_to_a_hugging_face_ganet(tmp_path: Path, monkeypatch,
+                                                                  capsys):
+    from attndeploy.cli import app as cli_app
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i % 4} {'good' if i % 2 else 'bad'} day",
+                                          "label": i % 2}) for i in range(40)) + "\n")
+    monkeypatch.setattr("sys.argv", [
+        "attndeploy", "train", "--hf-model", str(pretrained_folder(tmp_path / "pre")),
+        "--variant", "ganet", "--data", str(data), "--max-seq", "16", "--steps", "3",
+        "--new-lr", "0.05", "--density-calibrate", "0.5", "--out", str(tmp_path / "ckpt"),
+        "--json"])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    assert info.value.code == 0, capsys.readouterr().err
+    training = read_checkpoint(tmp_path / "ckpt").metadata["training"]
+    assert training["config"]["density_calibrate"] == 0.5
+    assert training["gate_calibration"]["density_after"] <= 0.5
