@@ -23,7 +23,8 @@ included) are refused.
 
 Training is `attndeploy.train`'s loop on a model that is already built (module docstring
 there): epochs, selection on the validation set (else the held-out one) with the best weights kept,
-`patience`/`max_epochs`/`steps`/`max_seconds` stops, GA-Net's density target, the weight average,
+`patience`/`max_epochs`/`steps`/`max_seconds` stops, GA-Net's density target and threshold
+calibration (on the validation set, else the training texts), the weight average,
 and a cosine schedule that ends at the last step the run can take (`max_epochs` epochs or `steps`,
 whichever is fewer). The bag-of-words baseline (on the texts' words) joins the held-out metrics.
 `embedding_init` does not apply (the encoder keeps its embeddings); word dropout replaces pieces
