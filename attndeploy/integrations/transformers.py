@@ -66,6 +66,7 @@ from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
 from attndeploy.integrations.hf_hooks import install_hooks
 from attndeploy.variants._common import AttentionBase, LayerContext
+from attndeploy.variants.ganet.config import GANetConfig
 from attndeploy.variants.ganet.layer import GateNetwork
 from attndeploy.variants.registry import variant_spec
 
@@ -149,7 +150,11 @@ def variant_config(variant: str, options: dict[str, Any] | None = None) -> Any:
         raise ConfigError(f"unknown {variant} option(s) {', '.join(unknown)}; valid: "
                           f"{', '.join(valid)}")
     config = spec.config(**options)  # validates, says what to change
-    if spec.gated and getattr(config, "gate_mode", "threshold") != "threshold":
+    if spec.gated and not isinstance(config, GANetConfig):
+        raise ConfigError(f"a converted model gates with GA-Net's gate network, which reads a "
+                          f"GANetConfig; the gated variant {variant!r} has a "
+                          f"{type(config).__name__} and runs in attndeploy's own models only")
+    if spec.gated and config.gate_mode != "threshold":
         raise ConfigError("converted models decide GA-Net gates on the logits (gate_mode "
                           "'threshold'); 'sample' is not supported")
     return config

@@ -301,3 +301,20 @@ def test_open_token_ids_keep_their_gates_open_in_training_and_at_eval():
 def test_open_token_ids_must_be_token_ids():
     with pytest.raises(ConfigError, match="open_token_ids must be token ids"):
         convert(make_model("bert", "seq"), "ganet", open_token_ids=(-1,))
+
+
+def test_a_gated_variant_without_ganet_s_config_is_refused(monkeypatch):
+    """The conversion builds GA-Net's gate network from GA-Net's config fields: another gated
+    variant (a plug-in's, with its own machinery) runs in attndeploy's models, and converting to
+    it says so instead of failing on a missing field."""
+    import dataclasses
+    import types
+
+    @dataclasses.dataclass(frozen=True)
+    class SieveLikeConfig:
+        density_weight: float = 0.1
+
+    toy = types.SimpleNamespace(name="sieve_like", config=SieveLikeConfig, gated=True)
+    monkeypatch.setattr("attndeploy.integrations.transformers.variant_spec", lambda name: toy)
+    with pytest.raises(ConfigError, match="'sieve_like' has a SieveLikeConfig.*own models only"):
+        convert(make_model("bert", "seq"), "sieve_like")
