@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from attndeploy.configbase import json_ready
 from attndeploy.errors import AttnDeployError, CheckpointError, ConfigError
+from attndeploy.integrations.hf_hooks import hold_open
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
 from attndeploy.integrations.transformers import (
     conversion_of,
@@ -163,15 +164,13 @@ class HFClassifier(nn.Module):
 
     @torch.no_grad()
     def gate_scores(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """The gate network's logits s [B, T] for these inputs, without noise (an eval-mode
-        pass: the network scores the embedding layer's output inside the encoder)."""
-        self._gate_network()
-        was_training = self.training
-        self.eval()
-        try:
-            return self(input_ids, attention_mask, details=True)["gate_logits"]  # [B, T]
-        finally:
-            self.train(was_training)
+        """The gate network's logits s [B, T] for these inputs, without noise: what the model's
+        hook scores at the token lookup (`open_token_ids` held open), without running the
+        encoder layers."""
+        network = self._gate_network()
+        embeddings = self.model.base_model.embeddings.word_embeddings(input_ids)  # [B, T, E]
+        scores = network.scores(embeddings, attention_mask != 0)  # [B, T]
+        return hold_open(scores, input_ids, tuple(self.config.options.get("open_token_ids", ())))
 
     @torch.no_grad()
     def shift_gate_threshold(self, shift: float) -> None:

@@ -25,6 +25,17 @@ if TYPE_CHECKING:
 ALWAYS_OPEN_LOGIT = 12.0
 
 
+def hold_open(logits: Tensor, input_ids: Tensor, open_ids: tuple[int, ...]) -> Tensor:
+    """Gate logits [B, T] with the keys of GA-Net's `open_token_ids` held open (in training,
+    noise or not, and at eval)."""
+    if not open_ids:
+        return logits
+    kept = torch.zeros_like(input_ids, dtype=torch.bool)  # [B, T]
+    for token_id in open_ids:
+        kept = kept | (input_ids == token_id)
+    return torch.where(kept, torch.full_like(logits, ALWAYS_OPEN_LOGIT), logits)  # [B, T]
+
+
 def _forward_signature(module: nn.Module) -> inspect.Signature:
     return inspect.signature(module.forward)
 
@@ -76,13 +87,8 @@ def install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Modul
 
         def score_tokens(module: nn.Module, args: tuple, output: Tensor) -> None:
             if state.active and state.gate_logits is None:
-                logits = gate_network(output, state.key_padding_mask)  # [B, T]
-                if open_ids:  # these keys stay open, in training (noise or not) and at eval
-                    kept = torch.zeros_like(args[0], dtype=torch.bool)  # [B, T]
-                    for token_id in open_ids:
-                        kept = kept | (args[0] == token_id)
-                    logits = torch.where(kept, torch.full_like(logits, ALWAYS_OPEN_LOGIT), logits)
-                state.gate_logits = logits
+                state.gate_logits = hold_open(gate_network(output, state.key_padding_mask),
+                                              args[0], open_ids)  # [B, T]
 
         word_embeddings = base.embeddings.word_embeddings
         conversion.hooks.append(word_embeddings.register_forward_hook(score_tokens))

@@ -493,3 +493,32 @@ def test_the_cli_passes_density_calibrate_to_a_hugging_face_ganet(tmp_path: Path
     training = read_checkpoint(tmp_path / "ckpt").metadata["training"]
     assert training["config"]["density_calibrate"] == 0.5
     assert training["gate_calibration"]["density_after"] <= 0.5
+
+
+def test_a_converted_ganet_scores_its_gates_as_its_forward_pass_decides_them(tmp_path: Path):
+    """`gate_scores` (what the threshold calibration reads) scores the token lookup without
+    running the encoder layers: it equals the eval-mode pass's gate logits, `open_token_ids`
+    held open."""
+    from attndeploy.integrations.hf_data import load_hf_training_data, load_source
+    from attndeploy.integrations.hf_train import build_classifier
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i % 4} amber day", "label": i % 2})
+                              for i in range(20)) + "\n")
+    source = load_source(pretrained_folder(tmp_path / "pre"))
+    hf_data = load_hf_training_data(source, data_file=data, max_seq=16)
+    tokenizer = hf_data.tokenizer
+    model = build_classifier(source, hf_data, "ganet",
+                             {"open_token_ids": (tokenizer.cls_id, tokenizer.sep_id)}, max_seq=16)
+    with torch.no_grad():  # a gate network that scores tokens differently (it starts open)
+        for parameter in model.model.bert.embeddings.gate_network.parameters():
+            parameter.normal_()
+    model.eval()
+    ids, mask = (torch.from_numpy(a) for a in tokenizer.encode_batch(
+        ["w1 amber day", "w2 day"], max_seq=16))
+    scores = model.gate_scores(ids, mask)
+    with torch.no_grad():
+        decided = model(ids, mask, details=True)["gate_logits"]
+    torch.testing.assert_close(scores, decided)
+    framing = (ids == tokenizer.cls_id) | (ids == tokenizer.sep_id)
+    assert bool((scores[framing] > 0).all()) and bool((scores[~framing & (mask != 0)] < 0).any())
