@@ -78,6 +78,12 @@ class _ModelConfigMethods:
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def sub_config(self) -> Any:
+        """The chosen variant's own sub-config (its field is the variant's name); None for a
+        variant without one."""
+        return getattr(self, self.variant, None)
+
     def to_dict(self) -> dict[str, Any]:
         return json_ready(dataclasses.asdict(self))
 

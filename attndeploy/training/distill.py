@@ -35,10 +35,9 @@ from attndeploy.variants.registry import variant_spec
 def dense_gate_config(model_config: Any) -> Any:
     """The teacher's ModelConfig: the same model with the density penalty off (the variant's
     `TrainingHooks.without_penalty` on its sub-config)."""
-    name = model_config.variant  # the sub-config's field is the variant's name
-    hooks = variant_spec(name).training
-    return dataclasses.replace(model_config,
-                               **{name: hooks.without_penalty(getattr(model_config, name))})
+    hooks = variant_spec(model_config.variant).training
+    return dataclasses.replace(  # the sub-config's field is the variant's name
+        model_config, **{model_config.variant: hooks.without_penalty(model_config.sub_config)})
 
 
 def teacher_training(config: Any) -> Any:

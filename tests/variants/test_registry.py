@@ -193,3 +193,12 @@ def test_model_config_round_trips_through_a_dict():
 def test_model_config_from_a_corrupt_dict_raises_config_error(raw, message):
     with pytest.raises(ConfigError, match=message):
         ModelConfig.from_dict(raw)
+
+
+def test_a_model_config_names_its_variant_s_own_sub_config():
+    from attndeploy.config import ModelConfig
+
+    sizes = dict(vocab_size=5, num_labels=2, d_model=8, n_heads=2, n_layers=1, d_ff=8, max_seq=8)
+    ganet = ModelConfig(variant="ganet", **sizes)
+    assert ganet.sub_config is ganet.ganet
+    assert ModelConfig(variant="standard", **sizes).sub_config is None
