@@ -8,6 +8,7 @@ otherwise, so an export takes a few seconds.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -158,3 +159,18 @@ def save_text_checkpoint(out, model_type: str, variant: str, *, max_seq: int = 3
     classifier = HFClassifier(model, model_config_of(model, max_seq)).eval()
     spread_the_answers(classifier, tokenizer, TEXTS, max_seq)
     return save_hf_checkpoint(classifier, out, label_names=LABELS, tokenizer=tokenizer)
+
+
+def pretrained_folder(folder: Path) -> Path:
+    """A tiny `save_pretrained` folder with weights (safetensors) and a WordPiece tokenizer."""
+    import transformers
+
+    from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.train(["w1 w2 alpha amber bravo cobalt w3 w4 good bad day"] * 3)
+    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=80)
+    transformers.BertModel(config).save_pretrained(str(folder))
+    tokenizer._tokenizer.save(str(folder / "tokenizer.json"))
+    return folder

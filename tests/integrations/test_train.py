@@ -26,6 +26,8 @@ from attndeploy.integrations.hf_train import train_hf_checkpoint  # noqa: E402
 from attndeploy.train import TrainConfig  # noqa: E402
 from attndeploy.variants.evolving.config import EvolvingConfig  # noqa: E402
 
+from .hf_models import pretrained_folder  # noqa: E402
+
 CHANCE = 0.25  # sparse_evidence has 4 balanced classes
 MIN_ACCURACY = 0.9
 
@@ -36,6 +38,7 @@ def tiny_bert(folder: Path) -> Path:
                             intermediate_size=128, max_position_embeddings=80,
                             ).save_pretrained(str(folder))
     return folder
+
 
 
 @pytest.mark.slow
@@ -56,6 +59,7 @@ def test_a_tiny_bert_learns_sparse_evidence_as_text(tmp_path: Path, variant: str
         logits = ckpt.model(torch.from_numpy(ids), torch.from_numpy(mask))["logits"]
     predicted = [ckpt.label_names[i] for i in logits.argmax(-1).tolist()]
     assert predicted == ["alpha", "charlie"]
+
 
 
 def test_the_cli_function_trains_from_a_jsonl_file_and_prints_json(tmp_path: Path, capsys):
@@ -80,6 +84,7 @@ def test_the_cli_function_trains_from_a_jsonl_file_and_prints_json(tmp_path: Pat
     assert ckpt.label_names == ("neg", "pos")
     assert ckpt.model_config.options == {"alpha": 0.3, "beta": 0.5, "negative_slope": 0.0}
     assert ckpt.metadata["data"]["data_file"] == str(data)
+
 
 
 def test_a_pretrained_folder_keeps_its_encoder_and_its_tokenizer(tmp_path: Path):
@@ -114,6 +119,7 @@ def test_a_pretrained_folder_keeps_its_encoder_and_its_tokenizer(tmp_path: Path)
     assert result.model.config.architecture == "BertForSequenceClassification"
 
 
+
 def test_sources_that_cannot_be_used_fail_with_one_line(tmp_path: Path):
     def train(source: Path, **kwargs):
         return train_hf_checkpoint(source, "evolving", tmp_path / "out", progress=False,
@@ -134,6 +140,7 @@ def test_sources_that_cannot_be_used_fail_with_one_line(tmp_path: Path):
         train(tiny_bert(tmp_path / "bert"), task="tagging")
     with pytest.raises(DataError, match="raise max_seq"):
         train(tmp_path / "bert", max_seq=20)
+
 
 
 def test_attndeploy_train_hf_model_reaches_the_hf_path_with_the_variant_options(
@@ -166,12 +173,14 @@ def test_attndeploy_train_hf_model_reaches_the_hf_path_with_the_variant_options(
 # --------------------------------------------------------------------------- the training loop
 
 
+
 def small_run(tmp_path: Path, config: TrainConfig, **kwargs):
     """A tiny BERT on 48 `sparse_evidence` texts (3 steps an epoch at batch 16)."""
     return train_hf_checkpoint(
         tiny_bert(tmp_path / "bert"), "evolving", tmp_path / "ckpt", task="sparse_evidence",
         train_config=config, n_train=48, n_eval=16, n_val=16, max_seq=24, progress=False,
         **kwargs)
+
 
 
 def test_epochs_bound_the_run_and_the_schedule_decays_to_zero_at_its_last_step(tmp_path: Path):
@@ -202,6 +211,7 @@ def test_epochs_bound_the_run_and_the_schedule_decays_to_zero_at_its_last_step(t
     assert ckpt.metadata["data"]["validation_examples"] == 16
 
 
+
 def test_patience_stops_a_run_that_no_longer_improves(tmp_path: Path):
     """At a learning rate of 1e-30 no fp32 weight moves, so every evaluation equals the first
     and none is better: patience 2 stops the run after the third epoch's evaluation."""
@@ -211,6 +221,7 @@ def test_patience_stops_a_run_that_no_longer_improves(tmp_path: Path):
     assert result.summary["evaluations"] == 3
     assert result.summary["steps_done"] == 9  # three epochs of three steps
     assert result.metrics["best_epoch"] == 1
+
 
 
 def test_word_dropout_replaces_pieces_by_unk_and_never_the_framing():
@@ -225,16 +236,6 @@ def test_word_dropout_replaces_pieces_by_unk_and_never_the_framing():
 
 # --------------------------------------------------------------------------- pretrained weights
 
-
-def pretrained_folder(folder: Path) -> Path:
-    """A tiny `save_pretrained` folder with weights (safetensors) and a WordPiece tokenizer."""
-    tokenizer = WordPieceTokenizer.train(["w1 w2 alpha amber bravo cobalt w3 w4 good bad day"] * 3)
-    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32,
-                                     num_hidden_layers=2, num_attention_heads=4,
-                                     intermediate_size=64, max_position_embeddings=80)
-    transformers.BertModel(config).save_pretrained(str(folder))
-    tokenizer._tokenizer.save(str(folder / "tokenizer.json"))
-    return folder
 
 
 def test_pretrained_weights_fine_tune_with_the_pretrained_recipe(tmp_path: Path):
@@ -273,6 +274,7 @@ def test_pretrained_weights_fine_tune_with_the_pretrained_recipe(tmp_path: Path)
     torch.testing.assert_close(saved, trained)
 
 
+
 def test_a_config_only_folder_keeps_the_from_scratch_defaults(tmp_path: Path):
     data = tmp_path / "data.jsonl"
     data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
@@ -283,6 +285,7 @@ def test_a_config_only_folder_keeps_the_from_scratch_defaults(tmp_path: Path):
     used = result.summary["config"]
     assert used["learning_rate"] == 2e-3 and used["schedule"] == "cosine"  # REAL_TEXT
     assert used["label_smoothing"] == 0.1 and used["keep_best"]
+
 
 
 def test_a_model_mid_warm_start_is_not_saved(tmp_path: Path):
@@ -307,6 +310,7 @@ def test_a_model_mid_warm_start_is_not_saved(tmp_path: Path):
     assert (tmp_path / "ckpt" / "model.safetensors").is_file()
 
 
+
 def test_truncate_cuts_a_long_text_to_max_seq_pieces_and_counts_it(tmp_path: Path):
     data = tmp_path / "data.jsonl"
     rows = [{"text": f"w{i % 4} {'good' if i % 2 else 'bad'} day", "label": i % 2}
@@ -322,6 +326,7 @@ def test_truncate_cuts_a_long_text_to_max_seq_pieces_and_counts_it(tmp_path: Pat
                         train_config=TrainConfig(steps=1, batch_size=8))
     cut = read_checkpoint(tmp_path / "ckpt").metadata["data"]["truncated_to_max_seq"]
     assert sum(cut.values()) == 1
+
 
 
 def test_the_cli_takes_the_pretrained_evolving_options_unless_given(tmp_path: Path,
@@ -345,6 +350,7 @@ def test_the_cli_takes_the_pretrained_evolving_options_unless_given(tmp_path: Pa
         assert (options["alpha"], options["beta"]) == want
 
 
+
 def test_pretrained_weights_without_a_tokenizer_are_warned_about(tmp_path: Path, monkeypatch,
                                                                   capsys):
     from attndeploy.cli import app as cli_app
@@ -363,6 +369,7 @@ def test_pretrained_weights_without_a_tokenizer_are_warned_about(tmp_path: Path,
     assert info.value.code == 0, err
     assert "holds pretrained weights but no tokenizer" in err
     assert "piece ids are not the ones the pretrained embedding table was trained with" in err
+
 
 
 def test_the_parameters_a_conversion_adds_train_at_their_own_rate(tmp_path: Path):
@@ -390,42 +397,6 @@ def test_the_parameters_a_conversion_adds_train_at_their_own_rate(tmp_path: Path
     assert len(parameter_groups(model, TrainConfig(), model.new_parameters)) == 1
 
 
-def test_a_pretrained_ganet_can_learn_from_its_dense_gate_run(tmp_path: Path):
-    data = tmp_path / "data.jsonl"
-    data.write_text("\n".join(json.dumps({"text": f"w{i % 4} {'good' if i % 2 else 'bad'} day",
-                                          "label": i % 2}) for i in range(40)) + "\n")
-    folder = pretrained_folder(tmp_path / "pre")
-    config = TrainConfig(steps=4, batch_size=16, learning_rate=5e-5, distill=0.5,
-                         density_target=0.45)
-    result = train_hf_checkpoint(folder, "ganet", tmp_path / "ckpt", data_file=data,
-                                 max_seq=16, progress=False, train_config=config)
-    teacher = result.summary["teacher"]
-    assert teacher["weight"] == 0.5 and 0.0 <= teacher["accuracy"] <= 1.0
-    assert result.summary["seconds"] >= teacher["seconds"]
-    with pytest.raises(ConfigError, match="applies to gated variants"):
-        train_hf_checkpoint(folder, "standard", tmp_path / "std", data_file=data, max_seq=16,
-                            progress=False, train_config=config)
-
-
-def test_a_pretrained_ganet_takes_its_preset(tmp_path: Path, monkeypatch, capsys):
-    from attndeploy.cli import app as cli_app
-
-    data = tmp_path / "data.jsonl"
-    data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
-                              for i in range(30)) + "\n")
-    monkeypatch.setattr("sys.argv", [
-        "attndeploy", "train", "--hf-model", str(pretrained_folder(tmp_path / "pre")),
-        "--variant", "ganet", "--data", str(data), "--max-seq", "16", "--steps", "1", "--out",
-        str(tmp_path / "ckpt"), "--json"])
-    with pytest.raises(SystemExit) as info:
-        cli_app.main()
-    assert info.value.code == 0, capsys.readouterr().err
-    ckpt = read_checkpoint(tmp_path / "ckpt")
-    options, used = ckpt.model_config.options, ckpt.metadata["training"]["config"]
-    assert (options["relaxation"], options["temperature"]) == ("hard_concrete", 0.5)
-    assert (used["new_learning_rate"], used["density_target"], used["learning_rate"]) == (
-        5e-3, 0.45, 5e-5)
-
 
 @pytest.mark.parametrize("variant", ["qvi", "evolving"])
 def test_a_pretrained_variant_trains_what_the_conversion_added_at_the_new_rate(
@@ -446,79 +417,3 @@ def test_a_pretrained_variant_trains_what_the_conversion_added_at_the_new_rate(
     assert info.value.code == 0, capsys.readouterr().err
     used = read_checkpoint(tmp_path / "ckpt").metadata["training"]["config"]
     assert used["new_learning_rate"] > used["learning_rate"] == 5e-5
-
-
-def test_a_pretrained_ganet_calibrates_its_gate_threshold_on_the_training_texts(tmp_path: Path):
-    """`density_calibrate` moves the converted model's gate threshold at the end, as the built-in
-    loop does; without a validation split it reads the training texts, never the held-out ones,
-    and the checkpoint keeps the moved threshold."""
-    from attndeploy.integrations.hf_data import load_hf_training_data, load_source
-    from attndeploy.train import evaluate
-
-    data = tmp_path / "data.jsonl"
-    data.write_text("\n".join(json.dumps({"text": f"w{i % 4} {'good' if i % 2 else 'bad'} day "
-                                                  f"{'amber' if i % 3 else 'cobalt'} bravo",
-                                          "label": i % 2}) for i in range(60)) + "\n")
-    folder = pretrained_folder(tmp_path / "pre")
-    config = TrainConfig(steps=12, batch_size=16, learning_rate=5e-5, new_learning_rate=5e-2,
-                         density_target=0.45, density_calibrate=0.5)
-    result = train_hf_checkpoint(folder, "ganet", tmp_path / "ckpt", data_file=data,
-                                 max_seq=16, progress=False, train_config=config)
-    calibration = result.summary["gate_calibration"]
-    assert calibration["gate_shift"] != 0.0
-    assert calibration["density_before"] != calibration["density_after"]
-    source = load_source(folder)
-    split = load_hf_training_data(source, data_file=data, max_seq=16, seed=0)
-    saved = read_checkpoint(tmp_path / "ckpt").model.eval()
-    training_density = evaluate(saved, split.train_set)["density"]
-    assert training_density == pytest.approx(calibration["density_after"], abs=1e-6)
-    assert training_density <= 0.5
-
-
-def test_the_cli_passes_density_calibrate_to_a_hugging_face_ganet(tmp_path: Path, monkeypatch,
-                                                                  capsys):
-    from attndeploy.cli import app as cli_app
-
-    data = tmp_path / "data.jsonl"
-    data.write_text("\n".join(json.dumps({"text": f"w{i % 4} {'good' if i % 2 else 'bad'} day",
-                                          "label": i % 2}) for i in range(40)) + "\n")
-    monkeypatch.setattr("sys.argv", [
-        "attndeploy", "train", "--hf-model", str(pretrained_folder(tmp_path / "pre")),
-        "--variant", "ganet", "--data", str(data), "--max-seq", "16", "--steps", "3",
-        "--new-lr", "0.05", "--density-calibrate", "0.5", "--out", str(tmp_path / "ckpt"),
-        "--json"])
-    with pytest.raises(SystemExit) as info:
-        cli_app.main()
-    assert info.value.code == 0, capsys.readouterr().err
-    training = read_checkpoint(tmp_path / "ckpt").metadata["training"]
-    assert training["config"]["density_calibrate"] == 0.5
-    assert training["gate_calibration"]["density_after"] <= 0.5
-
-
-def test_a_converted_ganet_scores_its_gates_as_its_forward_pass_decides_them(tmp_path: Path):
-    """`gate_scores` (what the threshold calibration reads) scores the token lookup without
-    running the encoder layers: it equals the eval-mode pass's gate logits, `open_token_ids`
-    held open."""
-    from attndeploy.integrations.hf_data import load_hf_training_data, load_source
-    from attndeploy.integrations.hf_train import build_classifier
-
-    data = tmp_path / "data.jsonl"
-    data.write_text("\n".join(json.dumps({"text": f"w{i % 4} amber day", "label": i % 2})
-                              for i in range(20)) + "\n")
-    source = load_source(pretrained_folder(tmp_path / "pre"))
-    hf_data = load_hf_training_data(source, data_file=data, max_seq=16)
-    tokenizer = hf_data.tokenizer
-    model = build_classifier(source, hf_data, "ganet",
-                             {"open_token_ids": (tokenizer.cls_id, tokenizer.sep_id)}, max_seq=16)
-    with torch.no_grad():  # a gate network that scores tokens differently (it starts open)
-        for parameter in model.model.bert.embeddings.gate_network.parameters():
-            parameter.normal_()
-    model.eval()
-    ids, mask = (torch.from_numpy(a) for a in tokenizer.encode_batch(
-        ["w1 amber day", "w2 day"], max_seq=16))
-    scores = model.gate_scores(ids, mask)
-    with torch.no_grad():
-        decided = model(ids, mask, details=True)["gate_logits"]
-    torch.testing.assert_close(scores, decided)
-    framing = (ids == tokenizer.cls_id) | (ids == tokenizer.sep_id)
-    assert bool((scores[framing] > 0).all()) and bool((scores[~framing & (mask != 0)] < 0).any())
