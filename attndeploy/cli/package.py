@@ -57,6 +57,13 @@ def command(
     truncate: Annotated[
         bool, shared("--truncate", "(The text model's rule.)")
     ] = _default("truncate_text"),
+    text_bls: Annotated[
+        bool, typer.Option("--text-bls/--no-text-bls",
+                           help="The text model calls the id model through the server (BLS) "
+                                "instead of running its ONNX in its own process (one batcher "
+                                "for text and id requests, the weights held once; about 15 % "
+                                "fewer texts/s).")
+    ] = _default("text_bls"),
     text_instances: Annotated[
         int, typer.Option(help="Instances of the text model.")
     ] = _default("text_instances"),
@@ -92,7 +99,7 @@ def command(
             max_batch_size=max_batch_size, instances=instances, kind=kind,
             dynamic_batching=dynamic_batching, max_queue_delay_us=max_queue_delay_us,
             warmup=warmup, force=force, threads=threads, text=text_model,
-            truncate_text=truncate, text_instances=text_instances,
+            truncate_text=truncate, text_bls=text_bls, text_instances=text_instances,
             max_text_bytes=max_text_bytes, max_request_bytes=max_request_bytes,
         )
         with console.status(f"packaging {source}") if not json_output else _null():

@@ -53,8 +53,9 @@ def _positive(value: float | None) -> float | None:
 
 
 def command(
-    model: Annotated[str, shared("--model", "The one to tune (a text model is tuned with the id "
-                                            "model it calls).")],
+    model: Annotated[str, shared("--model", "The one to tune (a text model with the model "
+                                            "that runs its ONNX: itself, or the id model it "
+                                            "calls by BLS).")],
     repo: RepoOption = DEFAULT_REPOSITORY,
     latency_budget_ms: Annotated[
         float | None,

@@ -1,7 +1,9 @@
 """The text model `<name>_text` without a server: what `package` writes, what check-repo
 accepts and refuses, and the generated model.py run in-process with a stand-in for Triton's
-python backend whose BLS call runs the id model's own generated model.py (the real server runs
-both in `test_text_served.py`).
+python backend. Every test on the packaged repository runs for both ways the text model runs its
+id model (`CALLS`): the id model's ONNX in its own onnxruntime session, and a BLS call that the
+stand-in answers with the id model's own generated model.py. Either way the id-model calls are
+recorded in `FakeServer.calls` (the real server runs both in `test_text_served.py`).
 """
 
 from __future__ import annotations
@@ -48,13 +50,24 @@ TEXTS = ["w3 w4 W5, w9", "w2", "zebra quagga", "  w7\tw8 w9 w10 w11 w12 w13 w14 
          " ".join(["w3"] * MAX_SEQ)]
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("text_model")
+CALLS = ("onnxruntime", "bls")  # how the text model runs its id model (ID_MODEL_CALL)
+
+
+@pytest.fixture(scope="module", params=CALLS)
+def repo(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp(f"text_model_{request.param}")
     for name, kwargs in FIXTURES.items():
         source = save_model(build_model(vocab=VOCAB, **kwargs), root / "src" / f"{name}.onnx")  # type: ignore[arg-type]
-        package_model(source, root / "repo", PackageOptions(name=name, max_seq=MAX_SEQ))
+        package_model(source, root / "repo", PackageOptions(
+            name=name, max_seq=MAX_SEQ, text_bls=request.param == "bls"))
     return root / "repo"
+
+
+def call_of(repo: Path, base: str = "cls") -> str:
+    """How `<base>_text` in `repo` runs its id model (its ID_MODEL_CALL)."""
+    cfg = mc.ModelConfig()
+    text_format.Parse((repo / f"{base}_text" / "config.pbtxt").read_text(), cfg)
+    return cfg.parameters["ID_MODEL_CALL"].string_value
 
 
 def copy_repo(repo: Path, tmp_path: Path) -> Path:
@@ -87,7 +100,9 @@ def types_error(message: str) -> Any:
 
 
 class FakeServer:
-    """The models a BLS request can reach: {name: loaded id model (its generated model.py)}."""
+    """The models a BLS request can reach: {name: loaded id model (its generated model.py)};
+    `calls`: every id-model call, by BLS or through a text model's own session
+    (`RecordingSession`), as (id model, version, input_ids shape)."""
 
     def __init__(self) -> None:
         self.models: dict[str, Any] = {}
@@ -113,6 +128,36 @@ class FakeServer:
                 return FakeBlsResponse(response)
 
         return FakeInferenceRequest
+
+
+class RecordingSession:
+    """A text model's onnxruntime session, its calls recorded in the server's `calls`; `fail`
+    makes the next calls raise (an id model that breaks)."""
+
+    def __init__(self, session: Any, server: FakeServer, name: str, version: int) -> None:
+        self.session, self.server, self.name, self.version = session, server, name, version
+        self.fail = False
+
+    def run(self, names: list[str], feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self.server.calls.append((self.name, self.version, feed["input_ids"].shape))
+        if self.fail:
+            raise RuntimeError("the session broke")
+        return self.session.run(names, feed)
+
+
+def break_id_model(model: Any, base: str) -> Any:
+    """Make the text model's id-model calls fail; return what `mend_id_model` puts back."""
+    if model.session is not None:
+        model.session.fail = True
+        return None
+    return model.server.models.pop(base)
+
+
+def mend_id_model(model: Any, base: str, kept: Any) -> None:
+    if model.session is not None:
+        model.session.fail = False
+    else:
+        model.server.models[base] = kept
 
 
 def types_response(error: Any) -> Any:
@@ -143,7 +188,8 @@ def own_modules() -> Iterator[None]:
 
 def load_text_model(repo: Path, base: str, monkeypatch: pytest.MonkeyPatch,
                     server: FakeServer | None = None, initialize: bool = True) -> Any:
-    """`<repo>/<base>_text/1/model.py`, its BLS reaching `<base>` (also loaded in-process)."""
+    """`<repo>/<base>_text/1/model.py`, its BLS reaching `<base>` (also loaded in-process),
+    or its own session recording its calls."""
     server = server or FakeServer()
     if base not in server.models:
         server.models[base] = load_model(repo, base, monkeypatch)
@@ -174,6 +220,9 @@ def initialize_model(model: Any, repo: Path, name: str) -> None:
         "model_version": "1"}
     with own_modules():
         model.initialize(args)
+    if model.session is not None and hasattr(model, "server"):
+        model.session = RecordingSession(model.session, model.server, model.id_model,
+                                         model.id_version)
 
 
 def text_request(*texts: str | bytes) -> FakeRequest:
@@ -242,9 +291,14 @@ def test_the_config_declares_text_in_and_the_decoded_outputs(repo: Path, base: s
         ("text", "TYPE_STRING", [1])]
     assert {o.name: list(o.dims) for o in cfg.output} == outputs
     assert cfg.HasField("dynamic_batching") and not cfg.model_warmup
-    assert cfg.dynamic_batching.max_queue_delay_microseconds == 0  # the id model's batcher waits
     assert [(g.count, g.kind) for g in cfg.instance_group] == [(1, mc.ModelInstanceGroup.KIND_CPU)]
     params = {k: v.string_value for k, v in cfg.parameters.items()}
+    if call_of(repo) == "onnxruntime":  # the only batcher on the text path: the id model's delay
+        assert cfg.dynamic_batching.max_queue_delay_microseconds == 500
+        assert params["ID_MODEL_CALL"] == "onnxruntime" and params["ORT_THREADS"] == "1"
+    else:  # BLS: the id model's batcher waits, not this one
+        assert cfg.dynamic_batching.max_queue_delay_microseconds == 0
+        assert params["ID_MODEL_CALL"] == "bls" and "ORT_THREADS" not in params
     assert params["ID_MODEL"] == base and params["MAX_SEQ"] == str(MAX_SEQ)
     assert params["TRUNCATE"] == "false"
     assert params["CONTRACT_VERSION"] == str(CONTRACT_VERSION)
@@ -269,6 +323,9 @@ def test_with_both_flavours_the_text_model_calls_the_python_one(tmp_path: Path) 
     only_ort = package_model(source, tmp_path / "repo2",
                              PackageOptions(name="m", flavor="onnxruntime"))
     assert only_ort[-1].id_model == "m"
+    # it runs the python flavour's ONNX itself; the onnxruntime backend's it calls by BLS
+    assert call_of(tmp_path / "repo", "m") == "onnxruntime"
+    assert call_of(tmp_path / "repo2", "m") == "bls"
 
 
 def test_an_existing_text_model_needs_force_and_nothing_is_written(repo: Path,
@@ -332,6 +389,39 @@ def _set_param(folder: Path, key: str, value: str) -> None:
     (folder / "config.pbtxt").write_text(text_format.MessageToString(cfg))
 
 
+# what each way of running the id model needs (the other way does not need it)
+CALL_BREAKAGES = {
+    "onnxruntime": (lambda r: _set_param(r / "gated_text", "ORT_THREADS", "0"),
+                    r"ORT_THREADS is '0'; a text model that runs its id model's ONNX needs"),
+    "bls": (lambda r: _set_max_batch(r / "gated_text", 16),
+            r"max_batch_size 16 exceeds its id model's 8"),
+}
+
+
+def _set_max_batch(folder: Path, size: int) -> None:
+    cfg = mc.ModelConfig()
+    text_format.Parse((folder / "config.pbtxt").read_text(), cfg)
+    cfg.max_batch_size = size
+    (folder / "config.pbtxt").write_text(text_format.MessageToString(cfg))
+
+
+def test_check_repo_holds_each_way_of_running_the_id_model_to_what_it_needs(
+    repo: Path, tmp_path: Path
+) -> None:
+    call = call_of(repo, "gated")
+    other = next(c for c in CALLS if c != call)
+    for case, should_fail in ((call, True), (other, False)):
+        broken = copy_repo(repo, tmp_path / case)
+        CALL_BREAKAGES[case][0](broken)
+        errors = [f.message for f in check_repository(broken).errors if f.model == "gated_text"]
+        assert any(re.search(CALL_BREAKAGES[case][1], e) for e in errors) == should_fail, errors
+    broken = copy_repo(repo, tmp_path / "unknown")
+    _set_param(broken / "gated_text", "ID_MODEL_CALL", "grpc")
+    errors = [f.message for f in check_repository(broken).errors if f.model == "gated_text"]
+    assert errors == ["parameter ID_MODEL_CALL is 'grpc'; it must be one of onnxruntime, bls "
+                      "(re-package the model)"]
+
+
 @pytest.mark.parametrize("case", sorted(BREAKAGES))
 def test_check_repo_names_what_is_wrong_with_a_text_model(repo: Path, tmp_path: Path,
                                                            case: str) -> None:
@@ -355,7 +445,7 @@ def test_texts_of_different_lengths_in_one_request_equal_onnxruntime(
     (response,) = model.execute([text_request(*TEXTS)])
     assert response.error is None, response.error
     want = expected(repo, base, TEXTS)
-    assert model.server.calls == [(base, 1, want["mask"].shape)]  # one BLS call for the batch
+    assert model.server.calls == [(base, 1, want["mask"].shape)]  # one call for the batch
     out = response.outputs
     if base == "tag":
         mask = want["mask"].astype(bool)
@@ -516,13 +606,38 @@ def test_an_id_model_failure_fails_the_batch_with_internal_and_the_model_stays_u
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = load_text_model(repo, "cls", monkeypatch)
-    real = model.server.models.pop("cls")
+    kept = break_id_model(model, "cls")
     responses = model.execute([text_request("w3"), text_request("w4")])
     assert [r.error.code for r in responses] == ["INTERNAL", "INTERNAL"]
     assert "the id model 'cls' failed" in responses[0].error.msg
-    model.server.models["cls"] = real
+    mend_id_model(model, "cls", kept)
     (response,) = model.execute([text_request("w3")])
     assert response.error is None
+
+
+def test_a_text_model_that_cannot_run_its_id_model_fails_at_load_saying_why(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken = copy_repo(repo, tmp_path)
+    _set_param(broken / "cls_text", "ID_MODEL_CALL", "grpc")
+    model = load_text_model(broken, "cls", monkeypatch, initialize=False)
+    with pytest.raises(RuntimeError, match=r"ID_MODEL_CALL is 'grpc'; it must be 'onnxruntime' "
+                                           r"or 'bls'; re-package"):
+        initialize_model(model, broken, "cls_text")
+    if call_of(repo) == "bls":
+        return  # by BLS the id model's file and onnxruntime are the id model's own affair
+    model = load_text_model(repo, "cls", monkeypatch, initialize=False)
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it were not installed
+    with pytest.raises(RuntimeError, match=r"with onnxruntime, which the server's Python cannot "
+                                           r"import .*re-package with --text-bls"):
+        initialize_model(model, repo, "cls_text")
+    monkeypatch.delitem(sys.modules, "onnxruntime")
+    (broken / "cls" / "1" / "model.onnx").unlink()
+    _set_param(broken / "cls_text", "ID_MODEL_CALL", "onnxruntime")
+    model = load_text_model(repo, "cls", monkeypatch, initialize=False)
+    with pytest.raises(RuntimeError, match=r"cls/1/model.onnx is missing: the text model runs "
+                                           r"its id model's ONNX file itself; re-package"):
+        initialize_model(model, broken, "cls_text")
 
 
 def test_the_model_runs_the_shipped_copies_not_the_installed_package(
@@ -641,9 +756,14 @@ def test_the_text_model_runs_where_attndeploy_is_not_installed(repo: Path, tmp_p
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     answer = json.loads(result.stdout)
-    # "w3 w4" -> ids 3, 4 (sum 7); "W5, zebra" -> w5 , zebra -> 5, <unk>=1, <unk>=1 (sum 7)
-    assert answer["logits"] == [[7.0, -7.0, 0.0], [7.0, -7.0, 0.0]]
-    assert answer["label"] == ["label_0", "label_0"]
+    if call_of(repo) == "bls":  # the stand-in's id model sums the ids
+        # "w3 w4" -> ids 3, 4 (sum 7); "W5, zebra" -> w5 , zebra -> 5, <unk>=1, <unk>=1 (sum 7)
+        assert answer["logits"] == [[7.0, -7.0, 0.0], [7.0, -7.0, 0.0]]
+        assert answer["label"] == ["label_0", "label_0"]
+    else:  # the id model's ONNX, in onnxruntime
+        want = expected(repo, "cls", ["w3 w4", "W5, zebra"])
+        np.testing.assert_allclose(answer["logits"], want["logits"], rtol=0, atol=1e-6)
+        assert answer["label"] == [p.label for p in want["predictions"]]
     version_dir = str((repo / "cls_text" / "1").resolve())
     assert answer["files"] and all(str(Path(f).resolve()).startswith(version_dir)
                                    for f in answer["files"])

@@ -6,8 +6,10 @@ error for its request alone; `infer` and `loadtest` drive the text model over bo
 
 Models: tiny checkpoints with the built-in task's vocabulary, exported (tests/runtime/conftest.py
 `TextExports`, about 3 s a case), packaged with `package_model` defaults (python flavour and
-`<case>_text`), one server for the module. `ganet_bilstm_aux` is the GA-Net that `train --data`
-trains: gates from a BiLSTM, ONNX `LSTM` nodes in the served graph.
+`<case>_text`, which runs the id model's ONNX itself), and for `BLS_CASES` again with
+`text_bls` (`<case>_bls_text` calls `<case>_bls` by BLS), one server for the module.
+`ganet_bilstm_aux` is the GA-Net that `train --data` trains: gates from a BiLSTM, ONNX `LSTM`
+nodes in the served graph.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from tests.runtime.records import assert_same_record, contract_fields
 pytestmark = pytest.mark.integration
 
 CASES = ("standard", "qvi_pooled", "ganet_mlp", "ganet_bilstm_aux", "evolving", "ganet_tagging")
+BLS_CASES = ("standard", "ganet_tagging")  # also packaged with --text-bls as `<case>_bls_text`
 ATOL = 1e-5
 BATCH = 8  # the packaged max_batch_size: texts per request at most
 
@@ -54,6 +57,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     for case in CASES:
         written = package_model(exports.get(case).path, root / "repo", PackageOptions(name=case))
         assert [m.name for m in written] == [case, f"{case}_text"]
+    for case in BLS_CASES:  # the same models, their text models calling the id model by BLS
+        package_model(exports.get(case).path, root / "repo",
+                      PackageOptions(name=f"{case}_bls", text_bls=True))
     grpc, http, metrics = free_ports()
     with TritonServer(root / "repo", grpc_port=grpc, http_port=http, metrics_port=metrics,
                       log_file=root / "server.log") as server:
@@ -129,6 +135,16 @@ def test_raw_text_gets_the_predictions_of_in_process_onnxruntime(served: Served,
     for start in range(0, len(TEXTS), BATCH):  # each request: texts of different lengths
         texts = TEXTS[start : start + BATCH]
         assert_answers(served, case, texts, send(served, f"{case}_text", texts))
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("case", BLS_CASES)
+def test_a_text_model_calling_its_id_model_by_bls_answers_the_same(served: Served, case: str,
+                                                                  protocol: str) -> None:
+    send = grpc_text if protocol == "grpc" else http_text
+    for start in range(0, len(TEXTS), BATCH):
+        texts = TEXTS[start : start + BATCH]
+        assert_answers(served, case, texts, send(served, f"{case}_bls_text", texts))
 
 
 @pytest.mark.parametrize("case", ["standard", "ganet_mlp"])

@@ -112,11 +112,17 @@ class PackageOptions:
     - `text`: also write the text model `<name>_text` (raw text in, label out; see
       `attndeploy.serving.packaging.text_model`) when the model's metadata holds a tokenizer. It
       calls the python flavour when that is written, else the onnxruntime one.
+    - `text_bls`: the text model calls its id model through the server (BLS) even when that is
+      the python flavour, whose ONNX file it otherwise loads and runs in its own process (with
+      `threads`, `max_queue_delay_us` and `max_batch_size` as the id model's). Off by default:
+      the second hop costs a text model about 15 % of its throughput at concurrency 16
+      (`benchmarks/text_serving.py`); BLS merges text and id requests in one batcher and holds
+      the weights once. A text model calling the onnxruntime flavour always uses BLS.
     - `truncate_text`: the text model keeps the first `max_seq` tokens of a longer text instead
       of refusing it (off by default: a cut text is a different text).
     - `text_instances`: instances of the text model. One by default: it batches the texts that
-      arrive while it runs, so each batch is as large as the load makes it and costs one BLS
-      call (see `text_model.py`, "Batching").
+      arrive while it runs, so each batch is as large as the load makes it (see
+      `text_model.py`, "Batching").
     - `max_text_bytes`: the text model refuses a text of more UTF-8 bytes (INVALID_ARG) before
       decoding or tokenizing it; 64 KiB by default (`attndeploy.runtime.DEFAULT_MAX_TEXT_BYTES`,
       the in-process runtime's limit too). A single huge "word" is one token, so max_seq alone
@@ -144,6 +150,7 @@ class PackageOptions:
     execution_env: Path | None = None
     text: bool = True
     truncate_text: bool = False
+    text_bls: bool = False
     text_instances: int = 1
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES

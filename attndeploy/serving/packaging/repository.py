@@ -67,6 +67,7 @@ from attndeploy.serving.packaging.options import Flavor, Kind, PackageOptions, d
 from attndeploy.serving.packaging.signature import onnx_mismatches
 from attndeploy.serving.packaging.text_model import (
     check_tokenizer_record,
+    text_call,
     text_model_name,
     tokenizer_record,
     write_text_model,
@@ -244,8 +245,9 @@ def package_model(
             if text_target is not None and record is not None:
                 staging = stack.enter_context(
                     atomic_directory(text_target, replace=options.force))
+                call = text_call(options, calls_python_flavor=Flavor.PYTHON in targets)
                 write_text_model(staging, info, record, options, name=text_target.name,
-                                 id_model=id_model.name)
+                                 id_model=id_model.name, call=call)
     written = [
         PackagedModel(
             name=target.name,

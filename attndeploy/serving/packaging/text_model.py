@@ -19,27 +19,38 @@ prediction contract's wire form (`attndeploy.runtime.contract`, shipped with the
 `LABEL_NAMES` tell a client which contract the answer follows and the label names, without
 the repository.
 
-BLS, not an ensemble: `model.py` tokenizes the whole batch the dynamic batcher hands it, sends it
-to the id model (parameter `ID_MODEL`) as one padded request, and decodes the answer, in one
-python-backend process. An ensemble would need a tokenizer model and a decoder model around the
-id model, so two more python-backend hops per batch (each a round trip through shared memory)
-plus the ensemble scheduler's per-step copies, and the decoder would need the tokens passed to
-it as one more intermediate tensor; for GA-Net's `attended` the tokens and the gates must meet
-anyway. With BLS the id model still forms its own batches (its dynamic batcher merges the text
-model's batches with direct id requests), and a bad text is refused before the id model runs.
-The cost is that Triton does not know the dependency: `attndeploy serve` adds the id model to
-what it serves (`serving/server/launch.py`), and check-repo verifies that it is in the repository
-and agrees with the text model.
+How it runs the id model (parameter `ID_MODEL_CALL`, `text_call`):
 
-The text model has no warm-up request: Triton loads models in parallel, so the id model may not
-be ready while the text model warms up, and a failed warm-up fails the load.
+- `onnxruntime`, when the id model is the python flavour (the default): `model.py` tokenizes the
+  whole batch the dynamic batcher hands it, loads the id model's ONNX file from the id model's
+  own version folder (`../<id model>/<ID_MODEL_VERSION>/model.onnx`; one file on disk, a second
+  session in memory) and runs it in its own process with `ORT_THREADS` threads, then decodes.
+  Each batch crosses the server once. Measured on all-MiniLM-L6-v2 fine-tuned on the Debian
+  descriptions at concurrency 16 (`benchmarks/text_serving.py --onnx`): about 15 % more texts/s
+  than BLS at a lower p95, level with the id model fed pre-tokenized ids.
+- `bls`, when the id model is the onnxruntime backend's (GPU instances; the server's Python may
+  have no onnxruntime), or with `PackageOptions.text_bls`: one BLS request per batch, so the id
+  model's dynamic batcher merges the text model's batches with direct id requests and the
+  weights are held once. The cost is a second trip through shared memory and a second batcher.
 
-Batching: dynamic, with no queue delay of its own and one instance by default. The id model's
-batcher already waits up to its `max_queue_delay_us` for a fuller batch, so a delay here would
-make a batch wait twice; one instance forms the largest batches (the texts that queue while it
-runs), so each text costs the fewest BLS round trips. On the 2-core reference machine
-(`benchmarks/text_serving.py`) two instances, or the id model's 500 µs delay here too, gave
-lower text throughput at concurrency 16.
+BLS rather than an ensemble: an ensemble would need a tokenizer model and a decoder model around
+the id model, so two more python-backend hops per batch plus the ensemble scheduler's per-step
+copies, and the decoder would need the tokens passed to it as one more intermediate tensor; for
+GA-Net's `attended` the tokens and the gates must meet anyway. Either way a bad text is refused
+before the id model runs. Triton does not know the dependency: `attndeploy serve` adds the id
+model to what it serves (`serving/server/launch.py`), and check-repo verifies that it is in the
+repository and agrees with the text model.
+
+The text model has no warm-up request: Triton loads models in parallel, so with BLS the id model
+may not be ready while the text model warms up, and a failed warm-up fails the load.
+
+Batching: dynamic, one instance by default. Running the ONNX itself, its queue delay is the id
+model's (`max_queue_delay_us`), its batcher being the only one on the path. With BLS it has no
+queue delay of its own: the id model's batcher already waits up to its `max_queue_delay_us` for
+a fuller batch, so a delay here would make a batch wait twice; one instance forms the largest
+batches (the texts that queue while it runs), so each text costs the fewest BLS round trips. On
+the 2-core reference machine (`benchmarks/text_serving.py`) two instances, or the id model's
+500 µs delay here too, gave lower text throughput at concurrency 16 with BLS.
 """
 
 from __future__ import annotations
@@ -71,8 +82,12 @@ from attndeploy.runtime.shipping import TOKENIZER_TYPES, runtime_sources
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.onnx_info import ModelInfo
 from attndeploy.serving.packaging.text_model_names import (  # noqa: F401  (re-exported)
+    CALL_BLS,
+    CALL_ONNXRUNTIME,
+    ID_MODEL_CALLS,
     META_TOKENIZER,
     PARAM_ID_MODEL,
+    PARAM_ID_MODEL_CALL,
     PARAM_ID_VERSION,
     PARAM_MAX_TEXT_BYTES,
     PARAM_TRUNCATE,
@@ -186,11 +201,13 @@ def check_tokenizer_record(record: dict[str, Any], info: ModelInfo, source: str)
 # --------------------------------------------------------------------------- config and files
 
 
-def text_parameters(info: ModelInfo, options: Any, id_model: str) -> dict[str, str]:
-    """The parameters the generated text model.py reads."""
+def text_parameters(info: ModelInfo, options: Any, id_model: str, call: str
+                    ) -> dict[str, str]:
+    """The parameters the generated text model.py reads (`call`: one of `ID_MODEL_CALLS`)."""
     parameters = {
         PARAM_ID_MODEL: id_model,
         PARAM_ID_VERSION: str(options.version),
+        PARAM_ID_MODEL_CALL: call,
         cfgmod.PARAM_MAX_SEQ: str(cfgmod.effective_max_seq(info, options)),
         PARAM_TRUNCATE: "true" if options.truncate_text else "false",
         PARAM_MAX_TEXT_BYTES: str(options.max_text_bytes),
@@ -201,25 +218,38 @@ def text_parameters(info: ModelInfo, options: Any, id_model: str) -> dict[str, s
         PARAM_CONTRACT_VERSION: str(CONTRACT_VERSION),
         PARAM_LABEL_NAMES: json.dumps(list(info.labels), ensure_ascii=False),
     }
+    if call == CALL_ONNXRUNTIME:
+        parameters[cfgmod.PARAM_ORT_THREADS] = str(options.threads)
     if options.execution_env is not None:
         parameters[cfgmod.PARAM_EXECUTION_ENV] = str(options.execution_env.resolve())
     return parameters
 
 
-def build_text_config(info: ModelInfo, options: Any, *, name: str, id_model: str
-                      ) -> mc.ModelConfig:
+def text_call(options: Any, *, calls_python_flavor: bool) -> str:
+    """How the text model runs its id model: its ONNX in-process when that is the python
+    flavour's (onnxruntime is in the server's Python then), unless `options.text_bls`."""
+    return CALL_ONNXRUNTIME if calls_python_flavor and not options.text_bls else CALL_BLS
+
+
+def build_text_config(info: ModelInfo, options: Any, *, name: str, id_model: str,
+                      call: str) -> mc.ModelConfig:
     """The `ModelConfig` of text model `name` calling `id_model` (options: `PackageOptions`)."""
     cfg = mc.ModelConfig()
     cfg.name = name
     cfg.backend = cfgmod.PYTHON_BACKEND
     cfg.version_policy.specific.versions.append(options.version)
-    # At most the id model's max_batch_size: one execution becomes one id-model request.
+    # BLS: at most the id model's max_batch_size, one execution becomes one id-model request.
     cfg.max_batch_size = options.max_batch_size
-    # Dynamic batching with no queue delay: the texts that arrive while the instance runs form
-    # its next batch, and the waiting for a fuller batch is left to the id model's batcher,
-    # which then holds the text model's request anyway (waiting twice only adds latency).
     cfg.dynamic_batching.SetInParent()
-    cfg.dynamic_batching.max_queue_delay_microseconds = 0
+    if call == CALL_ONNXRUNTIME:
+        # This batcher is the only one on the text path: it waits as the id model's would.
+        cfg.dynamic_batching.max_queue_delay_microseconds = (
+            options.max_queue_delay_us if options.dynamic_batching else 0)
+    else:
+        # No queue delay: the texts that arrive while the instance runs form its next batch,
+        # and the waiting for a fuller batch is left to the id model's batcher, which then
+        # holds the text model's request anyway (waiting twice only adds latency).
+        cfg.dynamic_batching.max_queue_delay_microseconds = 0
     interface = text_interface(head=info.head, num_labels=info.num_labels, gated=info.gated)
     for blocks, specs in ((cfg.input, interface.inputs), (cfg.output, interface.outputs)):
         for spec in specs:
@@ -230,7 +260,7 @@ def build_text_config(info: ModelInfo, options: Any, *, name: str, id_model: str
     group = cfg.instance_group.add()
     group.count = options.text_instances
     group.kind = mc.ModelInstanceGroup.KIND_CPU
-    for key, value in text_parameters(info, options, id_model).items():
+    for key, value in text_parameters(info, options, id_model, call).items():
         cfg.parameters[key].string_value = value
     return cfg
 
@@ -251,9 +281,9 @@ def text_model_files(info: ModelInfo, record: dict[str, Any], version: int
 
 
 def write_text_model(staging: Path, info: ModelInfo, record: dict[str, Any], options: Any, *,
-                     name: str, id_model: str) -> None:
+                     name: str, id_model: str, call: str) -> None:
     """Write every file of text model `name` into the empty folder `staging`."""
-    cfg = build_text_config(info, options, name=name, id_model=id_model)
+    cfg = build_text_config(info, options, name=name, id_model=id_model, call=call)
     (staging / cfgmod.CONFIG_FILE).write_text(cfgmod.serialize_config(cfg), encoding="utf-8")
     write_files(staging, text_model_files(info, record, options.version))
 
@@ -266,6 +296,13 @@ def id_model_of(cfg: mc.ModelConfig) -> str | None:
     if cfg.backend != cfgmod.PYTHON_BACKEND or PARAM_ID_MODEL not in cfg.parameters:
         return None
     return cfg.parameters[PARAM_ID_MODEL].string_value
+
+
+def call_of(cfg: mc.ModelConfig) -> str:
+    """How a text model's config runs its id model (`ID_MODEL_CALL`; BLS when unset)."""
+    if PARAM_ID_MODEL_CALL in cfg.parameters:
+        return cfg.parameters[PARAM_ID_MODEL_CALL].string_value
+    return CALL_BLS
 
 
 def is_text_config(cfg: mc.ModelConfig) -> bool:

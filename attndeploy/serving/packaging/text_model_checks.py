@@ -19,7 +19,10 @@ from attndeploy.runtime.shipping import TOKENIZER_TYPES, runtime_sources
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.onnx_info import ModelInfo, load_onnx_graph, read_model_info
 from attndeploy.serving.packaging.text_model import (
+    CALL_ONNXRUNTIME,
+    ID_MODEL_CALLS,
     PARAM_ID_MODEL,
+    PARAM_ID_MODEL_CALL,
     PARAM_ID_VERSION,
     PARAM_MAX_TEXT_BYTES,
     PARAM_TRUNCATE,
@@ -127,10 +130,8 @@ def check_text_model(model: _Findings, cfg: mc.ModelConfig, versions: list[int])
     interface = text_interface(head=info.head, num_labels=info.num_labels, gated=info.gated)
     for problem in config_mismatches(cfg, interface):  # type: ignore[arg-type]
         model.error(problem)
-    if id_cfg.max_batch_size and cfg.max_batch_size > id_cfg.max_batch_size:
-        model.error(f"max_batch_size {cfg.max_batch_size} exceeds its id model's "
-                    f"{id_cfg.max_batch_size} (one execution is one id-model request)")
     params = {key: value.string_value for key, value in cfg.parameters.items()}
+    _check_call(model, cfg, id_cfg, params)
     id_params = {key: value.string_value for key, value in id_cfg.parameters.items()}
     limit = int(id_params[cfgmod.PARAM_MAX_SEQ]) if id_params.get(
         cfgmod.PARAM_MAX_SEQ, "").isdigit() else info.max_seq
@@ -172,6 +173,25 @@ def check_text_model(model: _Findings, cfg: mc.ModelConfig, versions: list[int])
         model.error(f"{cfgmod.LABELS_FILE} is missing")
     elif tuple(labels.read_text(encoding="utf-8").splitlines()) != info.labels:
         model.error(f"{cfgmod.LABELS_FILE} differs from its id model's labels {list(info.labels)}")
+
+
+def _check_call(model: _Findings, cfg: mc.ModelConfig, id_cfg: mc.ModelConfig,
+                params: dict[str, str]) -> None:
+    """How the text model runs its id model (`ID_MODEL_CALL`) fits the id model: in-process,
+    its ONNX file (already read by `_id_model_source`) with a positive thread count; by BLS, a
+    batch no larger than the id model takes."""
+    call = params.get(PARAM_ID_MODEL_CALL, "")
+    if call not in ID_MODEL_CALLS:
+        model.error(f"parameter {PARAM_ID_MODEL_CALL} is {call!r}; it must be one of "
+                    f"{', '.join(ID_MODEL_CALLS)} (re-package the model)")
+    elif call == CALL_ONNXRUNTIME:
+        raw = params.get(cfgmod.PARAM_ORT_THREADS, "")
+        if not raw.isdigit() or int(raw) < 1:
+            model.error(f"parameter {cfgmod.PARAM_ORT_THREADS} is {raw!r}; a text model that "
+                        "runs its id model's ONNX needs a thread count >= 1")
+    elif id_cfg.max_batch_size and cfg.max_batch_size > id_cfg.max_batch_size:
+        model.error(f"max_batch_size {cfg.max_batch_size} exceeds its id model's "
+                    f"{id_cfg.max_batch_size} (one execution is one id-model request)")
 
 
 def text_model_requirement(folder: Path) -> tuple[str, str] | None:

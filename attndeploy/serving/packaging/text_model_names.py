@@ -14,3 +14,10 @@ PARAM_ID_MODEL = "ID_MODEL"  # the id model this text model calls (marks a text 
 PARAM_ID_VERSION = "ID_MODEL_VERSION"
 PARAM_TRUNCATE = "TRUNCATE"  # "true": keep the first MAX_SEQ tokens of a longer text
 PARAM_MAX_TEXT_BYTES = "MAX_TEXT_BYTES"  # a longer text (UTF-8 bytes) is refused, untokenized
+
+# How the text model runs its id model: the python flavour's ONNX file loaded into the text
+# model's own process (no second hop through the server), or a BLS request to the id model.
+PARAM_ID_MODEL_CALL = "ID_MODEL_CALL"
+CALL_ONNXRUNTIME = "onnxruntime"
+CALL_BLS = "bls"
+ID_MODEL_CALLS = (CALL_ONNXRUNTIME, CALL_BLS)

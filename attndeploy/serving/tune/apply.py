@@ -18,7 +18,9 @@ configuration check-repo refuses is never written. Then the writes go in an orde
 repository passes check-repo after every single one (a crash between two leaves a working
 repository): the new version folder (not yet served), the `.previous` copies, and for a text
 model an intermediate id config that serves both versions with the larger max_batch_size, then
-the text config, then the final id config. Finally the repository is checked again, and the
+the text config, then the final id config. A config the candidate leaves as it is, is not
+written (the id model of a text model that runs the ONNX itself keeps its config unless the
+version changes). Finally the repository is checked again, and the
 configs are put back should it fail.
 """
 
@@ -90,9 +92,21 @@ def plan_apply(target: TuneTarget, candidate: Candidate) -> ApplyPlan:
                                   final=True))
     if not writes or not writes[0].final:
         writes.append(ConfigWrite(target.id_model, id_path, _text(final_id), final=True))
+    # A config that would be rewritten as it is stays untouched (e.g. the id model of a text
+    # model that runs the ONNX itself, when the precision does not change).
+    writes = [w for w in writes if not (w.final and w.text == _on_disk(w.path))]
+    previous = {name: path for name, path in previous.items()
+                if any(w.model == name for w in writes)}
     new_version = (target.repo / target.id_model / str(version)
                    if candidate.precision == INT8 else None)
     return ApplyPlan(candidate, version, new_version, previous, writes)
+
+
+def _on_disk(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _errors_of(report: RepoReport, models: list[str]) -> list[str]:
@@ -131,8 +145,7 @@ def apply_candidate(target: TuneTarget, candidate: Candidate) -> dict[str, Any]:
     _check_scratch(target, candidate)
     _check_unchanged(target)
     plan = plan_apply(target, candidate)
-    if plan.new_version is None and all(
-            w.path.read_text(encoding="utf-8") == w.text for w in plan.writes if w.final):
+    if plan.new_version is None and not plan.writes:
         return {"candidate": candidate.name, "configs": {}, "previous": {}, "new_version": None,
                 "served_version": plan.version, "check_repo": "unchanged"}
     if plan.new_version is not None:

@@ -5,9 +5,13 @@
 `candidate_configs` writes a candidate into copies of the target's configs, everything else in
 them (I/O, warm-up, limits, parameters) kept as packaged.
 
-The text model's `max_batch_size` follows the id model's: one text-model execution becomes one
-id-model request, so it may not exceed the id model's (check-repo refuses that), and a smaller
-one would only split batches the id model could take whole.
+A text model that runs its id model's ONNX itself holds the candidate's batching, instances and
+threads in its own config (its id model is not on the text path and keeps its config; only the
+version it serves follows the candidate's precision). A text model that calls its id model by
+BLS holds only its own instances and queue delay; its `max_batch_size` follows the id model's:
+one text-model execution becomes one id-model request, so it may not exceed the id model's
+(check-repo refuses that), and a smaller one would only split batches the id model could take
+whole.
 """
 
 from __future__ import annotations
@@ -18,7 +22,13 @@ from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.generic import read_generic_info
 from attndeploy.serving.packaging.onnx_info import META_VERSION, load_onnx_graph, read_model_info
 from attndeploy.serving.packaging.options import Flavor, PackageOptions
-from attndeploy.serving.packaging.text_model import PARAM_ID_VERSION, build_text_config
+from attndeploy.serving.packaging.text_model import (
+    CALL_ONNXRUNTIME,
+    PARAM_ID_VERSION,
+    build_text_config,
+    call_of,
+    text_call,
+)
 from attndeploy.serving.tune.space import (
     FP32,
     INT8,
@@ -62,6 +72,8 @@ def _threads(cfg: mc.ModelConfig) -> int:
 def read_candidate(id_config: mc.ModelConfig, text_config: mc.ModelConfig | None,
                    precision: str = FP32) -> Candidate:
     """The candidate these configs hold (`precision`: which ONNX the id model serves)."""
+    if text_config is not None and call_of(text_config) == CALL_ONNXRUNTIME:
+        return read_candidate(text_config, None, precision)  # the text model runs the ONNX
     return Candidate(
         max_batch_size=id_config.max_batch_size,
         max_queue_delay_us=_delay(id_config),
@@ -76,8 +88,10 @@ def read_candidate(id_config: mc.ModelConfig, text_config: mc.ModelConfig | None
 
 def package_default(target: TuneTarget) -> Candidate:
     """What `attndeploy package` writes for this model with `PackageOptions()`: its own config
-    builders run on the model's metadata, read back."""
-    options = PackageOptions(flavor=Flavor.PYTHON)
+    builders run on the model's metadata, read back (a text model run by BLS as packaged with
+    `--text-bls`: the way it runs its id model is not a tuned dimension)."""
+    options = PackageOptions(flavor=Flavor.PYTHON, text_bls=target.text_config is not None
+                             and not target.text_runs_onnx)
     model = load_onnx_graph(target.onnx_path)
     if target.generic:
         version = next(p.value for p in model.metadata_props if p.key == META_VERSION)
@@ -89,8 +103,9 @@ def package_default(target: TuneTarget) -> Candidate:
     id_config = cfgmod.build_config(info, options, name=target.id_model, flavor=Flavor.PYTHON)
     text_config = None
     if target.text_model is not None:
-        text_config = build_text_config(info, options, name=target.text_model,
-                                        id_model=target.id_model)
+        text_config = build_text_config(
+            info, options, name=target.text_model, id_model=target.id_model,
+            call=text_call(options, calls_python_flavor=True))  # tuning needs the python flavour
     return read_candidate(id_config, text_config)
 
 
@@ -141,9 +156,13 @@ def _set_version(cfg: mc.ModelConfig, version: int) -> None:
 
 def id_config(target: TuneTarget, candidate: Candidate, *, version: int | None = None
               ) -> mc.ModelConfig:
-    """The id model's config holding `candidate` (serving `version`, default its own)."""
+    """The id model's config holding `candidate` (serving `version`, default its own); the
+    id model of a text model that runs the ONNX itself keeps everything but the version."""
     cfg = mc.ModelConfig()
     cfg.CopyFrom(target.id_config)
+    if target.text_runs_onnx:
+        _set_version(cfg, served_version(target, candidate) if version is None else version)
+        return cfg
     _set_batching(cfg, candidate, ragged=can_batch_ragged(target))
     _set_instances(cfg, candidate.instances)
     cfg.parameters[cfgmod.PARAM_ORT_THREADS].string_value = str(candidate.threads)
@@ -154,16 +173,22 @@ def id_config(target: TuneTarget, candidate: Candidate, *, version: int | None =
 def text_config(target: TuneTarget, candidate: Candidate, *, id_version: int | None = None
                 ) -> mc.ModelConfig:
     """The text model's config holding `candidate`, calling `id_version` of the id model."""
-    if target.text_config is None or candidate.text_instances is None:
+    if target.text_config is None or (candidate.text_instances is None
+                                      and not target.text_runs_onnx):
         raise ValueError("text_config needs a text model and a candidate for it")
     cfg = mc.ModelConfig()
     cfg.CopyFrom(target.text_config)
+    version = served_version(target, candidate) if id_version is None else id_version
+    cfg.parameters[PARAM_ID_VERSION].string_value = str(version)
+    if target.text_runs_onnx:  # the model that runs the ONNX: the candidate is its own
+        _set_batching(cfg, candidate, ragged=False)
+        _set_instances(cfg, candidate.instances)
+        cfg.parameters[cfgmod.PARAM_ORT_THREADS].string_value = str(candidate.threads)
+        return cfg
     if candidate.max_batch_size > 0:
         cfg.max_batch_size = candidate.max_batch_size  # tied: see the module docstring
     cfg.dynamic_batching.max_queue_delay_microseconds = candidate.text_queue_delay_us or 0
-    _set_instances(cfg, candidate.text_instances)
-    version = served_version(target, candidate) if id_version is None else id_version
-    cfg.parameters[PARAM_ID_VERSION].string_value = str(version)
+    _set_instances(cfg, candidate.text_instances)  # type: ignore[arg-type]
     return cfg
 
 

@@ -5,7 +5,7 @@ Dimensions (the fields of `Candidate`) and the values `SearchSpace` tries by def
 
 - `precision`: which ONNX the id model serves, `fp32` (the packaged one) or `int8` (offered
   with an int8 file);
-- `max_batch_size`: the id model's (and its text model's: tied), 1, 2, 4, ..., 64;
+- `max_batch_size`: the id model's (and a BLS text model's: tied), 1, 2, 4, ..., 64;
 - `instances`: the id model's `instance_group.count`, 1-4;
 - `max_queue_delay_us`: the id model's `dynamic_batching.max_queue_delay_microseconds`, 0-2000;
 - `threads`: onnxruntime intra-op threads per instance (`ORT_THREADS`), 1, 2, 4;
@@ -14,7 +14,10 @@ Dimensions (the fields of `Candidate`) and the values `SearchSpace` tries by def
 - `text_instances`: the text model's `instance_group.count`, 1-3;
 - `text_queue_delay_us`: the text model's own queue delay, 0, 100, 500.
 
-The text dimensions apply only when a text model is tuned (`text_instances` is not None); the
+For a text model that runs its id model's ONNX itself (the package default), the model that
+runs the ONNX is the text model: the id-model dimensions above are its own, and it has no text
+dimensions. The text dimensions apply only to a text model that calls its id model by BLS
+(`text_instances` is not None); the
 batching dimensions only when the model batches (`max_batch_size` > 0). A candidate whose
 instances times threads exceed `cores` is pruned unmeasured: more onnxruntime threads than cores
 only contend (model analyzer bounds its instance counts the same way).

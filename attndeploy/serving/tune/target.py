@@ -1,9 +1,13 @@
 """What is tuned: `read_target` finds the named model in a repository, the id model whose ONNX
 runs (the model itself, or the one a text model calls by BLS) and an optional int8 file.
 
-A text model and its id model are tuned together: the load drives the text model, and both
-configs change (the id model's batching, instances and threads; the text model's instances and
-queue delay, its `max_batch_size` tied to the id model's). Naming an id model tunes it alone.
+A text model is tuned with the model that runs its ONNX; the load drives the text model. One
+that runs the id model's ONNX itself (`ID_MODEL_CALL` onnxruntime, the default) is that model:
+its own batching, instances and threads are tuned, and the id model keeps its config (an int8
+candidate changes only which version it serves, the file the text model loads). One that calls
+the id model by BLS is tuned together with it: both configs change (the id model's batching,
+instances and threads; the text model's instances and queue delay, its `max_batch_size` tied to
+the id model's). Naming an id model tunes it alone.
 
 Only the python flavour is tuned: the local tritonserver (the `nvidia-pytriton` wheel's) has no
 onnxruntime backend, so an `onnxruntime_onnx` model cannot be measured here.
@@ -31,7 +35,7 @@ from attndeploy.serving.packaging.onnx_info import (
     missing_functions,
     uses_external_data,
 )
-from attndeploy.serving.packaging.text_model import id_model_of
+from attndeploy.serving.packaging.text_model import CALL_ONNXRUNTIME, call_of, id_model_of
 
 META_QUANTIZATION = "attndeploy.quantization"  # what `attndeploy quantize` records
 
@@ -62,6 +66,11 @@ class TuneTarget:
     onnx_path: Path  # the id model's (fp32) ONNX of that version
     generic: bool  # a user's model (`export --factory`): packaged from its graph
     int8: Int8Model | None = None
+
+    @property
+    def text_runs_onnx(self) -> bool:
+        """A text model that runs its id model's ONNX in its own process (not by BLS)."""
+        return self.text_config is not None and call_of(self.text_config) == CALL_ONNXRUNTIME
 
     @property
     def models(self) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -19,6 +19,15 @@ from tests.serving.onnx_fixtures import build_model, fixture_vocab, save_model
 
 NAME = "tiny"
 TEXT = f"{NAME}_text"
+# How the text model runs its id model: its ONNX in its own process (the default), or by BLS.
+TEXT_CALLS = ("onnxruntime", "bls")
+
+
+def for_call(candidate: Candidate, call: str) -> Candidate:
+    """`candidate` as a text model packaged with `call` holds it: one that runs the ONNX itself
+    has no text-model fields of its own."""
+    return candidate if call == "bls" else replace(candidate, text_instances=None,
+                                                   text_queue_delay_us=None)
 
 
 def tiny_repo(root: Path, *, text: bool = True, hidden: int = 8, **options) -> Path:

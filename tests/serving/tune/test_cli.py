@@ -10,7 +10,7 @@ import pytest
 
 from attndeploy.cli import app as cli_app
 from attndeploy.serving.packaging.check_repo import check_repository
-from tests.serving.tune.fixtures import NAME, TEXT, Simulated, simulated_reference, tiny_repo
+from tests.serving.tune.fixtures import TEXT, Simulated, simulated_reference, tiny_repo
 
 QUICK = ["--concurrency", "1,16", "--budget-minutes", "30"]
 
@@ -46,8 +46,9 @@ def test_tune_apply_writes_the_chosen_configuration_and_check_repo_accepts_it(
         "--json-out", str(tmp_path / "tune.json"), "--plot", str(tmp_path / "tune.png")])
     assert code == 0, err
     data = json.loads((tmp_path / "tune.json").read_text())
-    assert data["applied"]["configs"][NAME] == str(repo / NAME / "config.pbtxt")
-    assert (repo / NAME / "config.pbtxt.previous").is_file()
+    # the text model runs the ONNX itself (the package default): its config holds the choice
+    assert data["applied"]["configs"][TEXT] == str(repo / TEXT / "config.pbtxt")
+    assert (repo / TEXT / "config.pbtxt.previous").is_file()
     assert check_repository(repo).passed
     assert (tmp_path / "tune.png").stat().st_size > 0
     assert "Pareto front" in out and "applied:" in out

@@ -12,17 +12,29 @@ from attndeploy.serving.tune.measure import Measurement
 from attndeploy.serving.tune.options import TuneOptions
 from attndeploy.serving.tune.run import run_tune
 from attndeploy.serving.tune.space import SearchSpace
-from tests.serving.tune.fixtures import TEXT, Simulated, simulated_reference, tiny_repo
+from attndeploy.serving.tune.target import read_target
+from tests.serving.tune.fixtures import (
+    TEXT,
+    TEXT_CALLS,
+    Simulated,
+    simulated_reference,
+    tiny_repo,
+)
 
 SPACE = SearchSpace(max_batch_size=(4, 8, 16, 32), max_queue_delay_us=(0, 500),
                     instances=(1, 2), threads=(1,), preferred=("none",), text_instances=(1,),
                     text_queue_delay_us=(0,), cores=2)
 
 
-@pytest.fixture
-def repo(tmp_path, monkeypatch):
+@pytest.fixture(params=TEXT_CALLS)
+def repo(request, tmp_path, monkeypatch):
+    """The tiny text model, packaged to run its id model's ONNX itself or to call it by BLS."""
     monkeypatch.setattr("attndeploy.serving.tune.run.find_tritonserver", lambda: None)
-    return tiny_repo(tmp_path)
+    return tiny_repo(tmp_path, text_bls=request.param == "bls")
+
+
+def is_bls(repo):
+    return not read_target(repo, TEXT).text_runs_onnx
 
 
 def tune(repo, simulated, **changes):
@@ -62,9 +74,10 @@ def test_a_budget_shorter_than_one_measurement_is_refused_before_anything_runs(r
 
 
 def test_no_candidate_within_the_latency_budget_names_the_closest_and_returns_nothing(repo):
+    text = "-ti1-td0" if is_bls(repo) else ""  # a text model run by BLS has its own fields
     with pytest.raises(LoadTestError, match=r"no configuration kept p95 within 0.01 ms .* the "
-                                            r"closest was b\d+-d\d+-i\d-t1-ti1-td0 at concurrency "
-                                            r"1: p95 [\d.]+ ms"):
+                                            rf"closest was b\d+-d\d+-i\d-t1{text} at "
+                                            r"concurrency 1: p95 [\d.]+ ms"):
         tune(repo, Simulated(), latency_budget_ms=0.01)
 
 
@@ -124,5 +137,5 @@ def test_int8_is_tried_first_when_offered(repo, tmp_path):
     int8 = int8_copy(tmp_path / "tiny.onnx", tmp_path / "tiny.int8.onnx")
     simulated = Simulated()
     result = tune(repo, simulated, int8=int8, space=replace(SPACE, max_batch_size=(8,)))
-    assert simulated.calls[1][0].endswith("-int8-ti1-td0")
+    assert simulated.calls[1][0].endswith("-int8-ti1-td0" if is_bls(repo) else "-int8")
     assert result.chosen.candidate.precision == "int8"

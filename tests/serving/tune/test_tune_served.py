@@ -13,7 +13,7 @@ from attndeploy.serving.packaging.check_repo import check_repository
 from attndeploy.serving.tune import SearchSpace, TuneOptions, apply_candidate, run_tune
 from attndeploy.serving.tune.configs import read_candidate
 from attndeploy.serving.tune.target import read_target
-from tests.serving.tune.fixtures import NAME, TEXT, int8_copy, tiny_repo
+from tests.serving.tune.fixtures import NAME, TEXT, TEXT_CALLS, int8_copy, tiny_repo
 
 pytestmark = pytest.mark.integration
 
@@ -22,8 +22,10 @@ SMALL = SearchSpace(max_batch_size=(8, 16), max_queue_delay_us=(500,), instances
                     text_queue_delay_us=(0,))
 
 
-def test_a_text_model_and_its_int8_id_model_are_tuned_on_the_real_server_and_applied(tmp_path):
-    repo = tiny_repo(tmp_path, hidden=32)
+@pytest.mark.parametrize("call", TEXT_CALLS)
+def test_a_text_model_and_its_int8_id_model_are_tuned_on_the_real_server_and_applied(tmp_path,
+                                                                                    call):
+    repo = tiny_repo(tmp_path, hidden=32, text_bls=call == "bls")
     int8 = int8_copy(tmp_path / "tiny.onnx", tmp_path / "tiny.int8.onnx")
     options = TuneOptions(repo=repo, model=TEXT, int8=int8, concurrency=(1, 8), space=SMALL,
                           budget_minutes=4.0, window_s=0.5, stable_windows=2, max_windows=3,
@@ -32,7 +34,8 @@ def test_a_text_model_and_its_int8_id_model_are_tuned_on_the_real_server_and_app
     result = run_tune(options, progress=False)
     data = json.loads(result.to_json())
     measured = {m["name"]: m for m in data["measurements"]}
-    assert "b8-d500-i1-t1-int8-ti1-td0" in measured  # int8 served as version 2, and checked
+    # int8 served as version 2 (the file a text model running the ONNX loads), and checked
+    assert "b8-d500-i1-t1-int8" + ("-ti1-td0" if call == "bls" else "") in measured
     for measurement in data["measurements"]:
         assert measurement["failure"] is None, measurement
         assert all(level["errors"] == 0 and level["checks_failed"] == 0
