@@ -1,26 +1,29 @@
 """Text serving: the text model `<variant>_text` against its id model, on the same texts.
 
 What it answers: does tokenizing and decoding in the server (the text model: a python-backend
-model that tokenizes a batch, calls the id model by BLS and decodes) cost throughput? Target:
-at concurrency 16, the text model's throughput (texts/s) is at least 0.8x the id model's on
-the same texts, the id model getting them tokenized by the client (`loadtest --text-file`
-tokenizes with the same runtime tokenizer the text model runs).
+model that tokenizes a batch, runs the id model and decodes) cost throughput, and what does
+each way of running the id model cost (`--text-calls`: `onnxruntime`, the id model's ONNX in the
+text model's own session, the package default; `bls`, a BLS request to the id model)? Target:
+at concurrency 16, the default text model's throughput (texts/s) is at least 0.8x the id
+model's on the same texts, the id model getting them tokenized by the client (`loadtest
+--text-file` tokenizes with the same runtime tokenizer the text model runs).
 
 Models: the quickstart's model per variant (task sparse_evidence, max_seq 64, d_model 64,
 2 layers; `attndeploy.quickstart.pipeline.train_or_reuse` / `export_or_reuse`), trained for
 `--train-steps` steps and cached in `--workdir` (by default the folder `benchmarks/predict.py`
-uses, so the two share their models). Each is packaged with `PackageOptions()` (what
-`attndeploy package` writes: the python-flavour id model `<variant>` and the text model
-`<variant>_text`), and with `--text-instances` values other than the default as extra copies
-(`<variant>_i<N>` and `<variant>_i<N>_text`), all in ONE repository served by ONE
-`tritonserver`.
+uses, so the two share their models); or `--onnx FILE` (any exported model with a tokenizer,
+e.g. a fine-tuned all-MiniLM-L6-v2, named by `--name`). Each is packaged with `PackageOptions()`
+(what `attndeploy package` writes: the python-flavour id model `<variant>` and the text model
+`<variant>_text`; `--threads` sets onnxruntime's threads), with `--text-bls` as `<variant>_bls`
+and `<variant>_bls_text`, and with `--text-instances` values other than the default as extra
+copies (`<variant>_i<N>...`), all in ONE repository served by ONE `tritonserver`.
 
 Texts: `--texts FILE` (its non-blank lines), else `--lines` texts of the built-in task
 (`example_texts("sparse_evidence", n, seed)`: 16-64 words each). Requests carry one text each
 (`--batch`), closed loop.
 
 How: `--rounds` rounds; each round visits every (variant, protocol, concurrency) cell in a
-fresh random order and, in each cell, measures the id model and the text model back to back (in
+fresh random order and, in each cell, measures the id model and each text model back to back (in
 random order) with `attndeploy.serving.loadtest.run_load_test` on `text_file` (20 warm-up
 requests, `--windows` windows of `--window-s` s, all measured). The first round also checks a
 sample of every model's answers against in-process onnxruntime (the load tester's checks: a text
@@ -31,16 +34,17 @@ Statistics. On a shared machine the background load drifts by tens of percent wi
 so the id and text measurements of a cell are taken minutes apart at worst in one round but
 seconds apart within a cell. The verdict uses `paired_ratio`: the median over rounds of the
 text / id throughput ratio of each cell's adjacent pair; `ratio` (median text throughput over
-median id throughput) is reported beside it. `cpu_ms_per_text` is the CPU time the server (its
+median id throughput) is reported beside it, and `onnxruntime_vs_bls`, the paired ratio of the
+two text models of a cell. `cpu_ms_per_text` is the CPU time the server (its
 whole process group: tritonserver and every python-backend stub) and this client process spent
 per text during the level: on a saturated machine throughput is about cores / CPU per text, and
 CPU time hardly depends on what else the machine runs, so `cpu_ratio` (id CPU / text CPU per
 text) is a second, steadier estimate of the throughput ratio.
 
 Run: `.venv/bin/python benchmarks/text_serving.py [--quick] [--variants standard,ganet]
-[--protocols grpc,http] [--concurrency 16] [--text-instances 1,2] [--rounds 5]
-[--out DIR] [--workdir DIR]`. Writes DIR/text_serving.json (DIR defaults to
-benchmarks/results/).
+[--onnx FILE --name NAME] [--threads N] [--text-calls onnxruntime,bls] [--protocols grpc,http]
+[--concurrency 16] [--text-instances 1,2] [--rounds 5] [--out DIR] [--workdir DIR]`. Writes
+DIR/text_serving.json (DIR defaults to benchmarks/results/).
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ from attndeploy.serving.packaging.options import PackageOptions  # noqa: E402
 TARGET = 0.8  # text-model throughput / id-model throughput at concurrency TARGET_LEVEL
 TARGET_LEVEL = 16
 TASK = "sparse_evidence"
+CALLS = ("onnxruntime", "bls")  # how a text model runs its id model; the first is the default
 VARIANTS = ("standard", "qvi", "ganet", "evolving")
 
 
@@ -87,9 +92,10 @@ def write_texts(path: Path | None, n: int, seed: int, out: Path) -> tuple[Path, 
     return out, f"built-in task {TASK!r}, {n} texts (seed {seed})"
 
 
-def package(models: list[dict[str, Any]], repo: Path, instances: list[int]) -> list[dict]:
-    """Package every model (default options, plus one copy per extra `instances` value);
-    return the (variant, instances, id model, text model) rows to measure."""
+def package(models: list[dict[str, Any]], repo: Path, instances: list[int], calls: list[str],
+            threads: int) -> list[dict]:
+    """Package every model (default options, plus one copy per extra `instances` value and per
+    text call); return the (variant, instances, id model, {call: text model}) rows to measure."""
     from attndeploy.serving.packaging.repository import package_model
 
     if repo.exists():
@@ -100,11 +106,15 @@ def package(models: list[dict[str, Any]], repo: Path, instances: list[int]) -> l
         variant = facts["variant"]
         for count in instances:
             base = variant if count == default else f"{variant}_i{count}"
-            written = package_model(Path(facts["onnx"]), repo,
-                                    PackageOptions(name=base, text_instances=count))
-            text = next(m.name for m in written if m.is_text)
-            rows.append({"variant": variant, "text_instances": count, "id_model": base,
-                         "text_model": text, "onnx": facts["onnx"]})
+            texts, id_models = {}, []
+            for call in calls:
+                name = base if call == CALLS[0] else f"{base}_{call}"
+                written = package_model(Path(facts["onnx"]), repo, PackageOptions(
+                    name=name, text_instances=count, threads=threads, text_bls=call == "bls"))
+                texts[call] = next(m.name for m in written if m.is_text)
+                id_models.append(name)
+            rows.append({"variant": variant, "text_instances": count, "id_model": id_models[0],
+                         "text_models": texts, "onnx": facts["onnx"]})
     return rows
 
 
@@ -168,24 +178,31 @@ def _median(values: list[float | None]) -> float | None:
     return float(statistics.median(kept)) if kept else None
 
 
+def paired(numerators: list[dict[str, Any]], denominators: list[dict[str, Any]]) -> float | None:
+    """The median over rounds of the throughput ratio of two models measured in one cell."""
+    return _median([n["throughput"] / d["throughput"]
+                    for n, d in zip(numerators, denominators, strict=True) if d["throughput"]])
+
+
 def summarize(runs: dict[tuple, list[dict[str, Any]]], rows: list[dict], protocols: list[str],
               levels: list[int]) -> list[dict[str, Any]]:
     out = []
-    for row in rows:
+    for row, call in ((r, c) for r in rows for c in r["text_models"]):
         for protocol in protocols:
             for level in levels:
                 ids = runs[(row["id_model"], protocol, level)]
-                texts = runs[(row["text_model"], protocol, level)]
+                texts = runs[(row["text_models"][call], protocol, level)]
+                others = {c: runs[(name, protocol, level)]
+                          for c, name in row["text_models"].items() if c != call}
                 id_tp = _median([r["throughput"] for r in ids])
                 text_tp = _median([r["throughput"] for r in texts])
                 ratio = text_tp / id_tp if id_tp and text_tp is not None else None
-                paired = _median([t["throughput"] / i["throughput"]
-                                  for i, t in zip(ids, texts, strict=True) if i["throughput"]])
+                paired_ratio = paired(texts, ids)
                 id_cpu = _median([r["cpu_ms_per_text"] for r in ids])
                 text_cpu = _median([r["cpu_ms_per_text"] for r in texts])
                 out.append({
-                    **{k: row[k] for k in ("variant", "text_instances", "id_model",
-                                           "text_model")},
+                    **{k: row[k] for k in ("variant", "text_instances", "id_model")},
+                    "text_call": call, "text_model": row["text_models"][call],
                     "protocol": protocol, "concurrency": level,
                     "id": {k: _median([r[k] for r in ids]) for k in
                            ("throughput", "p50_ms", "p95_ms", "avg_batch_size",
@@ -193,9 +210,10 @@ def summarize(runs: dict[tuple, list[dict[str, Any]]], rows: list[dict], protoco
                     "text": {k: _median([r[k] for r in texts]) for k in
                              ("throughput", "p50_ms", "p95_ms", "avg_batch_size",
                               "cpu_ms_per_text")},
-                    "paired_ratio": paired, "ratio": ratio,
+                    "paired_ratio": paired_ratio, "ratio": ratio,
+                    **{f"{call}_vs_{c}": paired(texts, other) for c, other in others.items()},
                     "cpu_ratio": id_cpu / text_cpu if id_cpu and text_cpu else None,
-                    "meets_target": (paired is not None and paired >= TARGET
+                    "meets_target": (paired_ratio is not None and paired_ratio >= TARGET
                                      if level == TARGET_LEVEL else None),
                     "errors": sum(r["errors"] for r in ids + texts),
                     "checks_done": sum(r["checks_done"] for r in ids + texts),
@@ -215,6 +233,14 @@ def main() -> int:
                         help="text model instance counts to measure (the default is packaged "
                              "as <variant>_text, others as <variant>_i<N>_text)")
     parser.add_argument("--batch", type=int, default=1, help="texts per request")
+    parser.add_argument("--text-calls", default=",".join(CALLS),
+                        help="how the text model runs its id model: onnxruntime (its ONNX in "
+                             "the text model's session, the default) and/or bls")
+    parser.add_argument("--onnx", type=Path, default=None,
+                        help="an exported model with a tokenizer, instead of the quickstart's")
+    parser.add_argument("--name", default="model", help="the --onnx model's name")
+    parser.add_argument("--threads", type=int, default=PackageOptions().threads,
+                        help="onnxruntime threads per instance (package --threads)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--window-s", type=float, default=2.0)
@@ -236,6 +262,9 @@ def main() -> int:
     protocols = [p for p in args.protocols.split(",") if p]
     levels = [int(c) for c in args.concurrency.split(",") if c]
     instances = [int(i) for i in args.text_instances.split(",") if i]
+    calls = [c for c in CALLS if c in args.text_calls.split(",")]
+    if not calls:
+        parser.error(f"--text-calls names none of {', '.join(CALLS)}")
     workdir = args.workdir or args.out / "predict_work"
     work = args.out / "text_serving_work"
 
@@ -243,10 +272,13 @@ def main() -> int:
     from attndeploy.serving.server.launch import servable_models
 
     started = time.perf_counter()
-    models = [prepare_model(v, workdir, args.train_steps, args.max_train_seconds)
-              for v in variants]
+    if args.onnx is not None:
+        models = [{"variant": args.name, "onnx": str(args.onnx)}]
+    else:
+        models = [prepare_model(v, workdir, args.train_steps, args.max_train_seconds)
+                  for v in variants]
     texts, texts_source = write_texts(args.texts, args.lines, args.seed, work / "texts.txt")
-    rows = package(models, work / "repo", instances)
+    rows = package(models, work / "repo", instances, calls, args.threads)
     served, _ = servable_models(work / "repo")
     grpc, http, metrics = free_ports(3)
     runs: dict[tuple, list[dict[str, Any]]] = {}
@@ -259,20 +291,20 @@ def main() -> int:
         for round_index in range(args.rounds):
             rng.shuffle(cells)
             for row, protocol, level in cells:
-                pair = ["id_model", "text_model"]
-                rng.shuffle(pair)  # adjacent in time, in either order
-                for which in pair:
-                    result = measure(row[which], urls[protocol], protocol, row["onnx"], texts,
+                group = [row["id_model"], *row["text_models"].values()]
+                rng.shuffle(group)  # adjacent in time, in any order
+                for name in group:
+                    result = measure(name, urls[protocol], protocol, row["onnx"], texts,
                                      level, args, check=round_index == 0,
                                      server_pid=server.pid)
-                    runs.setdefault((row[which], protocol, level), []).append(result)
-                    print(f"round {round_index + 1}: {row[which]:>16} {protocol:>4} c{level:<3}"
+                    runs.setdefault((name, protocol, level), []).append(result)
+                    print(f"round {round_index + 1}: {name:>16} {protocol:>4} c{level:<3}"
                           f" {result['throughput']:8.1f} texts/s  p50 {result['p50_ms']:.2f} ms"
                           f"  batch {result['avg_batch_size'] or 0:.2f}  cpu/text "
                           f"{result['cpu_ms_per_text'] or 0:.2f} ms", flush=True)
     summary = summarize(runs, rows, protocols, levels)
     default_rows = [s for s in summary if s["text_instances"] == PackageOptions().text_instances
-                    and s["concurrency"] == TARGET_LEVEL]
+                    and s["concurrency"] == TARGET_LEVEL and s["text_call"] == calls[0]]
     result = {
         "benchmark": "text_serving",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -289,10 +321,10 @@ def main() -> int:
     }
     out = args.out / "text_serving.json"
     atomic_write_text(out, json.dumps(result, indent=2) + "\n")
-    print(f"\n{'variant':>9} {'inst':>4} {'proto':>5} {'conc':>4} {'id/s':>8} {'text/s':>8} "
-          f"{'paired':>6} {'ratio':>6} {'cpu':>6}")
+    print(f"\n{'variant':>9} {'call':>11} {'inst':>4} {'proto':>5} {'conc':>4} {'id/s':>8} "
+          f"{'text/s':>8} {'paired':>6} {'ratio':>6} {'cpu':>6}")
     for s in summary:
-        print(f"{s['variant']:>9} {s['text_instances']:>4} {s['protocol']:>5} "
+        print(f"{s['variant']:>9} {s['text_call']:>11} {s['text_instances']:>4} {s['protocol']:>5} "
               f"{s['concurrency']:>4} {s['id']['throughput']:8.1f} "
               f"{s['text']['throughput']:8.1f} {s['paired_ratio']:6.2f} {s['ratio']:6.2f} "
               f"{s['cpu_ratio'] or 0:6.2f}")

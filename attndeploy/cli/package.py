@@ -61,7 +61,7 @@ def command(
         bool, typer.Option("--text-bls/--no-text-bls",
                            help="The text model calls the id model through the server (BLS) "
                                 "instead of running its ONNX in its own process (one batcher "
-                                "for text and id requests, the weights held once; about 15 % "
+                                "for text and id requests, the weights held once; about 12 % "
                                 "fewer texts/s).")
     ] = _default("text_bls"),
     text_instances: Annotated[

@@ -115,7 +115,7 @@ class PackageOptions:
     - `text_bls`: the text model calls its id model through the server (BLS) even when that is
       the python flavour, whose ONNX file it otherwise loads and runs in its own process (with
       `threads`, `max_queue_delay_us` and `max_batch_size` as the id model's). Off by default:
-      the second hop costs a text model about 15 % of its throughput at concurrency 16
+      the second hop costs a text model about 12 % of its throughput at concurrency 16
       (`benchmarks/text_serving.py`); BLS merges text and id requests in one batcher and holds
       the weights once. A text model calling the onnxruntime flavour always uses BLS.
     - `truncate_text`: the text model keeps the first `max_seq` tokens of a longer text instead

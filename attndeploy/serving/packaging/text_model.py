@@ -26,8 +26,8 @@ How it runs the id model (parameter `ID_MODEL_CALL`, `text_call`):
   own version folder (`../<id model>/<ID_MODEL_VERSION>/model.onnx`; one file on disk, a second
   session in memory) and runs it in its own process with `ORT_THREADS` threads, then decodes.
   Each batch crosses the server once. Measured on all-MiniLM-L6-v2 fine-tuned on the Debian
-  descriptions at concurrency 16 (`benchmarks/text_serving.py --onnx`): about 15 % more texts/s
-  than BLS at a lower p95, level with the id model fed pre-tokenized ids.
+  descriptions at concurrency 16 (`benchmarks/text_serving.py --onnx`): 1.14x the texts/s of
+  BLS at a lower p95 (100 against 111 ms), and 1.05x the id model fed pre-tokenized ids.
 - `bls`, when the id model is the onnxruntime backend's (GPU instances; the server's Python may
   have no onnxruntime), or with `PackageOptions.text_bls`: one BLS request per batch, so the id
   model's dynamic batcher merges the text model's batches with direct id requests and the

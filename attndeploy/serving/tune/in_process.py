@@ -7,8 +7,8 @@ threads and one inter-op thread (as the generated model.py builds it) and run ba
 model's input checks included) on random ids of `seq` tokens; a text model runs
 `InferenceModel.predict` on the texts the load tester sends (tokenizing and decoding included,
 as the text model does). What the server adds on top (gRPC, the batcher, the python backend's
-shared memory, BLS) is the gap between this and the served throughput: the server's overhead
-ceiling.
+shared memory, and BLS for a text model that calls its id model) is the gap between this and the
+served throughput: the server's overhead ceiling.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """What is tuned: `read_target` finds the named model in a repository, the id model whose ONNX
-runs (the model itself, or the one a text model calls by BLS) and an optional int8 file.
+runs (the model itself, or the text model's: run in its own process, or called by BLS) and an
+optional int8 file.
 
 A text model is tuned with the model that runs its ONNX; the load drives the text model. One
 that runs the id model's ONNX itself (`ID_MODEL_CALL` onnxruntime, the default) is that model:
