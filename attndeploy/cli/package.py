@@ -84,6 +84,7 @@ def command(
     from attndeploy.fsutil import check_output_dir
     from attndeploy.serving.packaging.options import PackageOptions
     from attndeploy.serving.packaging.repository import check_source_exists, package_model
+    from attndeploy.serving.packaging.text_model_names import CALL_ONNXRUNTIME
 
     if model is not None and len(sources) > 1:
         raise RepositoryError("--model names one model; give one source per call, or no "
@@ -108,8 +109,11 @@ def command(
         print_json({"repo": str(repo), "models": [m.to_dict() for m in written]})
         return
     for packaged in written:
-        what = (f"text model calling {packaged.id_model}" if packaged.is_text
-                else packaged.to_dict()["flavor"])
+        what = packaged.to_dict()["flavor"]
+        if packaged.is_text:
+            what = (f"text model running {packaged.id_model}'s ONNX in its own process"
+                    if packaged.text_call == CALL_ONNXRUNTIME
+                    else f"text model calling {packaged.id_model} by BLS")
         if packaged.head == "generic":
             console.print(f"packaged [bold]{packaged.name}[/] ({what}, your model's own inputs "
                           f"and outputs, version {packaged.version}) -> {packaged.path}")

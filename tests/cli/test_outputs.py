@@ -16,7 +16,7 @@ import pytest
 from attndeploy.checkpoint import CONFIG_FILE, FORMAT, WEIGHTS_FILE
 from attndeploy.cli import app as cli_app
 from attndeploy.fsutil import file_sha256
-from tests.serving.onnx_fixtures import build_model, save_model
+from tests.serving.onnx_fixtures import build_model, fixture_vocab, save_model
 
 
 def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str):
@@ -186,6 +186,24 @@ def test_package_refuses_an_empty_name(monkeypatch, capsys, tmp_path, onnx_file)
                       "--model", "")
     assert_refused(result, "repository", "the model name is empty")
     assert not (tmp_path / "repo").exists()
+
+
+@pytest.mark.parametrize(("flags", "call", "says"), [
+    ((), "onnxruntime", "text model running cls's ONNX in its own process"),
+    (("--text-bls",), "bls", "text model calling cls by BLS"),
+])
+def test_package_says_how_the_text_model_runs_its_id_model(monkeypatch, capsys, tmp_path, flags,
+                                                           call, says):
+    source = save_model(build_model(vocab=fixture_vocab(16)), tmp_path / "src" / "cls.onnx")
+    code, out, err = run_main(monkeypatch, capsys, "package", source, "--repo",
+                              tmp_path / "repo", *flags)
+    assert code == 0, err
+    assert says in " ".join(out.split())  # the console may wrap the line
+    code, out, err = run_main(monkeypatch, capsys, "package", source, "--repo",
+                              tmp_path / "repo", "--force", "--json", *flags)
+    assert code == 0, err
+    (text,) = [m for m in json.loads(out)["models"] if m["kind"] == "text"]
+    assert (text["name"], text["id_model"], text["text_call"]) == ("cls_text", "cls", call)
 
 
 def test_package_refuses_an_overlong_name_and_leaves_no_repository(

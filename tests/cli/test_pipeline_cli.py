@@ -42,6 +42,8 @@ def workdir(tmp_path_factory) -> Path:
         "standard_onnxruntime", "standard_text"}
     assert {m["name"]: m["id_model"] for m in packaged["models"] if m["kind"] == "text"} == {
         "ganet_text": "ganet_python", "standard_text": "standard_python"}
+    # each runs its python flavour's ONNX itself
+    assert {m["text_call"] for m in packaged["models"] if m["kind"] == "text"} == {"onnxruntime"}
     (cwd / "lines.txt").write_text("w1 w2 alpha w3 amber\nbravo w1\n\nW7, w8 w9 w10 alpha\n")
     return cwd
 

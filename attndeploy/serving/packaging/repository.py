@@ -96,6 +96,7 @@ class PackagedModel:
     max_batch_size: int
     onnx_sha256: str
     id_model: str | None = None  # a text model: the id model it calls (None: an id model)
+    text_call: str | None = None  # a text model: how it runs the id model (`ID_MODEL_CALLS`)
 
     @property
     def is_text(self) -> bool:
@@ -116,6 +117,7 @@ class PackagedModel:
             "onnx_sha256": self.onnx_sha256,
             "kind": "text" if self.is_text else ("generic" if self.head == "generic" else "ids"),
             "id_model": self.id_model,
+            "text_call": self.text_call,
         }
 
 
@@ -225,11 +227,13 @@ def package_model(
         max_seq = 0 if generic else effective_max_seq(info, options)
         base = options.name or default_model_name(source)
         targets = {flavor: repo / options.model_name(base, flavor) for flavor in options.flavors()}
-        text_target = None
+        text_target, call = None, None
         if options.text and record is not None:
             check_tokenizer_record(record, info, str(onnx_path))
             text_target = repo / text_model_name(base)
         id_model = targets[Flavor.PYTHON if Flavor.PYTHON in targets else Flavor.ONNXRUNTIME]
+        if text_target is not None:
+            call = text_call(options, calls_python_flavor=Flavor.PYTHON in targets)
         everything = [*targets.values(), *([text_target] if text_target else [])]
         existing = [str(path) for path in everything if path.exists()]
         if existing and not options.force:
@@ -245,7 +249,6 @@ def package_model(
             if text_target is not None and record is not None:
                 staging = stack.enter_context(
                     atomic_directory(text_target, replace=options.force))
-                call = text_call(options, calls_python_flavor=Flavor.PYTHON in targets)
                 write_text_model(staging, info, record, options, name=text_target.name,
                                  id_model=id_model.name, call=call)
     written = [
@@ -269,6 +272,6 @@ def package_model(
             name=text_target.name, flavor=Flavor.PYTHON, version=options.version,
             path=text_target, variant=info.variant, head=info.head, gated=info.gated,
             num_labels=info.num_labels, max_seq=max_seq, max_batch_size=options.max_batch_size,
-            onnx_sha256=sha256, id_model=id_model.name,
+            onnx_sha256=sha256, id_model=id_model.name, text_call=call,
         ))
     return written
