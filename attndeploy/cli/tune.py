@@ -87,6 +87,11 @@ def command(
     window: Annotated[
         float, shared("--window", "(Of each level.)", callback=_positive)
     ] = _default("window_s"),
+    finalists: Annotated[
+        int, typer.Option(help="The search's best configurations measured again after it; "
+                               "the choice is made on these fresh numbers (the best of many "
+                               "noisy measurements reads high).", min=1)
+    ] = _default("finalists"),
     apply: Annotated[
         bool, typer.Option("--apply", help="Write the chosen configuration into the "
                                            "repository (config.pbtxt replaced atomically, the "
@@ -106,9 +111,11 @@ def command(
     Each candidate is a scratch copy of the repository served by a fresh tritonserver and load
     tested level by level; a coordinate search (model analyzer's quick search, simplified)
     proposes the next one until nothing improves or the budget is spent. The package default
-    and in-process onnxruntime are measured as references, and the chosen configuration a second
-    time. Ctrl-C keeps what was measured (--json-out, --json and --plot get it, marked partial;
-    exit 130); nothing is applied then, nor when no candidate meets the budget.
+    and in-process onnxruntime are measured as references; the best --finalists are measured
+    again and the choice made among those fresh numbers, and the chosen configuration once more
+    (the repeat: is it stable?). Ctrl-C keeps what was measured (--json-out, --json and --plot
+    get it, marked partial; exit 130); nothing is applied then, nor when no candidate meets the
+    budget.
     """
     from attndeploy.fsutil import check_output_file, check_replaceable
     from attndeploy.serving.tune import apply_candidate, run_tune
@@ -118,7 +125,7 @@ def command(
         repo=repo, model=model, latency_budget_ms=latency_budget_ms,
         concurrency=parse_number_list(concurrency, "concurrency"),
         budget_minutes=budget_minutes, int8=int8, seq_lengths=parse_number_list(seq, "seq"),
-        text_file=text_file, protocol=protocol.value, window_s=window,
+        text_file=text_file, protocol=protocol.value, window_s=window, finalists=finalists,
     )
     for path in (json_out, plot_path):  # unwritable outputs fail now, not after the search
         if path is not None:
@@ -170,9 +177,12 @@ def _print(data: dict[str, Any], applied: bool) -> None:
         table.add_row(point["name"], str(point["concurrency"]), _fmt(point["throughput"], ".0f"),
                       _fmt(point["p95_ms"], ".2f"), mark)
     console.print(table)
-    measured = [m for m in data["measurements"] if m["role"] != "repeat"]
+    measured = [m for m in data["measurements"] if m["role"] not in ("final", "repeat")]
+    finals = [m["name"] for m in data["measurements"] if m["role"] == "final"]
     console.print(f"{len(measured)} configuration(s) measured in {data['duration_s'] / 60:.1f} "
                   f"min; search stopped: {data['search']['stopped_because'] or '-'}")
+    if finals:
+        console.print(f"finalists measured again, the choice made on these: {', '.join(finals)}")
     default = data["package_default"]
     console.print(f"chosen: [bold]{chosen.get('name')}[/] at concurrency "
                   f"{chosen.get('concurrency')}: {_fmt(chosen.get('throughput'), '.0f')} infer/s, "
@@ -189,10 +199,15 @@ def _print(data: dict[str, Any], applied: bool) -> None:
     stability = data["stability"]
     if stability is not None:
         diff = stability["relative_difference"]
+        chosen_on = ("its finalist measurement" if stability["chosen_on"] == "final"
+                     else "the search's measurement")
+        search = stability["search_throughput"]
+        during = (f"; the search had measured {search:.0f}" if search is not None
+                  and stability["chosen_on"] == "final" else "")
         console.print(f"  repeat: {_fmt(stability['repeat_throughput'], '.0f')} infer/s, "
-                      f"{'-' if diff is None else f'{diff:.1%}'} from the first measurement "
+                      f"{'-' if diff is None else f'{diff:.1%}'} from {chosen_on} "
                       f"({'stable' if stability['stable'] else 'NOT stable'} within "
-                      f"{stability['tolerance']:.0%})")
+                      f"{stability['tolerance']:.0%}){during}")
     for note in data["notes"]:
         print_warning(note)
     if data["applied"] is not None and not data["applied"]["configs"]:

@@ -30,6 +30,7 @@ from attndeploy.serving.tune.target import TuneTarget
 CURRENT = "current"  # roles of a measurement
 PACKAGE_DEFAULT = "package_default"
 SEARCH = "search"
+FINAL = "final"  # a finalist measured again after the search: the choice is made on these
 REPEAT = "repeat"
 
 

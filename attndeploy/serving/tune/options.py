@@ -23,9 +23,9 @@ class TuneOptions:
     - `latency_budget_ms`: the p95 a chosen configuration must keep at some concurrency level
       (None: the highest throughput at any latency).
     - `concurrency`: the closed-loop levels each candidate is measured at, lowest first.
-    - `budget_minutes`: the wall time of the whole run (search, the repeat of the chosen
-      candidate and the in-process reference); the search stops when the next candidate would
-      not leave time for the repeat.
+    - `budget_minutes`: the wall time of the whole run (search, the finalists' second
+      measurements, the repeat of the chosen candidate and the in-process reference); the search
+      stops when the next candidate would not leave time for what follows it.
     - `int8`: an int8 ONNX of the same model, offered as the `int8` precision.
     - `space`: the values of each dimension (`SearchSpace`).
     - `seq_lengths`, `text_file`, `protocol`, `window_s`, `stable_windows`, `max_windows`,
@@ -36,8 +36,11 @@ class TuneOptions:
       tester's own stability threshold (on a shared machine two measurements of one
       configuration often differ by that much, and a smaller gain would follow the noise).
     - `min_level_gain`: a concurrency sweep stops at a level that adds less throughput.
-    - `repeat_tolerance`: the chosen candidate's second measurement must land within this share
-      of the first to be called stable.
+    - `finalists`: how many of the search's best candidates are measured again after it; the
+      choice is made on these fresh measurements, not on the search's, since the best of many
+      noisy measurements is biased upward (the winner's curse).
+    - `repeat_tolerance`: the chosen candidate's repeat must land within this share of the
+      measurement it was chosen on to be called stable.
     - `in_process_seconds`: timed seconds of the in-process reference per batch size.
     - `server_start_s`: the a priori time of a server's start and stop (replaced by what the
       first candidates took once measured).
@@ -62,6 +65,7 @@ class TuneOptions:
     check_fraction: float = 0.01
     min_gain: float = 0.10
     min_level_gain: float = 0.05
+    finalists: int = 2
     repeat_tolerance: float = 0.10
     in_process_seconds: float = 2.0
     server_start_s: float = 8.0
@@ -106,6 +110,9 @@ class TuneOptions:
         for name in ("min_gain", "min_level_gain", "server_start_s"):
             if getattr(self, name) < 0:
                 out.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if isinstance(self.finalists, bool) or not isinstance(self.finalists, int) \
+                or self.finalists < 1:
+            out.append(f"finalists must be an integer >= 1, got {self.finalists!r}")
         if not 0 < self.repeat_tolerance < 1:
             out.append(f"repeat_tolerance must lie in (0, 1), got {self.repeat_tolerance}")
         if not isinstance(self.space, SearchSpace):

@@ -12,20 +12,21 @@ throughput in inferences (rows or texts) per second, `null` where nothing was me
       "machine": {"cpu_count", "load_average_start": [1, 5, 15 min], "load_average_end"},
       "latency_budget_ms": float | null,
       "measurements": [{"name", "role",                # current | package_default | search |
-                        "candidate": {...},            #   repeat
+                        "candidate": {...},            #   final | repeat
                         "levels": [{"concurrency", "throughput", "p50_ms", "p95_ms", "p99_ms",
                                     "avg_batch_size", "errors", "checks_failed", "stable"}],
                         "score", "best_concurrency",   # best throughput within the budget
                         "failure", "stopped", "duration_s", "notes"}],
       "search": {"method", "passes", "moves", "pruned", "stopped_because"},
       "pareto": [{"name", "concurrency", "throughput", "p95_ms"}],   # by p95, rising
-      "chosen": {"name", "candidate", "concurrency", "throughput", "p95_ms",
-                 "configs": {model: config.pbtxt text}} | null,
+      "chosen": {"name", "candidate", "concurrency", "throughput", "p95_ms", "chosen_on",
+                 "configs": {model: config.pbtxt text}} | null,   # chosen_on: final, else
+                                                                  #   the search's role
       "package_default": {"name", "candidate", "levels"} | null,
       "versus_default": [{"concurrency", "throughput_ratio", "chosen_p95_ms",
                           "default_p95_ms", "p95_not_higher"}],
-      "stability": {"throughput", "repeat_throughput", "relative_difference",
-                    "tolerance", "stable"} | null,
+      "stability": {"throughput", "chosen_on", "search_throughput", "repeat_throughput",
+                    "relative_difference", "tolerance", "stable"} | null,
       "in_process": [{"batch_size", "throughput", "p50_ms", "calls", "workers", "threads"}],
       "served_vs_in_process": [{"concurrency", "batch_size", "served", "in_process", "ratio"}],
       "notes": [str],
@@ -44,7 +45,7 @@ from typing import Any
 from attndeploy.fsutil import atomic_write_text
 from attndeploy.serving.loadtest.report import finite_json
 from attndeploy.serving.tune.in_process import InProcessPoint
-from attndeploy.serving.tune.measure import REPEAT, LevelPoint, Measurement
+from attndeploy.serving.tune.measure import FINAL, REPEAT, LevelPoint, Measurement
 from attndeploy.serving.tune.options import TuneOptions
 from attndeploy.serving.tune.space import Candidate
 from attndeploy.serving.tune.target import TuneTarget
@@ -94,6 +95,21 @@ def choose(measurements: Iterable[Measurement], budget_ms: float | None) -> Meas
     return max(kept, key=lambda mp: (mp[1].throughput, -mp[1].p95_ms))[0]  # type: ignore[operator]
 
 
+def leaders(measurements: Iterable[Measurement], budget_ms: float | None, count: int
+            ) -> list[Candidate]:
+    """The `count` candidates of highest throughput within the budget, best first (each by its
+    best measurement; ties: the lower p95): the finalists measured again after the search."""
+    best: dict[Candidate, tuple[float, float]] = {}
+    for measurement in _searched(measurements):
+        point = measurement.best(budget_ms)
+        if point is None:
+            continue
+        key = (point.throughput, -(point.p95_ms or 0.0))
+        if key > best.get(measurement.candidate, (float("-inf"), 0.0)):
+            best[measurement.candidate] = key
+    return sorted(best, key=best.__getitem__, reverse=True)[:count]
+
+
 def closest(measurements: Iterable[Measurement]) -> tuple[Measurement, LevelPoint] | None:
     """The good level of lowest p95 (what comes nearest a budget none meets)."""
     points = [(m, p) for m in _searched(measurements) for p in m.levels if p.ok]
@@ -141,20 +157,32 @@ class TuneResult:
     def pareto(self) -> list[ParetoPoint]:
         return pareto_front(self.measurements)
 
+    def search_throughput(self) -> float | None:
+        """The chosen candidate's best throughput at the chosen level during the search (before
+        the finalists were measured again): what the winner's curse inflates."""
+        level = self.chosen_level
+        if level is None:
+            return None
+        points = [m.at(level.concurrency) for m in self.measurements
+                  if m.role not in (FINAL, REPEAT) and m.candidate == self.chosen.candidate]
+        return max((p.throughput for p in points if p is not None and p.ok), default=None)
+
     def stability(self) -> dict[str, Any] | None:
-        """The chosen candidate's second measurement against its first, at the chosen level."""
+        """The chosen candidate's repeat against the measurement it was chosen on (a
+        finalist's fresh one, unless there was no time for it), at the chosen level."""
         level = self.chosen_level
         if level is None or self.repeat is None:
             return None
+        body = {"throughput": level.throughput, "chosen_on": self.chosen.role,
+                "search_throughput": self.search_throughput(), "repeat_throughput": None,
+                "relative_difference": None, "tolerance": self.options.repeat_tolerance,
+                "stable": False}
         again = self.repeat.at(level.concurrency)
         if again is None or not again.ok:
-            return {"throughput": level.throughput, "repeat_throughput": None,
-                    "relative_difference": None, "tolerance": self.options.repeat_tolerance,
-                    "stable": False}
+            return body
         difference = abs(again.throughput - level.throughput) / level.throughput
-        return {"throughput": level.throughput, "repeat_throughput": again.throughput,
-                "relative_difference": difference, "tolerance": self.options.repeat_tolerance,
-                "stable": difference <= self.options.repeat_tolerance}
+        return body | {"repeat_throughput": again.throughput, "relative_difference": difference,
+                       "stable": difference <= self.options.repeat_tolerance}
 
     def versus_default(self) -> list[dict[str, Any]]:
         """The chosen candidate against the package default, level by level."""
@@ -200,7 +228,8 @@ class TuneResult:
             chosen = {"name": self.chosen.candidate.name,
                       "candidate": self.chosen.candidate.to_dict(),
                       "concurrency": level.concurrency, "throughput": level.throughput,
-                      "p95_ms": level.p95_ms, "configs": dict(self.chosen_configs)}
+                      "p95_ms": level.p95_ms, "chosen_on": self.chosen.role,
+                      "configs": dict(self.chosen_configs)}
         default = self.default_measurement
         body = {
             "schema": SCHEMA,

@@ -1,12 +1,21 @@
 """The whole run: `run_tune` measures the repository's configuration, the package default and
-what the search proposes, inside the time budget, then repeats the chosen candidate and measures
-the in-process reference.
+what the search proposes, inside the time budget, then measures the search's best candidates
+again (the finalists), chooses among those fresh measurements, repeats the chosen candidate and
+measures the in-process reference.
+
+Why finalists. The search keeps the best of 10-20 noisy measurements, and the best of many is
+biased upward (the winner's curse): on a shared machine the winner's number was up to 15 % above
+what the same configuration measured again and again. A fresh measurement of each finalist is
+free of that bias (but for the small one of choosing among `TuneOptions.finalists` of them), so
+the chosen throughput, the comparison with the package default and the repeat's stability are
+read on it. With no time left for the finalists, the choice falls back on the search's numbers
+and a note says so.
 
 Time. Before each candidate the run checks that the candidate (estimated by the longest
 measurement so far, a priori by `TuneOptions.candidate_estimate_s`) still leaves time for the
-repeat of the chosen one and the in-process reference; when it does not, the search stops
-("time budget"). A budget shorter than one measurement at its longest (every window of every
-level) is refused before anything starts.
+finalists, the repeat of the chosen one and the in-process reference; when it does not, the
+search stops ("time budget"). A budget shorter than one measurement at its longest (every window
+of every level) is refused before anything starts.
 
 Interrupts. Ctrl-C stops the run where it is: `on_partial` receives a result of what was
 measured (marked partial, its best candidate as chosen, unrepeated), then the KeyboardInterrupt
@@ -37,6 +46,7 @@ from attndeploy.serving.tune.configs import (
 from attndeploy.serving.tune.in_process import InProcessPoint, measure_in_process
 from attndeploy.serving.tune.measure import (
     CURRENT,
+    FINAL,
     PACKAGE_DEFAULT,
     REPEAT,
     SEARCH,
@@ -45,7 +55,13 @@ from attndeploy.serving.tune.measure import (
 )
 from attndeploy.serving.tune.options import TuneOptions
 from attndeploy.serving.tune.progress import TuneProgress
-from attndeploy.serving.tune.result import TuneResult, choose, closest, in_process_batch
+from attndeploy.serving.tune.result import (
+    TuneResult,
+    choose,
+    closest,
+    in_process_batch,
+    leaders,
+)
 from attndeploy.serving.tune.search import SearchLog, coordinate_search
 from attndeploy.serving.tune.space import DIMENSION_ORDER, Candidate, SearchSpace
 from attndeploy.serving.tune.target import TuneTarget, read_target
@@ -174,8 +190,10 @@ class _Run:
         return self.elapsed() + self.estimate() + after <= self.options.budget_s
 
     def reserve(self) -> float:
-        """What the end needs: the repeat of the chosen candidate and the in-process reference."""
-        return self.estimate() + self.options.in_process_estimate_s()
+        """What the end needs: the finalists' second measurements, the repeat of the chosen
+        candidate and the in-process reference."""
+        return ((self.options.finalists + 1) * self.estimate()
+                + self.options.in_process_estimate_s())
 
     # ---- steps
     def measure(self, candidate: Candidate, role: str, bar: TuneProgress, workdir: Path
@@ -200,9 +218,10 @@ class _Run:
             else:
                 self.notes.append("no time left to measure the package default")
         self.search(known, bar, workdir)
-        chosen = choose(self.measurements, self.budget_ms)
-        if chosen is None:
+        leader = choose(self.measurements, self.budget_ms)
+        if leader is None:
             raise _none_within(self.measurements, self.budget_ms, self.options.concurrency)
+        chosen = self.finals(bar, workdir) or leader
         repeat = None
         if self.fits(self.options.in_process_estimate_s()):
             repeat = self.measure(chosen.candidate, REPEAT, bar, workdir)
@@ -212,6 +231,26 @@ class _Run:
         in_process = _in_process(self.target, chosen, self.options, self.reference, self.notes,
                                  lambda: self.elapsed() <= self.options.budget_s)
         return self.result(chosen, repeat=repeat, in_process=in_process)
+
+    def finals(self, bar: TuneProgress, workdir: Path) -> Measurement | None:
+        """The search's best candidates measured again, best first, while time leaves the
+        repeat and the in-process reference; the best of these fresh measurements (None: no
+        time for any, or none kept the latency budget, noted either way)."""
+        measured: list[Measurement] = []
+        after = self.estimate() + self.options.in_process_estimate_s()
+        for candidate in leaders(self.measurements, self.budget_ms, self.options.finalists):
+            if not self.fits(after):
+                self.notes.append(f"no time left to measure the finalist {candidate.name} again")
+                break
+            measured.append(self.measure(candidate, FINAL, bar, workdir))
+        chosen = choose(measured, self.budget_ms)
+        if not measured:
+            self.notes.append("the choice rests on the search's measurements, which favour a "
+                              "lucky one; give more --budget-minutes for the finalists")
+        elif chosen is None:
+            self.notes.append("no finalist kept the latency budget when measured again; the "
+                              "choice rests on the search's measurements")
+        return chosen
 
     def search(self, known: dict[Candidate, float | None], bar: TuneProgress, workdir: Path
                ) -> None:

@@ -100,6 +100,7 @@ def test_no_candidate_within_the_budget_is_one_line_naming_the_closest_and_write
     (["--model", TEXT, "--int8", "{tmp}/missing.onnx"], "repository", "is not a file"),
     (["--model", TEXT, "--latency-budget-ms", "0"], "usage", "0 is not > 0"),
     (["--model", TEXT, "--concurrency", "1,0"], "usage", "0 is not an integer >= 1"),
+    (["--model", TEXT, "--finalists", "0"], "usage", "--finalists"),
     (["--model", TEXT, "--json-out", "{tmp}"], "output", "folder"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys, argv, stage,
@@ -135,4 +136,5 @@ def test_the_tune_options_default_to_the_library_s():
     assert cli["budget_minutes"] == field_default(TuneOptions, "budget_minutes")
     assert cli["window"] == field_default(TuneOptions, "window_s")
     assert cli["protocol"] == field_default(TuneOptions, "protocol")
+    assert cli["finalists"] == field_default(TuneOptions, "finalists")
     assert cli["repo"] == DEFAULT_REPOSITORY

@@ -8,7 +8,14 @@ import json
 from attndeploy.serving.tune.measure import LevelPoint, Measurement
 from attndeploy.serving.tune.options import TuneOptions
 from attndeploy.serving.tune.report import write_plot
-from attndeploy.serving.tune.result import SCHEMA, TuneResult, choose, closest, pareto_front
+from attndeploy.serving.tune.result import (
+    SCHEMA,
+    TuneResult,
+    choose,
+    closest,
+    leaders,
+    pareto_front,
+)
 from attndeploy.serving.tune.space import Candidate
 from attndeploy.serving.tune.target import read_target
 from tests.serving.tune.fixtures import TEXT, simulated_reference, tiny_repo
@@ -41,6 +48,31 @@ def test_the_choice_is_the_highest_throughput_within_the_budget():
     assert choose([SLOW, FAST], 10.0) is SLOW  # FAST's c16 is over 10 ms
     assert choose([SLOW, FAST], 1.0) is None
     assert closest([SLOW, FAST, BROKEN]) == (SLOW, SLOW.levels[0])
+
+
+def test_the_finalists_are_the_best_distinct_candidates_within_the_budget():
+    fast_final = Measurement(candidate(16), "final", (point(16, 1200, 12.0),))
+    assert leaders([SLOW, FAST, BROKEN, AGAIN, fast_final], None, 2) == [FAST.candidate,
+                                                                          SLOW.candidate]
+    assert leaders([SLOW, FAST], None, 1) == [FAST.candidate]
+    # FAST's c16 is over 10 ms: its c1 (110/s) is what counts, behind SLOW's c16
+    assert leaders([SLOW, FAST], 10.0, 2) == [SLOW.candidate, FAST.candidate]
+    assert leaders([BROKEN, AGAIN], None, 2) == []
+
+
+def test_stability_compares_the_repeat_with_the_finalist_measurement_it_was_chosen_on(tmp_path):
+    target = read_target(tiny_repo(tmp_path), TEXT)
+    options = TuneOptions(repo=tmp_path / "repo", model=TEXT, concurrency=(1, 16))
+    final = Measurement(candidate(16), "final", (point(1, 100, 2.5), point(16, 1000, 12.0)))
+    again = Measurement(candidate(16), "repeat", (point(16, 1050, 11.0),))
+    result = TuneResult(target=target, options=options, started_at="now", duration_s=1.0,
+                        measurements=(SLOW, FAST, final, again),
+                        package_default=SLOW.candidate, chosen=final, repeat=again)
+    stability = result.stability()
+    assert stability["throughput"] == 1000 and stability["search_throughput"] == 1400
+    assert stability["relative_difference"] == 50 / 1000 and stability["stable"]
+    assert stability["chosen_on"] == "final"
+    assert result.versus_default()[1]["throughput_ratio"] == 1000 / 900
 
 
 def test_the_result_json_says_what_was_chosen_and_how_it_compares(tmp_path):

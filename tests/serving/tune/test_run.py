@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from attndeploy.errors import ConfigError, LoadTestError, ServerError
+from attndeploy.serving.tune.configs import read_candidate
 from attndeploy.serving.tune.measure import Measurement
 from attndeploy.serving.tune.options import TuneOptions
 from attndeploy.serving.tune.run import run_tune
@@ -48,7 +49,8 @@ def test_the_run_measures_current_then_searches_then_repeats_the_chosen_one(repo
     simulated = Simulated()
     result = tune(repo, simulated)
     roles = [role for _, role in simulated.calls]
-    assert roles[0] == "current" and roles[-1] == "repeat"
+    assert roles[0] == "current" and roles[-3:] == ["final", "final", "repeat"]
+    assert result.chosen.role == "final"  # chosen on a fresh measurement
     assert "package_default" not in roles  # the repository holds the package default
     chosen = result.chosen.candidate  # no batch above 16 forms at concurrency 16
     assert (chosen.max_batch_size, chosen.instances, chosen.max_queue_delay_us) == (16, 2, 0)
@@ -56,6 +58,67 @@ def test_the_run_measures_current_then_searches_then_repeats_the_chosen_one(repo
     assert result.repeat.candidate == result.chosen.candidate
     assert result.in_process and result.stability()["stable"]
     assert result.versus_default()[-1]["throughput_ratio"] > 1.3
+
+
+def lucky(simulated, name, factor):
+    """`simulated`, but `name`'s search measurement reads `factor` x its throughput: the noisy
+    high reading the search keeps as its best (the winner's curse)."""
+    def measure(target, candidate, settings, workdir, *, role, on_level=None):
+        measurement = simulated(target, candidate, settings, workdir, role=role,
+                                on_level=on_level)
+        if candidate.name != name or role not in ("current", "search"):
+            return measurement
+        return replace(measurement, levels=tuple(replace(p, throughput=p.throughput * factor)
+                                                 for p in measurement.levels))
+    return measure
+
+
+def test_the_choice_is_made_on_the_finalists_fresh_measurements_not_the_search_s(repo):
+    start = read_candidate(read_target(repo, TEXT).id_config, read_target(repo, TEXT).text_config)
+    simulated = Simulated()
+    # the repository's own configuration reads 10x high once: nothing the search measures
+    # after it looks better, so it leads the search
+    result = run_tune(TuneOptions(repo=repo, model=TEXT, concurrency=(1, 4, 16),
+                                  budget_minutes=30.0, space=SPACE),
+                      progress=False, clock=simulated.clock, reference=simulated_reference,
+                      measure=lucky(simulated, start.name, 10.0))
+    finals = [m for m in result.measurements if m.role == "final"]
+    assert [m.candidate for m in finals][0] == start and len(finals) == 2
+    fresh = {m.candidate: m.score(None) for m in finals}
+    assert fresh[finals[1].candidate] > fresh[start]  # measured again, the leader falls back
+    assert result.chosen is finals[1] and result.chosen.candidate != start
+    stability = result.stability()
+    assert stability["chosen_on"] == "final" and stability["stable"]
+    assert stability["search_throughput"] == stability["throughput"]  # its numbers were fair
+    assert result.to_dict()["chosen"]["chosen_on"] == "final"
+
+
+def test_with_one_finalist_the_search_s_leader_is_measured_again_and_kept(repo):
+    simulated = Simulated()
+    result = tune(repo, simulated, finalists=1)
+    assert [role for _, role in simulated.calls][-2:] == ["final", "repeat"]
+    assert result.chosen.role == "final"
+    assert result.stability()["search_throughput"] == result.stability()["throughput"]
+
+
+def test_without_time_for_the_finalists_the_choice_rests_on_the_search_and_says_so(repo):
+    simulated = Simulated(seconds=30.0)
+
+    def slowing(target, candidate, settings, workdir, *, role, on_level=None):
+        if len(simulated.calls) == 2:
+            simulated.seconds = 250.0  # the third measurement takes far longer than estimated
+        return simulated(target, candidate, settings, workdir, role=role, on_level=on_level)
+
+    result = run_tune(TuneOptions(repo=repo, model=TEXT, concurrency=(1, 4, 16),
+                                  budget_minutes=10.0, space=SPACE),
+                      progress=False, clock=simulated.clock, measure=slowing,
+                      reference=simulated_reference)
+    roles = [role for _, role in simulated.calls]
+    assert "final" not in roles and roles[-1] == "repeat"
+    assert result.chosen.role in ("current", "search")
+    assert result.stability()["chosen_on"] == result.chosen.role
+    assert any("rests on the search's measurements" in note for note in result.notes)
+    assert simulated.now <= 10 * 60
 
 
 def test_the_search_stops_when_the_next_candidate_would_not_leave_time_for_the_repeat(repo):

@@ -41,7 +41,8 @@ def test_a_text_model_and_its_int8_id_model_are_tuned_on_the_real_server_and_app
         assert all(level["errors"] == 0 and level["checks_failed"] == 0
                    for level in measurement["levels"])
     assert data["chosen"]["name"] in measured
-    assert data["measurements"][-1]["role"] == "repeat"
+    assert [m["role"] for m in data["measurements"]][-2:] == ["final", "repeat"]
+    assert data["chosen"]["chosen_on"] == "final"
     assert data["stability"]["repeat_throughput"] > 0
     assert data["in_process"] and data["served_vs_in_process"]
     assert data["pareto"]
