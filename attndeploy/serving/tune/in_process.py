@@ -42,6 +42,7 @@ class InProcessPoint:
     calls: int
     workers: int
     threads: int
+    cores: float | None = None  # this process's CPU seconds per second of the timed part
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,10 +117,11 @@ def measure_in_process(onnx_path: Path, *, text: bool, batch_size: int, seq: int
         barrier.wait()
     except threading.BrokenBarrierError:
         pass
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()  # every thread of this process
     for thread in pool:
         thread.join()
     elapsed = max(time.perf_counter() - t0, 1e-9)
+    cores = (time.process_time() - cpu0) / elapsed
     errors = [r for r in results if isinstance(r, Exception)]
     if errors:
         raise errors[0]
@@ -127,4 +129,4 @@ def measure_in_process(onnx_path: Path, *, text: bool, batch_size: int, seq: int
     latencies = [x for _, lat in results for x in lat]
     return InProcessPoint(batch_size, total / elapsed,
                           float(np.median(latencies)) if latencies else float("nan"),
-                          len(latencies), workers, threads)
+                          len(latencies), workers, threads, cores)

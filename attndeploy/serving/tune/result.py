@@ -27,7 +27,8 @@ throughput in inferences (rows or texts) per second, `null` where nothing was me
                           "default_p95_ms", "p95_not_higher"}],
       "stability": {"throughput", "chosen_on", "search_throughput", "repeat_throughput",
                     "relative_difference", "tolerance", "stable"} | null,
-      "in_process": [{"batch_size", "throughput", "p50_ms", "calls", "workers", "threads"}],
+      "in_process": [{"batch_size", "throughput", "p50_ms", "calls", "workers", "threads",
+                      "cores"}],                        # cores: CPU s per s, this process
       "served_vs_in_process": [{"concurrency", "batch_size", "served", "in_process", "ratio"}],
       "notes": [str],
       "applied": {...} | null                          # what --apply wrote
