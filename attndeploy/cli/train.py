@@ -317,6 +317,7 @@ def command(
         gate_mode=gate_mode.value, straight_through=straight_through,
         relaxation=(_ganet_default(defaults, "relaxation") if relaxation is None
                     else relaxation.value),
+        gated_layers=_ganet_default(defaults, "gated_layers"),  # `--option` changes it
     )
     evolving = EvolvingConfig(
         alpha=_evolving_default(defaults, "alpha") if alpha is None else alpha,

@@ -40,7 +40,10 @@ What `convert` changes (and nothing else):
   attention) always get the logit `ALWAYS_OPEN_LOGIT`. Not the default: on MiniLM and the Debian
   descriptions keeping [CLS] and [SEP] open cost about 2 points at density 0.5 (two of a short
   text's eleven pieces spend the density on them, and the gates close content words instead).
-  After a forward pass, `forward_state(model).gates` holds the gates the last layer applied
+  With the option `gated_layers="upper_half"` the lower half of the layers (`open_layers`) run
+  the same gated op with every logit at `ALWAYS_OPEN_LOGIT`: they attend every key, and only the
+  upper half attends the tokens the gates keep (the `train --hf-model` default, docs/variants.md
+  §7). After a forward pass, `forward_state(model).gates` holds the gates the last layer applied
   (bool [B, T]) and `.gate_logits` the logits they were decided on (plus logistic noise in
   training).
 
@@ -64,7 +67,7 @@ from torch import Tensor, nn
 
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
-from attndeploy.integrations.hf_hooks import install_hooks
+from attndeploy.integrations.hf_hooks import ALWAYS_OPEN_LOGIT, install_hooks
 from attndeploy.variants._common import AttentionBase, LayerContext
 from attndeploy.variants.ganet.config import GANetConfig
 from attndeploy.variants.ganet.layer import GateNetwork
@@ -243,11 +246,12 @@ class ConvertedSelfAttention(nn.Module):
     """
 
     def __init__(self, attention: AttentionBase, state: ForwardState, *, index: int,
-                 gated: bool) -> None:
+                 gated: bool, open_gates: bool = False) -> None:
         super().__init__()
         self.attention = attention
         self.index = index
         self.gated = gated
+        self.open_gates = open_gates  # a GA-Net layer below `gated_layers`: every key attended
         self._state = state  # a plain attribute: shared by every layer of one model
 
     def forward(
@@ -260,6 +264,10 @@ class ConvertedSelfAttention(nn.Module):
                 "(the model's hooks set its mask); call the model, not the layer"
             )
         mask = state.key_padding_mask  # [B, T] bool
+        if self.gated and self.open_gates:  # the same op, every gate held open
+            logits = torch.full_like(state.gate_logits, ALWAYS_OPEN_LOGIT)  # [B, T]
+            y, _ = self.attention(hidden_states, mask, logits)  # [B, T, D]
+            return y, None
         if self.gated:
             y, gates = self.attention(hidden_states, mask, state.gate_logits)  # [B,T,D], [B,T]
             state.gates = gates
@@ -271,7 +279,7 @@ class ConvertedSelfAttention(nn.Module):
         return result.output, None
 
     def extra_repr(self) -> str:
-        return f"index={self.index}"
+        return f"index={self.index}" + (", open_gates=True" if self.open_gates else "")
 
 
 # ----------------------------------------------------------------------------- model surgery
@@ -376,12 +384,14 @@ def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
         ).to(embeddings.device, embeddings.dtype)
         base.embeddings.add_module(GATE_NETWORK_NAME, gate_network)
         conversion.gate_network = gate_network
+    open_below = open_layers(sub, len(sites)) if spec.gated else 0
     for index, site in enumerate(sites):
         layer = _build_layer(spec, layer_config, index, site)
         if warm_start:
             layer.start_as_vanilla()
         setattr(site.parent, site.name,
-                ConvertedSelfAttention(layer, state, index=index, gated=spec.gated))
+                ConvertedSelfAttention(layer, state, index=index, gated=spec.gated,
+                                       open_gates=index < open_below))
     if warm_start:
         conversion.warm_start, conversion.warm_start_progress = True, 0.0
         if conversion.gate_network is not None:
@@ -393,6 +403,12 @@ def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
         module.train(model.training)  # new modules take the model's mode (eval stays eval)
     object.__setattr__(model, CONVERSION_ATTR, conversion)  # not a module: no state-dict entry
     return model
+
+
+def open_layers(config: GANetConfig, num_layers: int) -> int:
+    """How many of the lowest layers attend every key (GA-Net's `gated_layers`): none for
+    "all", the lower half (rounded down) for "upper_half"; the top layer always gates."""
+    return num_layers // 2 if config.gated_layers == "upper_half" else 0
 
 
 def layer_modules(model: nn.Module) -> list[ConvertedSelfAttention]:

@@ -28,6 +28,11 @@ class AttnModel(nn.Module):
         super().__init__()
         self.config = config
         spec = variant_spec(config.variant)
+        gated_layers = getattr(getattr(config, config.variant, None), "gated_layers", "all")
+        if gated_layers != "all":  # GA-Net's option of a converted Hugging Face model
+            raise ConfigError(f"gated_layers={gated_layers!r} applies to converted Hugging Face "
+                              "models (train --hf-model); attndeploy's own models gate every "
+                              "layer: leave it at 'all'")
         self.gates = spec.gating_class()(embed_dim, config) if spec.gated else None
 
     @property

@@ -17,6 +17,7 @@ from attndeploy.integrations.transformers import (  # noqa: E402
     conversion_of,
     convert,
     forward_state,
+    layer_modules,
 )
 from attndeploy.integrations.warm_start import set_warm_start_progress  # noqa: E402
 from attndeploy.variants.functional import hard_gates  # noqa: E402
@@ -296,6 +297,51 @@ def test_open_token_ids_keep_their_gates_open_in_training_and_at_eval():
         if not training:  # the rest stays closed (no rescue needed: a row has open keys)
             assert not gates[mask.bool() & ~kept].any()
     assert conversion_of(model).options["open_token_ids"] == (1, 2)
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_upper_half_gating_leaves_the_lower_half_attending_every_key(model_type: str):
+    """`gated_layers="upper_half"`: the lower half of the layers compute what the pretrained
+    layers computed whatever the gates say, the upper half attends the open keys only."""
+    original = make_model(model_type, "seq", layers=4)
+    upper = convert(copy.deepcopy(original), "ganet", gated_layers="upper_half")
+    every = convert(copy.deepcopy(original), "ganet")
+    ids, mask = padded_batch(2, 8)
+    hold = torch.zeros_like(mask, dtype=torch.bool)  # [B, T]
+    hold[:, ::2] = True  # the gates keep every other key
+    for model in (upper, every):  # the gate network's logits: +5 at kept keys, -5 elsewhere
+        conversion_of(model).gate_network.register_forward_hook(
+            lambda m, a, out: torch.where(hold, torch.full_like(out, 5.0),
+                                          torch.full_like(out, -5.0)))
+    with torch.no_grad():
+        want = original(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        got = upper(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        gated = every(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    assert [m.open_gates for m in layer_modules(upper)] == [True, True, False, False]
+    assert not any(m.open_gates for m in layer_modules(every))
+    real = mask.bool()
+    for layer in (1, 2):  # hidden_states[l] is layer l-1's output
+        torch.testing.assert_close(got.hidden_states[layer][real],
+                                   want.hidden_states[layer][real], atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(gated.hidden_states[layer][real],
+                                  want.hidden_states[layer][real], atol=1e-3)
+    assert not torch.allclose(got.hidden_states[3][real], want.hidden_states[3][real], atol=1e-3)
+    gates = forward_state(upper).gates  # what the gated (top) layers applied
+    assert torch.equal(gates, hold & real)
+    assert conversion_of(upper).options["gated_layers"] == "upper_half"
+
+
+def test_gated_layers_is_a_choice_and_only_for_converted_models():
+    with pytest.raises(ConfigError, match="gated_layers"):
+        convert(make_model("bert", "seq"), "ganet", gated_layers="lower_half")
+    from attndeploy.config import ModelConfig
+    from attndeploy.models import build_model
+    from attndeploy.variants.ganet.config import GANetConfig
+
+    config = ModelConfig(vocab_size=40, num_labels=2, variant="ganet",
+                         ganet=GANetConfig(gated_layers="upper_half"))
+    with pytest.raises(ConfigError, match="applies to converted Hugging Face models"):
+        build_model(config)
 
 
 def test_open_token_ids_must_be_token_ids():

@@ -185,3 +185,29 @@ def test_gates_kept_open_by_token_id_export_and_match_pytorch(tmp_path: Path):
                  dynamic_shapes=dims, output_names=["logits"])
     report = validate_module(model, tmp_path / "g.onnx", grid="1x1,3x17,2x40", vocab_size=8)
     assert report.passed, [(o.name, o.message) for o in report.oracles.values() if not o.passed]
+
+
+def test_upper_half_gating_exports_one_gated_node_per_layer_and_matches_pytorch(tmp_path: Path):
+    """GA-Net's `gated_layers="upper_half"`: the lower layers' nodes get all-open logits built in
+    the graph; every layer stays one `GatedAttention` node, and the exported gates and logits
+    equal PyTorch's over a padded grid while about half of the keys are closed above."""
+    import torch
+
+    from attndeploy.export import export_model
+    from attndeploy.integrations.transformers import conversion_of, convert, layer_modules
+
+    from .hf_models import make_model, padded_batch
+
+    model = convert(make_model("bert", layers=4), "ganet", warm_start=False,
+                    gated_layers="upper_half")
+    assert [m.open_gates for m in layer_modules(model)] == [True, True, False, False]
+    with torch.no_grad():  # close about half of the keys
+        conversion_of(model).gate_network.score.bias.fill_(-0.05)
+    ids, mask = padded_batch(2, 7)
+    dims = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    result = export_model(model, tmp_path / "u.onnx",
+                          inputs={"input_ids": ids, "attention_mask": mask},
+                          dynamic_shapes=dims, output_names=["logits"])
+    assert result.custom_nodes == {"GatedAttention": 4}
+    report = validate_module(model, tmp_path / "u.onnx", grid="1x1,3x17,2x40", vocab_size=8)
+    assert report.passed, [(o.name, o.message) for o in report.oracles.values() if not o.passed]

@@ -10,6 +10,7 @@ from attndeploy.errors import ConfigError
 RELAXATIONS = ("concrete", "hard_concrete")
 AUX_NETWORKS = ("mlp", "conv", "bilstm")
 GATE_MODES = ("threshold", "sample")
+GATED_LAYERS = ("all", "upper_half")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class GANetConfig:
     gather_open_keys: bool = False
     open_token_ids: tuple[int, ...] = ()  # tokens whose gates never close (in a converted
     # Hugging Face model; e.g. [CLS] and [SEP], the keys its pretrained heads park attention on)
+    gated_layers: str = "all"  # which layers of a converted Hugging Face model gate their keys:
+    # "all", or "upper_half" (the lower half attends every key; docs/variants.md §7)
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -37,6 +40,7 @@ class GANetConfig:
         choice("ganet aux network", self.aux, AUX_NETWORKS)
         choice("gate_mode", self.gate_mode, GATE_MODES)
         choice("gate relaxation", self.relaxation, RELAXATIONS)
+        choice("gated_layers", self.gated_layers, GATED_LAYERS)
         positive("aux_hidden", self.aux_hidden)
         positive("temperature", self.temperature)
         if self.density_weight < 0:
