@@ -65,11 +65,10 @@ _REAL_TEXT = Preset(config={"relaxation": "hard_concrete", "aux": "bilstm"},
 # 0.5) it scored 0.802 on the Debian descriptions at seed 0, against 0.792 at 2e-3 and
 # temperature 1, 0.774 with [CLS] and [SEP] kept open, and 0.825 with dense gates
 # (benchmarks/README.md, `pretrained.py`). Distillation from the dense-gate run gained 0.7 points
-# at twice the time and is left off (`--distill 0.5` turns it on). Gating every layer cost 2-3
-# points for the last tenth of density whatever the schedule; gating the upper half only (the
-# lower half attends every key, as token-pruning encoders keep their first layers whole) kept
-# the dense-gate run's accuracy within half a point at seed 0 at a lower density (0.8198 at
-# 0.336 against 0.8247 dense; the upper two thirds: 0.8126 at 0.473), docs/variants.md §7.
+# at twice the time and is left off (`--distill 0.5` turns it on). Gating every layer cost 3.0
+# points on debian and 6.3 on fortunes against the dense-gate run, whatever the schedule; gating
+# the upper half only (the lower half attends every key) costs 0.5 and 2.8 at a lower density
+# (0.32-0.36), over three seeds each (docs/variants.md §7).
 _PRETRAINED = Preset(config={"relaxation": "hard_concrete", "temperature": 0.5,
                              "gated_layers": "upper_half"},
                      training={"density_target": 0.45})
