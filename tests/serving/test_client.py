@@ -19,7 +19,7 @@ from attndeploy.serving.client.triton import (
     server_error,
     to_triton_datatype,
 )
-from attndeploy.serving.server import TritonServer, free_port
+from attndeploy.serving.server import TritonServer, free_port, free_ports
 
 from .loadtest_fixtures import TINY_LABELS, TINY_MODEL, TINY_VOCAB, tiny_onnx_path
 from .loadtest_fixtures import write_tiny_repository as _write_repo
@@ -197,9 +197,8 @@ def test_an_http_server_that_hangs_up_without_answering_is_no_server() -> None:
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     repo = _write_repo(tmp_path_factory.mktemp("client-repo"))
-    with TritonServer(
-        repo, grpc_port=free_port(), http_port=free_port(), metrics_port=free_port()
-    ) as server:
+    grpc, http, metrics = free_ports(3)  # distinct: three free_port() calls can repeat one
+    with TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics) as server:
         yield server
 
 

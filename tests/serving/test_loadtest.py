@@ -855,8 +855,9 @@ def test_no_server_at_the_url_is_a_server_error_within_seconds(protocol: str) ->
 def test_a_server_killed_mid_test_stops_the_load_test(
     tiny_repo: Path, tmp_path: Path
 ) -> None:
-    server = TritonServer(tiny_repo, grpc_port=free_port(), http_port=free_port(),
-                          metrics_port=free_port(), log_file=tmp_path / "victim.log")
+    grpc, http, metrics = free_ports(3)  # distinct: three free_port() calls can repeat one
+    server = TritonServer(tiny_repo, grpc_port=grpc, http_port=http, metrics_port=metrics,
+                          log_file=tmp_path / "victim.log")
     config = LoadTestConfig(
         model=TINY_MODEL, url=server.grpc_url, concurrency=(4,), seq_lengths=(16,),
         window_s=1.0, max_windows=10, stable_windows=10,
