@@ -342,9 +342,6 @@ def command(
         if refit:
             raise ConfigError("--refit applies to the built-in models; fine-tuning a Hugging "
                               "Face model keeps the selected weights")
-        if distill:
-            raise ConfigError("--distill applies to the built-in models; fine-tuning a Hugging "
-                              "Face model learns from the labels only")
         train_hf_command(
             hf_model=hf_model, variant=variant,
             variant_config=sub_configs.get(variant), out=out, task=task, data=data,
@@ -355,7 +352,7 @@ def command(
             eval_every=eval_every, weight_decay=weight_decay, label_smoothing=label_smoothing,
             word_dropout=word_dropout, weight_average=weight_average,
             density_target=density_target, density_calibrate=density_calibrate, n_val=n_val,
-            val_fraction=val_fraction, truncate=truncate, new_lr=new_lr,
+            val_fraction=val_fraction, truncate=truncate, new_lr=new_lr, distill=distill,
         )
         return
 

@@ -60,6 +60,7 @@ def train_hf_command(
     val_fraction: float | None = None,
     truncate: bool = False,
     new_lr: float | None = None,
+    distill: float | None = None,
 ) -> None:
     """Fine-tune `hf_model` (a local `save_pretrained` directory or a config JSON file; nothing
     is downloaded) with `variant`'s attention and save the checkpoint `out`.
@@ -68,7 +69,8 @@ def train_hf_command(
     options (`--alpha`, `--beta`, `--qvi-form`, `--aux`, `--option NAME=VALUE`...), or None for
     a variant without one. The model's sizes come from its config (`--d-model`, `--heads`,
     `--layers` and `--d-ff` do not apply). `patience`, `density_target` and
-    `density_calibrate` 0 mean none.
+    `density_calibrate` 0 mean none. `distill` (GA-Net): first fine-tune the dense-gate run,
+    then learn from its soft predictions with this weight; 0 or None (the preset's) is off.
     """
     from attndeploy.cli.output import summary_lines
     from attndeploy.errors import ConfigError
@@ -103,6 +105,7 @@ def train_hf_command(
         weight_average=pick(weight_average, preset.weight_average),
         density_target=pick(density_target, preset.density_target) or None,
         density_calibrate=pick(density_calibrate, preset.density_calibrate) or None,
+        distill=pick(distill, preset.distill),
         embedding_init=0.0,
     )
     result = train_hf_checkpoint(

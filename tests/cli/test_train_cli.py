@@ -294,13 +294,10 @@ def test_refit_is_refused_for_a_hugging_face_model(tmp_path):
     assert not (tmp_path / "m").exists()
 
 
-def test_distillation_is_refused_for_a_hugging_face_model_and_a_variant_without_gates(tmp_path):
+def test_distillation_is_refused_for_a_variant_without_gates(tmp_path):
     rows = [{"text": f"{word} item {i}", "label": label}
             for i in range(10) for word, label in (("sunny", "good"), ("rainy", "bad"))]
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    result = run_cli("train", "--hf-model", "bert", "--data", "d.jsonl", "--distill", "0.5",
-                     "--out", "m", cwd=tmp_path)
-    assert_one_line_error(result, "config", "--distill applies to the built-in models")
     result = run_cli("train", "--data", "d.jsonl", "--variant", "standard", "--distill", "0.5",
                      *TINY, "--out", "m", cwd=tmp_path)
     assert_one_line_error(result, "config", "applies to gated variants (GA-Net), not 'standard'")

@@ -38,7 +38,6 @@ def test_a_pretrained_ganet_can_learn_from_its_dense_gate_run(tmp_path: Path):
                             progress=False, train_config=config)
 
 
-
 def test_a_pretrained_ganet_takes_its_preset(tmp_path: Path, monkeypatch, capsys):
     from attndeploy.cli import app as cli_app
 
@@ -59,6 +58,25 @@ def test_a_pretrained_ganet_takes_its_preset(tmp_path: Path, monkeypatch, capsys
     assert (used["new_learning_rate"], used["density_target"], used["learning_rate"]) == (
         5e-3, 0.45, 5e-5)
 
+
+def test_train_distills_a_pretrained_ganet_when_asked(tmp_path: Path, monkeypatch, capsys):
+    """`train --hf-model --distill W` reaches the library: the dense-gate teacher runs first and
+    the checkpoint records it; the preset leaves it off."""
+    from attndeploy.cli import app as cli_app
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
+                              for i in range(30)) + "\n")
+    monkeypatch.setattr("sys.argv", [
+        "attndeploy", "train", "--hf-model", str(pretrained_folder(tmp_path / "pre")),
+        "--variant", "ganet", "--data", str(data), "--max-seq", "16", "--steps", "1",
+        "--distill", "0.5", "--out", str(tmp_path / "ckpt"), "--json"])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    assert info.value.code == 0, capsys.readouterr().err
+    training = read_checkpoint(tmp_path / "ckpt").metadata["training"]
+    assert training["config"]["distill"] == 0.5
+    assert training["teacher"]["weight"] == 0.5
 
 
 def test_a_pretrained_ganet_calibrates_its_gate_threshold_on_the_training_texts(tmp_path: Path):
@@ -88,7 +106,6 @@ def test_a_pretrained_ganet_calibrates_its_gate_threshold_on_the_training_texts(
     assert training_density <= 0.5
 
 
-
 def test_the_cli_passes_density_calibrate_to_a_hugging_face_ganet(tmp_path: Path, monkeypatch,
                                                                   capsys):
     from attndeploy.cli import app as cli_app
@@ -107,7 +124,6 @@ def test_the_cli_passes_density_calibrate_to_a_hugging_face_ganet(tmp_path: Path
     training = read_checkpoint(tmp_path / "ckpt").metadata["training"]
     assert training["config"]["density_calibrate"] == 0.5
     assert training["gate_calibration"]["density_after"] <= 0.5
-
 
 
 def test_a_converted_ganet_scores_its_gates_as_its_forward_pass_decides_them(tmp_path: Path):
