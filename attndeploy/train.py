@@ -377,6 +377,7 @@ def fit(
     if controller is not None and config.density_calibrate is not None:
         calibration = calibrate_gate_threshold(  # texts only, no labels: but never held out
             model, train_set if val_set is None else val_set, config.density_calibrate)
+        calibration["on"] = "training" if val_set is None else "validation"
     model.eval()
     metrics = evaluate(model, eval_set)
     best = tracker.best if config.keep_best else None

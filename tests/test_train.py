@@ -205,6 +205,7 @@ def test_calibration_leaves_the_kept_model_at_the_asked_validation_density(small
     validation = evaluate(result.model, small_sparse.val_set)["density"]
     assert validation == pytest.approx(calibration["density_after"])
     assert 0.55 < validation <= 0.6 and calibration["gate_shift"] != 0.0
+    assert calibration["on"] == "validation"
     assert result.metrics["density"] == pytest.approx(0.6, abs=0.1)  # the held-out set
 
 

@@ -72,10 +72,14 @@ def summary_lines(out: Path, metrics: dict[str, Any], training: dict[str, Any]) 
     from attndeploy.training.baseline import baseline_verdict
 
     shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in TRAIN_SHOWN if key in metrics)
+    selected_on = training.get("selected_on")
+    kept = (f"  best at epoch {training['best_epoch']:g} (step {training['best_step']}) of "
+            f"{training['epochs_done']:g}, chosen on the {selected_on} set"
+            if selected_on else  # a fixed number of epochs: no selection, the last model kept
+            f"  the model after {training['epochs_done']:g} epochs (step {training['best_step']}),"
+            " no selection")
     lines = [f"saved [bold]{out}[/] ({training['seconds']:.1f} s): held-out {shown}",
-             f"  best at epoch {training['best_epoch']:g} (step {training['best_step']}) of "
-             f"{training['epochs_done']:g}, chosen on the {training['selected_on']} set; "
-             f"stopped by {training['stopped_by']}"]
+             f"{kept}; stopped by {training['stopped_by']}"]
     refit = training.get("refit")
     if refit is not None:
         lines.append(f"  {refit['skipped']}: no refit" if "skipped" in refit else
@@ -90,7 +94,8 @@ def summary_lines(out: Path, metrics: dict[str, Any], training: dict[str, Any]) 
         calibrated = training.get("gate_calibration")
         moved = "" if calibrated is None else (
             f", threshold moved by {calibrated['gate_shift']:+.2f} from "
-            f"{calibrated['density_before']:.3f} on the {training['selected_on']} set")
+            f"{calibrated['density_before']:.3f} on the "
+            f"{calibrated.get('on', training.get('selected_on'))} set")
         within = ("within" if metrics["density"] <= metrics["density_target"]
                   else "above")
         lines.append(f"  gate density {metrics['density']:.3f} ({within} its target of at most "

@@ -322,6 +322,21 @@ def test_train_says_how_far_calibration_moved_the_gate_threshold(tmp_path):
             in text)
 
 
+def test_train_says_when_no_selection_was_made_and_where_calibration_read(tmp_path):
+    """A fixed number of epochs (the pretrained recipe) keeps the last model: no "None set";
+    calibration without a validation split reads the training texts, and says so."""
+    from attndeploy.cli.train import summary_lines
+
+    metrics = {"accuracy": 0.83, "loss": 0.6, "density": 0.34, "density_target": 0.45}
+    training = {"seconds": 400.0, "best_epoch": 4.0, "best_step": 416, "epochs_done": 4.0,
+                "selected_on": None, "stopped_by": "epochs",
+                "gate_calibration": {"gate_shift": -0.1, "density_before": 0.47,
+                                     "density_after": 0.45, "on": "training"}}
+    text = " ".join(summary_lines(tmp_path / "m", metrics, training).split())
+    assert "None" not in text
+    assert "the model after 4 epochs (step 416), no selection; stopped by epochs" in text
+    assert "from 0.470 on the training set" in text
+
 def test_ganet_on_jsonl_calibrates_its_gates_and_trains_hard_concrete_bilstm_gates_unless_told(
         tmp_path):
     rows = [{"text": f"{word} item number {i} today", "label": label}

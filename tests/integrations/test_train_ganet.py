@@ -98,6 +98,7 @@ def test_a_pretrained_ganet_calibrates_its_gate_threshold_on_the_training_texts(
     calibration = result.summary["gate_calibration"]
     assert calibration["gate_shift"] != 0.0
     assert calibration["density_before"] != calibration["density_after"]
+    assert calibration["on"] == "training"  # no validation split: never the held-out texts
     source = load_source(folder)
     split = load_hf_training_data(source, data_file=data, max_seq=16, seed=0)
     saved = read_checkpoint(tmp_path / "ckpt").model.eval()
