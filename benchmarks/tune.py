@@ -30,7 +30,9 @@ How:
    every verification round's throughput within 10 % of their median.
    Beside target 2 (not a target): the CPU the server's processes (tritonserver and the python
    backend's stubs) and the load tester used during the chosen configuration's level 16, read
-   from /proc, and served texts per server CPU second against in-process texts per CPU second.
+   from /proc between the level's first and last window edges (its steady state: the load
+   tester's setup, when the server idles, is outside), and served texts per server CPU second
+   against in-process texts per CPU second.
    On a machine where the load tester shares the cores, this separates the server's own
    overhead from the cores the client takes.
 3. The load average is recorded at the start, after tuning and at the end: read the numbers
@@ -109,23 +111,33 @@ def _cpu_seconds() -> dict[str, float]:
 
 
 class LevelCpu:
-    """The cores the server and the load tester used during one concurrency level: an
-    `on_level` callback that reads /proc after each level (the server is up until the last)."""
+    """The cores the server and the load tester used in the steady state of one concurrency
+    level: from its first window's close to its last (after warm-up, before the answers'
+    checks; the load tester's setup, which reads and tokenizes the texts while the server
+    idles, is outside). `window` is measure_candidate's `on_window` callback and `level` its
+    `on_level`; each reads /proc."""
 
     def __init__(self, level: int) -> None:
-        self.level, self.marks = level, []
+        self.level = level
+        self.pending: list[tuple[float, dict[str, float]]] = []  # the level in progress
+        self.marks: list[tuple[float, dict[str, float]]] = []  # `level`'s window edges
 
-    def __call__(self, point: Any) -> None:
-        self.marks.append((point.concurrency, time.perf_counter(), _cpu_seconds()))
+    def window(self, stats: Any) -> None:
+        self.pending.append((time.perf_counter(), _cpu_seconds()))
+
+    def level_done(self, point: Any) -> None:
+        if point.concurrency == self.level:
+            self.marks = self.pending
+        self.pending = []
 
     def cores(self) -> dict[str, float] | None:
-        """{"server", "client"}: mean cores busy during `level` (from the end of the level
-        before it, so its warm-up is in); None when it was the first level or not reached."""
-        ends = [i for i, (c, _, _) in enumerate(self.marks) if c == self.level]
-        if not ends or ends[0] == 0:
+        """{"server", "client", "seconds"}: mean cores busy between `level`'s first and last
+        window edges; None with fewer than two windows or the level not reached."""
+        if len(self.marks) < 2:
             return None
-        (_, t0, before), (_, t1, after) = self.marks[ends[0] - 1], self.marks[ends[0]]
-        return {name: (after[name] - before[name]) / (t1 - t0) for name in before}
+        (t0, before), (t1, after) = self.marks[0], self.marks[-1]
+        return {**{name: (after[name] - before[name]) / (t1 - t0) for name in before},
+                "seconds": t1 - t0}
 
 
 def _level(measurement: Measurement, concurrency: int) -> dict[str, Any] | None:
@@ -154,7 +166,8 @@ def verify(result: TuneResult, args: argparse.Namespace, log: Any) -> list[dict[
             for name, candidate in order:
                 cpu = LevelCpu(TARGET_LEVEL)
                 measurement = measure_candidate(result.target, candidate, settings, Path(work),
-                                                role=name, on_level=cpu)
+                                                role=name, on_level=cpu.level_done,
+                                                on_window=cpu.window)
                 row[name] = {"failure": measurement.failure,
                              "levels": {str(c): _level(measurement, c) for c in args.levels}}
                 log(f"round {index} {name:>7} {candidate.name}: " + ", ".join(

@@ -534,6 +534,16 @@ def test_a_server_dying_mid_test_hands_over_what_was_measured_as_partial(
     assert [lv["stop_reason"] for lv in body["levels"]] == [first.stop_reason, "aborted"]
 
 
+def test_on_window_sees_every_window_of_every_level_as_it_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_server(monkeypatch, CountingClient())
+    seen: list[WindowStats] = []
+    report = run_load_test(_dying_config(), progress=False, on_window=seen.append)
+    assert [w.requests for w in seen] == [w["requests"] for level in report.levels
+                                          for w in level.windows]
+    assert len(seen) == sum(len(level.windows) for level in report.levels) >= 2
+
 def test_a_complete_report_is_not_partial() -> None:
     body = json.loads(_report(_level()).to_json())
     assert body["partial"] is False and body["partial_reason"] is None and body["passed"]

@@ -79,6 +79,7 @@ def run_load_test(
     progress: bool = True,
     on_partial: Callable[[LoadTestReport], None] | None = None,
     clock: Clock = REAL_CLOCK,
+    on_window: Callable[[WindowStats], None] | None = None,
 ) -> LoadTestReport:
     """Run every load level of `config` against the server; return the report (never exits).
 
@@ -91,7 +92,8 @@ def run_load_test(
     When an error (or Ctrl-C) ends the test once load has begun, `on_partial` is called with the
     levels measured so far, the interrupted one last, in a report marked partial with the
     reason; then the error propagates. `clock` times and paces every level (the real clock
-    unless a test simulates one).
+    unless a test simulates one). `on_window` is called with each window as it closes, after
+    the progress bar (a benchmark reads the machine's CPU at the windows' edges so).
     """
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     t_start_ns = clock.now_ns()
@@ -139,7 +141,8 @@ def run_load_test(
         with _Progress(progress, config.max_windows) as bar:
             for level in config.levels:
                 bar.start(level)
-                run = _LevelRun(runner.client, config, level, pool, reference, bar.window, clock)
+                run = _LevelRun(runner.client, config, level, pool, reference,
+                                _both(bar.window, on_window), clock)
                 try:
                     result = run.run()
                 except (AttnDeployError, KeyboardInterrupt) as exc:
@@ -156,6 +159,18 @@ def run_load_test(
                         notes.append(f"every request failed; skipped {', '.join(skipped)}")
                     break
     return report()
+
+
+def _both(first: Callable[[WindowStats], None],
+          then: Callable[[WindowStats], None] | None) -> Callable[[WindowStats], None]:
+    if then is None:
+        return first
+
+    def call(stats: WindowStats) -> None:
+        first(stats)
+        then(stats)
+
+    return call
 
 
 def _pool_and_reference(

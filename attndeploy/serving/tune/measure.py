@@ -22,6 +22,7 @@ from typing import Any
 from attndeploy.errors import LoadTestError, RepositoryError, ServerError
 from attndeploy.serving.loadtest import LoadTestConfig, run_load_test
 from attndeploy.serving.loadtest.report import LevelResult
+from attndeploy.serving.loadtest.stats import WindowStats
 from attndeploy.serving.server import TritonServer, free_ports
 from attndeploy.serving.tune.scratch import materialize
 from attndeploy.serving.tune.space import INT8, Candidate
@@ -192,8 +193,10 @@ def measure_candidate(
     *,
     role: str = SEARCH,
     on_level: Callable[[LevelPoint], None] | None = None,
+    on_window: Callable[[WindowStats], None] | None = None,
 ) -> Measurement:
-    """Serve `candidate` from a scratch repository under `workdir` and load-test it."""
+    """Serve `candidate` from a scratch repository under `workdir` and load-test it;
+    `on_level` gets each level's point, `on_window` each window as it closes."""
     t0 = time.monotonic()
     folder = Path(workdir) / f"{role}-{candidate.name}"
     shutil.rmtree(folder, ignore_errors=True)
@@ -209,7 +212,7 @@ def measure_candidate(
             url = server.http_url if settings.protocol == "http" else server.grpc_url
             for concurrency in settings.concurrency:
                 config = settings.load_config(target, candidate, url, concurrency)
-                report = run_load_test(config, progress=False)
+                report = run_load_test(config, progress=False, on_window=on_window)
                 levels.append(LevelPoint.from_level(report.levels[0]))
                 if on_level is not None:
                     on_level(levels[-1])

@@ -202,3 +202,41 @@ def test_int8_is_tried_first_when_offered(repo, tmp_path):
     result = tune(repo, simulated, int8=int8, space=replace(SPACE, max_batch_size=(8,)))
     assert simulated.calls[1][0].endswith("-int8-ti1-td0" if is_bls(repo) else "-int8")
     assert result.chosen.candidate.precision == "int8"
+
+
+def test_a_measurement_hands_each_window_to_on_window(tmp_path, monkeypatch):
+    """`measure_candidate(on_window=...)` reaches the load test (a benchmark reads the CPU at
+    the windows' edges); the server and the load test are stand-ins here."""
+    from attndeploy.serving.loadtest.stats import WindowStats
+    from attndeploy.serving.tune import measure
+
+    repo = tiny_repo(tmp_path / "repo")
+    target = read_target(repo, TEXT)
+    window = WindowStats(index=0, duration_s=1.0, requests=5, errors=0, throughput_rps=5.0,
+                         p50_ms=1.0, p95_ms=2.0)
+
+    def load_test(config, *, progress, on_window=None):
+        on_window(window)
+        raise LoadTestError("stand-in: no server")
+
+    monkeypatch.setattr(measure, "materialize", lambda target, candidate, folder: folder)
+    class Server:  # a context manager with the server's addresses
+        grpc_url, http_url = "127.0.0.1:1", "127.0.0.1:2"
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(measure, "TritonServer", Server)
+    monkeypatch.setattr(measure, "run_load_test", load_test)
+    seen = []
+    settings = TuneOptions(repo=repo, model=TEXT, concurrency=(16,)).settings()
+    start = read_candidate(target.id_config, target.text_config)
+    result = measure.measure_candidate(target, start, settings, tmp_path / "work",
+                                       on_window=seen.append)
+    assert seen == [window] and result.failure.endswith("stand-in: no server")
