@@ -106,8 +106,12 @@ def test_the_cli_writes_json_and_exits_1_with_nothing_written_outside_the_tolera
 ):
     source = text_exports.get("ganet_mlp").path
     data = labelled_texts(tmp_path / "held_out.jsonl", source)
+    # the model's weights are random: its labels are near ties, and int8 may flip a few of
+    # them (2 of 38 with onnxruntime 1.32); the label tolerances here are wide on purpose, the
+    # logits' stays the default
     done = run_cli("quantize", str(source), "--out", str(tmp_path / "q.onnx"), "--data",
-                   str(data), "--threads", "1", "--json", cwd=tmp_path)
+                   str(data), "--min-agreement", "0.8", "--max-accuracy-drop", "0.2",
+                   "--threads", "1", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = parse_json(done)
     assert report["written"] and report["method"] == "dynamic"
