@@ -407,8 +407,13 @@ def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
 
 def open_layers(config: GANetConfig, num_layers: int) -> int:
     """How many of the lowest layers attend every key (GA-Net's `gated_layers`): none for
-    "all", the lower half (rounded down) for "upper_half"; the top layer always gates."""
-    return num_layers // 2 if config.gated_layers == "upper_half" else 0
+    "all", the lower half (rounded down) for "upper_half", the lower two thirds (rounded down)
+    for "upper_third"; the top layer always gates."""
+    if config.gated_layers == "upper_half":
+        return num_layers // 2
+    if config.gated_layers == "upper_third":
+        return num_layers * 2 // 3
+    return 0
 
 
 def layer_modules(model: nn.Module) -> list[ConvertedSelfAttention]:

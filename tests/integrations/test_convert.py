@@ -331,6 +331,17 @@ def test_upper_half_gating_leaves_the_lower_half_attending_every_key(model_type:
     assert conversion_of(upper).options["gated_layers"] == "upper_half"
 
 
+@pytest.mark.parametrize(("gated_layers", "layers", "open_below"), [
+    ("all", 6, 0), ("upper_half", 6, 3), ("upper_half", 1, 0), ("upper_third", 6, 4),
+    ("upper_third", 12, 8), ("upper_third", 2, 1), ("upper_third", 1, 0)])
+def test_gated_layers_names_how_many_lower_layers_attend_every_key(
+        gated_layers: str, layers: int, open_below: int):
+    from attndeploy.integrations.transformers import open_layers
+    from attndeploy.variants.ganet.config import GANetConfig
+
+    assert open_layers(GANetConfig(gated_layers=gated_layers), layers) == open_below
+
+
 def test_gated_layers_is_a_choice_and_only_for_converted_models():
     with pytest.raises(ConfigError, match="gated_layers"):
         convert(make_model("bert", "seq"), "ganet", gated_layers="lower_half")

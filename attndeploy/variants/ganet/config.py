@@ -10,7 +10,7 @@ from attndeploy.errors import ConfigError
 RELAXATIONS = ("concrete", "hard_concrete")
 AUX_NETWORKS = ("mlp", "conv", "bilstm")
 GATE_MODES = ("threshold", "sample")
-GATED_LAYERS = ("all", "upper_half")
+GATED_LAYERS = ("all", "upper_half", "upper_third")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class GANetConfig:
     open_token_ids: tuple[int, ...] = ()  # tokens whose gates never close (in a converted
     # Hugging Face model; e.g. [CLS] and [SEP], the keys its pretrained heads park attention on)
     gated_layers: str = "all"  # which layers of a converted Hugging Face model gate their keys:
-    # "all", or "upper_half" (the lower half attends every key; docs/variants.md §7)
+    # "all", "upper_half" or "upper_third" (the layers below attend every key; docs/variants.md §7)
 
     def __post_init__(self) -> None:
         check_types(self)
