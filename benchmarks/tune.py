@@ -168,7 +168,7 @@ def verify(result: TuneResult, args: argparse.Namespace, log: Any) -> list[dict[
                 measurement = measure_candidate(result.target, candidate, settings, Path(work),
                                                 role=name, on_level=cpu.level_done,
                                                 on_window=cpu.window)
-                row[name] = {"failure": measurement.failure,
+                row[name] = {"failure": measurement.failure, "notes": list(measurement.notes),
                              "levels": {str(c): _level(measurement, c) for c in args.levels}}
                 log(f"round {index} {name:>7} {candidate.name}: " + ", ".join(
                     f"c{c} {p['throughput']:.0f}/s p95 {p['p95_ms']:.2f} ms"

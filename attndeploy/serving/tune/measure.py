@@ -28,6 +28,8 @@ from attndeploy.serving.tune.scratch import materialize
 from attndeploy.serving.tune.space import INT8, Candidate
 from attndeploy.serving.tune.target import TuneTarget
 
+SERVER_LOG_LINES = 3  # of a failed measurement's server log, kept in its notes
+
 CURRENT = "current"  # roles of a measurement
 PACKAGE_DEFAULT = "package_default"
 SEARCH = "search"
@@ -181,6 +183,18 @@ def sweep_stop(levels: list[LevelPoint], budget_ms: float | None, min_gain: floa
     return None
 
 
+def _server_log_tail(path: Path, lines: int = SERVER_LOG_LINES) -> str:
+    """The last `lines` non-blank lines of a measurement's server log, joined by " | " (a
+    crashed stub or server says why there; the log goes with the scratch folder); "" without
+    one."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    kept = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])
+
+
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
@@ -202,6 +216,7 @@ def measure_candidate(
     shutil.rmtree(folder, ignore_errors=True)
     levels: list[LevelPoint] = []
     failure = stopped = None
+    log_tail = ""
     try:
         repo = materialize(target, candidate, folder / "repo")
         grpc, http, metrics = free_ports(3)
@@ -224,11 +239,14 @@ def measure_candidate(
             stopped = None  # the last level: nothing was skipped
     except (ServerError, LoadTestError, RepositoryError) as exc:
         failure = f"{exc.stage}: {_first_line(exc)}"
+        log_tail = _server_log_tail(folder / "server.log")  # read before the folder goes
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    notes = ()
+    notes: tuple[str, ...] = ()
+    if failure is not None and log_tail:
+        notes += (f"the server's log ended: {log_tail}",)
     if any(not checked(candidate, c) for c in settings.concurrency):
-        notes = ("int8 answers compared with the int8 file at concurrency 1 only (batched "
-                 "answers differ by quantization noise)",)
+        notes += ("int8 answers compared with the int8 file at concurrency 1 only (batched "
+                  "answers differ by quantization noise)",)
     return Measurement(candidate, role, tuple(levels), failure, stopped,
                        time.monotonic() - t0, notes)

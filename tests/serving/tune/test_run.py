@@ -204,9 +204,12 @@ def test_int8_is_tried_first_when_offered(repo, tmp_path):
     assert result.chosen.candidate.precision == "int8"
 
 
-def test_a_measurement_hands_each_window_to_on_window(tmp_path, monkeypatch):
+def test_a_measurement_hands_each_window_to_on_window_and_keeps_a_failed_server_s_log(
+        tmp_path, monkeypatch):
     """`measure_candidate(on_window=...)` reaches the load test (a benchmark reads the CPU at
-    the windows' edges); the server and the load test are stand-ins here."""
+    the windows' edges), and a failed measurement keeps the end of its server's log in its
+    notes (the scratch folder with the log is removed); the server and the load test are
+    stand-ins here."""
     from attndeploy.serving.loadtest.stats import WindowStats
     from attndeploy.serving.tune import measure
 
@@ -223,8 +226,9 @@ def test_a_measurement_hands_each_window_to_on_window(tmp_path, monkeypatch):
     class Server:  # a context manager with the server's addresses
         grpc_url, http_url = "127.0.0.1:1", "127.0.0.1:2"
 
-        def __init__(self, *args, **kwargs):
-            pass
+        def __init__(self, *args, log_file, **kwargs):
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            log_file.write_text("I1203 started\nI1203 model ready\n\nStub process died\n")
 
         def __enter__(self):
             return self
@@ -240,3 +244,6 @@ def test_a_measurement_hands_each_window_to_on_window(tmp_path, monkeypatch):
     result = measure.measure_candidate(target, start, settings, tmp_path / "work",
                                        on_window=seen.append)
     assert seen == [window] and result.failure.endswith("stand-in: no server")
+    assert result.notes == (
+        "the server's log ended: I1203 started | I1203 model ready | Stub process died",)
+    assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())
