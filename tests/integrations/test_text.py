@@ -55,7 +55,11 @@ def test_predict_equals_the_pytorch_model_s_argmax(hf_text_exports, name: str):
     logits = reference["logits"]  # [N, C]
     top_two = np.sort(logits, axis=-1)[:, -2:]  # [N, 2]
     decided = (top_two[:, 1] - top_two[:, 0] > MARGIN).tolist()  # [N]
-    assert sum(decided) >= len(TEXTS) - 2  # near-ties are rare
+    # most texts decide: the tokenizer's WordPiece training is not deterministic from one
+    # process to the next (tokenizers' trainer breaks count ties in hash-map order, upstream
+    # issue huggingface/tokenizers#1794), so the model, and how many texts near-tie, vary; one
+    # CI run had 4 of 12 within MARGIN
+    assert sum(decided) >= len(TEXTS) // 2
     expected = [LABELS[i] for i in logits.argmax(-1)]
     assert len(set(expected)) > 1  # the texts get different answers
 
