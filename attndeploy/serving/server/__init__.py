@@ -58,7 +58,7 @@ from attndeploy.serving.server.state import (
     STATE_MAX_BYTES,
     default_state_path,
 )
-from attndeploy.serving.server.triton import LOG_TAIL_LINES, TritonServer
+from attndeploy.serving.server.triton import LOG_TAIL_LINES, TritonServer, log_tail
 from attndeploy.serving.server.view import (
     VIEW_PREFIX,
     make_repository_view,
@@ -80,6 +80,7 @@ __all__ = [
     "free_port",
     "free_ports",
     "is_loopback_host",
+    "log_tail",
     "make_repository_view",
     "prepare_backend_dir",
     "remove_repository_view",

@@ -32,7 +32,7 @@ LOG_TAIL_LINES = 30
 _RESTRICTION_FLAGS = ("--grpc-restricted-protocol", "--http-restricted-api")
 
 
-def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     """The last `lines` lines of the server log for a person to read.
 
     Drops the ASCII status tables (their content is in the repository index) and blank lines, and
@@ -213,7 +213,7 @@ class TritonServer:
 
     def _failure(self, headline: str) -> ServerError:
         """Stop the server and build an error carrying the log tail (read before stopping)."""
-        tail = _log_tail(self._log_file) if self._log_file else ""
+        tail = log_tail(self._log_file) if self._log_file else ""
         self.stop()
         return ServerError(
             f"{headline}\n--- last {LOG_TAIL_LINES} lines of {self._log_file} ---\n{tail}"

@@ -23,7 +23,7 @@ from attndeploy.errors import LoadTestError, RepositoryError, ServerError
 from attndeploy.serving.loadtest import LoadTestConfig, run_load_test
 from attndeploy.serving.loadtest.report import LevelResult
 from attndeploy.serving.loadtest.stats import WindowStats
-from attndeploy.serving.server import TritonServer, free_ports
+from attndeploy.serving.server import TritonServer, free_ports, log_tail
 from attndeploy.serving.tune.scratch import materialize
 from attndeploy.serving.tune.space import INT8, Candidate
 from attndeploy.serving.tune.target import TuneTarget
@@ -183,16 +183,13 @@ def sweep_stop(levels: list[LevelPoint], budget_ms: float | None, min_gain: floa
     return None
 
 
-def _server_log_tail(path: Path, lines: int = SERVER_LOG_LINES) -> str:
-    """The last `lines` non-blank lines of a measurement's server log, joined by " | " (a
-    crashed stub or server says why there; the log goes with the scratch folder); "" without
-    one."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
+def _server_log_tail(path: Path) -> str:
+    """The end of a measurement's server log (`log_tail`: no status tables, no blank lines) on
+    one line, " | " between lines (a crashed stub or server says why there; the log goes with
+    the scratch folder); "" without a log."""
+    if not path.is_file():
         return ""
-    kept = [line.strip() for line in text.splitlines() if line.strip()]
-    return " | ".join(kept[-lines:])
+    return " | ".join(log_tail(path, SERVER_LOG_LINES).splitlines())
 
 
 def _first_line(exc: BaseException) -> str:
