@@ -187,10 +187,14 @@ def test_gates_kept_open_by_token_id_export_and_match_pytorch(tmp_path: Path):
     assert report.passed, [(o.name, o.message) for o in report.oracles.values() if not o.passed]
 
 
-def test_upper_half_gating_exports_one_gated_node_per_layer_and_matches_pytorch(tmp_path: Path):
-    """GA-Net's `gated_layers="upper_half"`: the lower layers' nodes get all-open logits built in
-    the graph; every layer stays one `GatedAttention` node, and the exported gates and logits
-    equal PyTorch's over a padded grid while about half of the keys are closed above."""
+@pytest.mark.parametrize(("gated_layers", "layers", "open_layers"), [
+    ("upper_half", 4, 2), ("upper_third", 6, 4)])
+def test_upper_layer_gating_exports_one_gated_node_per_layer_and_matches_pytorch(
+        tmp_path: Path, gated_layers: str, layers: int, open_layers: int):
+    """GA-Net's `gated_layers="upper_half"` and `"upper_third"` (the `train --hf-model` preset):
+    the lower layers' nodes get all-open logits built in the graph; every layer stays one
+    `GatedAttention` node, and the exported gates and logits equal PyTorch's over a padded grid
+    while about half of the keys are closed above."""
     import torch
 
     from attndeploy.export import export_model
@@ -198,9 +202,10 @@ def test_upper_half_gating_exports_one_gated_node_per_layer_and_matches_pytorch(
 
     from .hf_models import make_model, padded_batch
 
-    model = convert(make_model("bert", layers=4), "ganet", warm_start=False,
-                    gated_layers="upper_half")
-    assert [m.open_gates for m in layer_modules(model)] == [True, True, False, False]
+    model = convert(make_model("bert", layers=layers), "ganet", warm_start=False,
+                    gated_layers=gated_layers)
+    assert [m.open_gates for m in layer_modules(model)] == (
+        [True] * open_layers + [False] * (layers - open_layers))
     with torch.no_grad():  # close about half of the keys
         conversion_of(model).gate_network.score.bias.fill_(-0.05)
     ids, mask = padded_batch(2, 7)
@@ -208,6 +213,6 @@ def test_upper_half_gating_exports_one_gated_node_per_layer_and_matches_pytorch(
     result = export_model(model, tmp_path / "u.onnx",
                           inputs={"input_ids": ids, "attention_mask": mask},
                           dynamic_shapes=dims, output_names=["logits"])
-    assert result.custom_nodes == {"GatedAttention": 4}
+    assert result.custom_nodes == {"GatedAttention": layers}
     report = validate_module(model, tmp_path / "u.onnx", grid="1x1,3x17,2x40", vocab_size=8)
     assert report.passed, [(o.name, o.message) for o in report.oracles.values() if not o.passed]

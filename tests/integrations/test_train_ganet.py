@@ -54,9 +54,9 @@ def test_a_pretrained_ganet_takes_its_preset(tmp_path: Path, monkeypatch, capsys
     ckpt = read_checkpoint(tmp_path / "ckpt")
     options, used = ckpt.model_config.options, ckpt.metadata["training"]["config"]
     assert (options["relaxation"], options["temperature"]) == ("hard_concrete", 0.5)
-    assert options["gated_layers"] == "upper_half"  # the lower half attends every key
+    assert options["gated_layers"] == "upper_third"  # the lower two thirds attend every key
     assert (used["new_learning_rate"], used["density_target"], used["learning_rate"]) == (
-        5e-3, 0.45, 5e-5)
+        5e-3, 0.6, 5e-5)
 
 
 def test_train_distills_a_pretrained_ganet_when_asked(tmp_path: Path, monkeypatch, capsys):
