@@ -373,11 +373,11 @@ def fit(
         tracker.restore(model)
     elif average is not None:
         average.copy_to_model()
-    calibration = None
+    calibration: dict[str, Any] | None = None
     if controller is not None and config.density_calibrate is not None:
-        calibration = calibrate_gate_threshold(  # texts only, no labels: but never held out
+        shifted = calibrate_gate_threshold(  # texts only, no labels: but never held out
             model, train_set if val_set is None else val_set, config.density_calibrate)
-        calibration["on"] = "training" if val_set is None else "validation"
+        calibration = {**shifted, "on": "training" if val_set is None else "validation"}
     model.eval()
     metrics = evaluate(model, eval_set)
     best = tracker.best if config.keep_best else None
