@@ -43,9 +43,9 @@ What `convert` changes (and nothing else):
   With the option `gated_layers="upper_half"` the lower half of the layers (`open_layers`) run
   the same gated op with every logit at `ALWAYS_OPEN_LOGIT`: they attend every key, and only the
   upper half attends the tokens the gates keep; `"upper_third"` (the `train --hf-model` default,
-  docs/variants.md §7) keeps the lower two thirds open. After a forward pass, `forward_state(model).gates` holds the gates the last layer applied
-  (bool [B, T]) and `.gate_logits` the logits they were decided on (plus logistic noise in
-  training).
+  docs/variants.md §7) keeps the lower two thirds open. After a forward pass,
+  `forward_state(model).gates` holds the gates the last layer applied (bool [B, T]) and
+  `.gate_logits` the logits they were decided on (plus logistic noise in training).
 
 Not carried over: the attention-probability dropout of the original layers (the attndeploy
 layers have none; hidden dropout is unchanged) and attention weights (`output_attentions`).
