@@ -14,6 +14,9 @@ value (`attndeploy.training.calibration`).
 With `refit` (real text) the selected run only chooses the epoch count, and a fresh model then
 trains on the training and validation examples together (`attndeploy.training.refit`).
 
+`fit` sets a run up and ends it; one step's loss and update are in `attndeploy.training.step`, the
+run's bookkeeping (step count, training time, history, evaluations, λ) in `attndeploy.training.run`.
+
 Two sets of defaults: `TrainConfig()` is tuned to the built-in synthetic tasks (300 steps), and
 `REAL_TEXT_DEFAULTS` to real labelled text from a JSONL file, where
 a few thousand examples overfit within a few epochs without regularisation.
@@ -22,10 +25,8 @@ a few thousand examples overfit within a few epochs without regularisation.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -34,7 +35,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
 from attndeploy.fsutil import already_exists
-from attndeploy.models import AttnModel, build_model, count_parameters
+from attndeploy.models import AttnModel, build_model
 from attndeploy.training import distill as distillation
 from attndeploy.training.averaging import WeightAverage
 from attndeploy.training.baseline import compare_with_baseline
@@ -53,7 +54,7 @@ from attndeploy.training.data import (  # noqa: F401  (re-exported: the public n
     fit_baseline,
     load_training_data,
 )
-from attndeploy.training.density import DensityController, scheduled_target
+from attndeploy.training.density import DensityController
 from attndeploy.training.evaluation import (  # noqa: F401  (re-exported: the public names)
     IGNORE_INDEX,
     batch_density,
@@ -62,6 +63,7 @@ from attndeploy.training.evaluation import (  # noqa: F401  (re-exported: the pu
 )
 from attndeploy.training.parameters import parameter_groups
 from attndeploy.training.refit import refit_on_all_examples
+from attndeploy.training.run import TrainingRun
 from attndeploy.training.schedule import learning_rate_factor  # noqa: F401  (re-exported)
 from attndeploy.training.selection import BestTracker
 from attndeploy.variants.registry import variant_spec
@@ -236,6 +238,23 @@ def fit(
     if not len(train_set):
         raise ConfigError("the training set is empty")
     model.train()
+    run = _start_run(model, train_set, eval_set, config, density_weight=density_weight,
+                     eval_every=eval_every, val_set=val_set, corrupt=corrupt,
+                     clean_gates=clean_gates, teacher=teacher, taught=taught,
+                     before_step=before_step, new_parameters=new_parameters)
+    reason = _train_until_stopped(run, train_set, label=label, progress=progress)
+    return _finish(run, reason, train_set, eval_set, val_set)
+
+
+def _start_run(
+    model: Any, train_set: Any, eval_set: Any, config: TrainConfig, *, density_weight: float,
+    eval_every: int | None, val_set: Any, teacher: Any, new_parameters: set[str] | None,
+    **hooks: Any,
+) -> TrainingRun:
+    """A run of `fit` (whose arguments these are) with its optimizer, learning-rate schedule,
+    density controller, weight average, selection and the teacher's soft targets, its clock
+    started. `hooks`: `fit`'s `corrupt`, `clean_gates`, `taught` and `before_step`, which the
+    run's steps call."""
     optimizer = torch.optim.AdamW(parameter_groups(model, config, new_parameters),
                                   lr=config.learning_rate, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
@@ -251,166 +270,84 @@ def fit(
                                        rate=config.density_rate)
         density_weight = 0.0 if config.density_warmup > 0 else controller.weight
     average = WeightAverage(model, config.weight_average) if config.weight_average else None
-    every = config.eval_every if eval_every is None else eval_every
-    select_set = eval_set if val_set is None else val_set
-    selecting = config.keep_best or config.patience is not None
     tracker = BestTracker(patience=config.patience,
                           density_target=config.density_target if model.is_gated else None,
                           density_slack=config.density_slack)
     generator = torch.Generator().manual_seed(config.seed)
     soft_table = (None if teacher is None
                   else distillation.teacher_table(teacher, train_set, config.batch_size))
-    history: list[dict[str, float]] = []
-    evaluations: list[dict[str, Any]] = []
-    started = time.perf_counter()
-    paused = 0.0  # seconds spent in periodic evaluation, excluded from the training time
-    step = 0
-    status = ""
+    return TrainingRun(
+        model, config, optimizer, schedule, steps_per_epoch, horizon,
+        every=config.eval_every if eval_every is None else eval_every,
+        select_set=eval_set if val_set is None else val_set,
+        selecting=config.keep_best or config.patience is not None, tracker=tracker,
+        generator=generator, density_weight=density_weight, controller=controller,
+        average=average, soft_table=soft_table, **hooks,
+    )
 
-    def training_seconds() -> float:
-        return time.perf_counter() - started - paused
 
-    def run_evaluation() -> None:
-        nonlocal paused, status
-        pause_start = time.perf_counter()
-        with average.swapped_in() if average is not None else nullcontext():
-            record = {"step": step, "epoch": round(step / steps_per_epoch, 3),
-                      "train_seconds": round(pause_start - started - paused, 3),
-                      **evaluate(model, select_set)}
-            if controller is not None:
-                record["density_weight"] = density_weight
-            evaluations.append(record)
-            if selecting:
-                tracker.offer(record, model)  # copies the weights evaluated
-                best = tracker.best
-                status = f"best {best['accuracy']:.3f} @ epoch {best['epoch']:g}"
-        paused += time.perf_counter() - pause_start
-
-    def stop_reason() -> str | None:
-        if config.max_seconds and training_seconds() >= config.max_seconds:
-            return "time"
-        if tracker.should_stop:
-            return "patience"
-        return "steps" if step >= horizon else None
-
+def _train_until_stopped(run: TrainingRun, train_set: Any, *, label: str, progress: bool) -> str:
+    """Take steps epoch after epoch, evaluating every `run.every` steps (0: after each epoch,
+    when selecting) until the run should stop; returns why ("time", "patience" or "steps")."""
+    config = run.config
     bar = Progress(
         TextColumn(f"[bold]{label}"), BarColumn(),
         TextColumn("{task.completed}/{task.total} steps"), TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(), disable=not progress, transient=False,
     )
     with bar:
-        task = bar.add_task("train", total=horizon, status="")
+        task = bar.add_task("train", total=run.horizon, status="")
         reason = None
         while reason is None:
             for rows in train_set.batch_rows(
-                config.batch_size, shuffle=True, generator=generator,
+                config.batch_size, shuffle=True, generator=run.generator,
                 bucket=config.bucket_by_length,
             ):
-                input_ids, attention_mask, labels = train_set.batch_at(rows)  # [B, t]
-                if before_step is not None:
-                    before_step(step, horizon)
-                clean_ids = input_ids
-                if corrupt is not None:
-                    input_ids = corrupt(input_ids, attention_mask, generator)
-                out = model(input_ids, attention_mask, details=True)
-                loss = task_loss(out["logits"], labels, config.label_smoothing)
-                total = loss
-                if teacher is not None:
-                    soft_targets = distillation.batch_targets(soft_table, rows,
-                                                              input_ids.shape[1])
-                    total = (1 - config.distill) * loss + config.distill * (
-                        distillation.distillation_loss(
-                            out["logits"], soft_targets, labels, config.distill_temperature,
-                            taught=None if taught is None else taught[rows]))
-                if "density_penalty" in out:
-                    total = total + density_weight * out["density_penalty"]
-                optimizer.zero_grad(set_to_none=True)
-                total.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                learning_rate = optimizer.param_groups[0]["lr"]  # this step's
-                optimizer.step()
-                schedule.step()
-                if average is not None:
-                    average.update()
-                step += 1
-                record = {"step": step, "loss": loss.item(), "learning_rate": learning_rate}
-                if "density_penalty" in out:
-                    record["soft_density"] = out["density_penalty"].item()
-                    record["density"] = batch_density(out["gates"], attention_mask)
-                    if controller is not None:
-                        record["density_weight"] = density_weight
-                        goal = scheduled_target(config.density_target, step / steps_per_epoch,
-                                                warmup=config.density_warmup,
-                                                anneal=config.density_anneal)
-                        # Steer what evaluation measures: the gates of the words themselves,
-                        # not of the <unk> that word dropout put in their place.
-                        clean = record["density"]
-                        if clean_gates is not None and clean_ids is not input_ids:
-                            clean = batch_density(clean_gates(clean_ids, attention_mask),
-                                                   attention_mask)
-                            record["clean_density"] = clean
-                        density_weight = (0.0 if goal is None
-                                          else controller.update(clean, goal))
-                history.append(record)
+                record = run.take_step(train_set, rows)
                 bar.update(task, advance=1,
-                           status=f"epoch {step / steps_per_epoch:.1f} loss {record['loss']:.3f} "
-                                  f"{status}")
-                if every and step % every == 0:
-                    run_evaluation()
-                reason = stop_reason()
+                           status=f"epoch {run.epochs:.1f} loss {record['loss']:.3f} "
+                                  f"{run.status}")
+                if run.every and run.step % run.every == 0:
+                    run.record_evaluation()
+                reason = run.stop_reason()
                 if reason is not None:
                     break
             else:  # a whole epoch
-                if not every and selecting:
-                    run_evaluation()
-                    reason = stop_reason()
-    if reason == "steps" and horizon < config.steps:
+                if not run.every and run.selecting:
+                    run.record_evaluation()
+                    reason = run.stop_reason()
+    return reason
+
+
+def _finish(run: TrainingRun, reason: str, train_set: Any, eval_set: Any,
+            val_set: Any) -> TrainResult:
+    """End a stopped run: evaluate its last step too when selecting, keep the selected (or
+    averaged) weights, calibrate the gate threshold when asked, and evaluate `eval_set`."""
+    model, config = run.model, run.config
+    if reason == "steps" and run.horizon < config.steps:
         reason = "epochs"
-    seconds = training_seconds()
-    if selecting and (not evaluations or evaluations[-1]["step"] != step):
-        run_evaluation()  # the last step is a candidate too
-    if config.keep_best and tracker.best is not None:
-        tracker.restore(model)
-    elif average is not None:
-        average.copy_to_model()
+    seconds = run.training_seconds()
+    if run.selecting and (not run.evaluations or run.evaluations[-1]["step"] != run.step):
+        run.record_evaluation()  # the last step is a candidate too
+    if config.keep_best and run.tracker.best is not None:
+        run.tracker.restore(model)
+    elif run.average is not None:
+        run.average.copy_to_model()
     calibration: dict[str, Any] | None = None
-    if controller is not None and config.density_calibrate is not None:
+    if run.controller is not None and config.density_calibrate is not None:
         shifted = calibrate_gate_threshold(  # texts only, no labels: but never held out
             model, train_set if val_set is None else val_set, config.density_calibrate)
         calibration = {**shifted, "on": "training" if val_set is None else "validation"}
     model.eval()
     metrics = evaluate(model, eval_set)
-    best = tracker.best if config.keep_best else None
-    metrics["best_step"] = best["step"] if best else step
-    metrics["best_epoch"] = best["epoch"] if best else round(step / steps_per_epoch, 3)
-    if controller is not None:
+    best = run.tracker.best if config.keep_best else None
+    metrics["best_step"] = best["step"] if best else run.step
+    metrics["best_epoch"] = best["epoch"] if best else round(run.epochs, 3)
+    if run.controller is not None:
         metrics["density_target"] = config.density_target
-    summary = {
-        "config": asdict(config),
-        "steps_done": step,
-        "horizon_steps": horizon,
-        "epochs_done": round(step / steps_per_epoch, 3),
-        "steps_per_epoch": steps_per_epoch,
-        "stopped_by": reason,
-        "selected_on": None if not selecting else "validation" if val_set is not None
-        else "held_out",
-        "evaluations": len(evaluations),
-        "best_step": metrics["best_step"],
-        "best_epoch": metrics["best_epoch"],
-        "seconds": round(seconds, 3),
-        "wall_seconds": round(time.perf_counter() - started, 3),
-        "parameters": count_parameters(model),
-        "final_loss": history[-1]["loss"] if history else None,
-    }
-    if best is not None and val_set is not None:
-        summary["validation_accuracy"] = best["accuracy"]
-    if history and "soft_density" in history[-1]:
-        summary["final_soft_density"] = history[-1]["soft_density"]
-    if controller is not None:
-        summary["final_density_weight"] = controller.weight
-    if calibration is not None:
-        summary["gate_calibration"] = calibration
-    return TrainResult(model, metrics, summary, history, evaluations)
+    summary = run.summary(reason, seconds, metrics, best=best, validated=val_set is not None,
+                          calibration=calibration)
+    return TrainResult(model, metrics, summary, run.history, run.evaluations)
 
 
 def train_checkpoint(
