@@ -19,6 +19,14 @@ from tritonclient.utils import InferenceServerException
 UNAVAILABLE = "StatusCode.UNAVAILABLE"
 
 
+def served_statistics(model: str, served: int) -> dict[str, Any]:
+    """Triton's inference statistics of `model` after `served` requests of 1 µs each, one
+    request per execution."""
+    return {"model_stats": [{"name": model, "inference_count": str(served),
+                             "execution_count": str(served), "inference_stats": {
+                                 "success": {"count": str(served), "ns": str(served * 1000)}}}]}
+
+
 class SimClock:
     """Simulated nanoseconds; events fire in time order as the engine sleeps or waits."""
 
@@ -106,7 +114,4 @@ class SimClient:
         return True
 
     def get_inference_statistics(self, model: str, **kwargs: Any) -> dict[str, Any]:
-        n = self.served
-        return {"model_stats": [{"name": model, "inference_count": str(n),
-                                 "execution_count": str(n), "inference_stats": {
-                                     "success": {"count": str(n), "ns": str(n * 1000)}}}]}
+        return served_statistics(model, self.served)

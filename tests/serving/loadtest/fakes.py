@@ -12,6 +12,7 @@ from tritonclient.utils import InferenceServerException
 
 from attndeploy.serving.client.triton import ModelMetadata, TensorSpec
 from attndeploy.serving.loadtest import run as loadtest_run  # where TritonRunner is looked up
+from tests.serving.loadtest_sim import served_statistics
 
 
 class _FakeResult:
@@ -59,10 +60,7 @@ class FakeClient:
         return True
 
     def get_inference_statistics(self, model: str, **kwargs: Any) -> dict[str, Any]:
-        n = self.served
-        return {"model_stats": [{"name": model, "inference_count": str(n),
-                                 "execution_count": str(n), "inference_stats": {
-                                     "success": {"count": str(n), "ns": str(n * 1000)}}}]}
+        return served_statistics(model, self.served)
 
 
 class CountingClient(FakeClient):
