@@ -249,12 +249,15 @@ def fit(
 def _start_run(
     model: Any, train_set: Any, eval_set: Any, config: TrainConfig, *, density_weight: float,
     eval_every: int | None, val_set: Any, teacher: Any, new_parameters: set[str] | None,
-    **hooks: Any,
+    corrupt: Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor] | None,
+    clean_gates: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
+    taught: torch.Tensor | None,
+    before_step: Callable[[int, int], None] | None,
 ) -> TrainingRun:
     """A run of `fit` (whose arguments these are) with its optimizer, learning-rate schedule,
     density controller, weight average, selection and the teacher's soft targets, its clock
-    started. `hooks`: `fit`'s `corrupt`, `clean_gates`, `taught` and `before_step`, which the
-    run's steps call."""
+    started. `corrupt`, `clean_gates`, `taught` and `before_step` are handed to the run, whose
+    steps call them."""
     optimizer = torch.optim.AdamW(parameter_groups(model, config, new_parameters),
                                   lr=config.learning_rate, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(train_set) / config.batch_size)
@@ -282,7 +285,8 @@ def _start_run(
         select_set=eval_set if val_set is None else val_set,
         selecting=config.keep_best or config.patience is not None, tracker=tracker,
         generator=generator, density_weight=density_weight, controller=controller,
-        average=average, soft_table=soft_table, **hooks,
+        average=average, soft_table=soft_table, taught=taught, corrupt=corrupt,
+        clean_gates=clean_gates, before_step=before_step,
     )
 
 
