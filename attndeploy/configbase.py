@@ -44,6 +44,22 @@ def choice(name: str, value: str, valid: tuple[str, ...]) -> None:
         raise ConfigError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
 
 
+# Which layers of a converted Hugging Face encoder carry a variant's departure from vanilla
+# attention (GA-Net's `gated_layers`, Evolving Attention's `evolving_layers`; docs/variants.md §7).
+LAYER_SPANS = ("all", "upper_half", "upper_third")
+
+
+def layers_below(span: str, num_layers: int) -> int:
+    """How many of the lowest layers a `LAYER_SPANS` choice leaves as they were: none for "all",
+    the lower half (rounded down) for "upper_half", the lower two thirds (rounded down) for
+    "upper_third"."""
+    if span == "upper_half":
+        return num_layers // 2
+    if span == "upper_third":
+        return num_layers * 2 // 3
+    return 0
+
+
 def unit_interval(name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ConfigError(f"{name} must lie in [0, 1], got {value}")

@@ -322,7 +322,8 @@ def command(
     evolving = EvolvingConfig(
         alpha=_evolving_default(defaults, "alpha") if alpha is None else alpha,
         beta=_evolving_default(defaults, "beta") if beta is None else beta,
-        negative_slope=negative_slope)
+        negative_slope=negative_slope,
+        evolving_layers=_evolving_default(defaults, "evolving_layers"))  # `--option` changes it
     qvi = QVIConfig(form=qvi_form.value)
     sub_configs = {"qvi": qvi, "ganet": ganet, "evolving": evolving}  # the named options above
     if option:

@@ -32,7 +32,10 @@ What `convert` changes (and nothing else):
   `attention_mask` [B, T] (non-zero = real token) as the layers' `key_padding_mask` and hands the
   model None instead, so it builds no 4-D additive mask that nothing would read.
 - Evolving attention (EA-BERT): one chain through the encoder stack. Layer 0 starts it (vanilla,
-  no conv); layer l > 0 mixes its logits with those layer l-1 handed on ([B, H, T, T]).
+  no conv); layer l > 0 mixes its logits with those layer l-1 handed on ([B, H, T, T]). With the
+  option `evolving_layers="upper_half"` (the `train --hf-model` default) every layer of the lower
+  half starts the chain anew (vanilla attention, no conv) and only the upper half mixes, the
+  first of them with the logits of the layer below it; `"upper_third"` mixes in the top third.
 - GA-Net: ONE `GateNetwork` (registered as `<embeddings>.gate_network`) scores the token
   embeddings (the word-embedding table's output, before positions; docs/variants.md §3.2) once per
   forward pass; every layer gates its keys with those logits. The ids of the option
@@ -66,6 +69,7 @@ import torch
 from torch import Tensor, nn
 
 from attndeploy.config import ModelConfig
+from attndeploy.configbase import layers_below
 from attndeploy.errors import ConfigError
 from attndeploy.integrations.hf_hooks import ALWAYS_OPEN_LOGIT, install_hooks
 from attndeploy.variants._common import AttentionBase, LayerContext
@@ -409,11 +413,7 @@ def open_layers(config: GANetConfig, num_layers: int) -> int:
     """How many of the lowest layers attend every key (GA-Net's `gated_layers`): none for
     "all", the lower half (rounded down) for "upper_half", the lower two thirds (rounded down)
     for "upper_third"; the top layer always gates."""
-    if config.gated_layers == "upper_half":
-        return num_layers // 2
-    if config.gated_layers == "upper_third":
-        return num_layers * 2 // 3
-    return 0
+    return layers_below(config.gated_layers, num_layers)
 
 
 def layer_modules(model: nn.Module) -> list[ConvertedSelfAttention]:

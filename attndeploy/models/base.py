@@ -19,6 +19,20 @@ from attndeploy.variants._gating import GateState, soft_density
 from attndeploy.variants.functional import hard_gates
 from attndeploy.variants.registry import variant_spec
 
+# The options that keep the lowest layers of a converted Hugging Face model as they were
+# (docs/variants.md §7): what the variant does in every layer of attndeploy's own models.
+_LAYER_SPAN_OPTIONS = {"gated_layers": "gate every layer", "evolving_layers": "mix every layer"}
+
+
+def _check_layer_span(config: ModelConfig) -> None:
+    sub = getattr(config, config.variant, None)
+    for option, every in _LAYER_SPAN_OPTIONS.items():
+        span = getattr(sub, option, "all")
+        if span != "all":
+            raise ConfigError(f"{option}={span!r} applies to converted Hugging Face models "
+                              f"(train --hf-model); attndeploy's own models {every}: leave it "
+                              "at 'all'")
+
 
 class AttnModel(nn.Module):
     """Base class: input checks outside tracing, and the variant's gates (its spec's gate
@@ -28,11 +42,7 @@ class AttnModel(nn.Module):
         super().__init__()
         self.config = config
         spec = variant_spec(config.variant)
-        gated_layers = getattr(getattr(config, config.variant, None), "gated_layers", "all")
-        if gated_layers != "all":  # GA-Net's option of a converted Hugging Face model
-            raise ConfigError(f"gated_layers={gated_layers!r} applies to converted Hugging Face "
-                              "models (train --hf-model); attndeploy's own models gate every "
-                              "layer: leave it at 'all'")
+        _check_layer_span(config)
         self.gates = spec.gating_class()(embed_dim, config) if spec.gated else None
 
     @property

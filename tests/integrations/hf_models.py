@@ -72,8 +72,10 @@ LABELS = ("neg", "neu", "pos")
 
 
 def save_converted_checkpoint(out, model_type: str, variant: str, *, kind: str = "seq",
-                              max_seq: int = 32, tokenizer=None, **config: Any):
-    """A random converted model saved as an attndeploy checkpoint; returns its directory."""
+                              max_seq: int = 32, tokenizer=None,
+                              options: dict[str, Any] | None = None, **config: Any):
+    """A random converted model saved as an attndeploy checkpoint; returns its directory.
+    `options`: the variant's, for `convert`; `config`: the model's sizes."""
     from attndeploy.integrations.hf_checkpoint import (
         HFClassifier,
         model_config_of,
@@ -81,7 +83,8 @@ def save_converted_checkpoint(out, model_type: str, variant: str, *, kind: str =
     )
     from attndeploy.integrations.transformers import convert
 
-    model = convert(make_model(model_type, kind, **config), variant, warm_start=False)
+    model = convert(make_model(model_type, kind, **config), variant, warm_start=False,
+                    **(options or {}))
     classifier = HFClassifier(model, model_config_of(model, max_seq))
     return save_hf_checkpoint(classifier, out, label_names=LABELS, tokenizer=tokenizer)
 

@@ -156,8 +156,52 @@ def test_evolving_chain_starts_at_layer_zero_and_continues_through_the_stack(mod
         assert args[2] is previous[1]  # layer l reads the logits layer l-1 handed on
 
 
-WARM_OPTIONS = {"evolving": {"alpha": 0.3, "beta": 0.5}, "qvi": {}, "ganet": {},
-                "standard": {}}
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_evolving_upper_half_starts_the_chain_anew_below_and_mixes_above(model_type: str):
+    """`evolving_layers="upper_half"`: the lower half are chain starts (vanilla attention, no
+    conv) and compute what the pretrained layers computed once the variant is fully in; the
+    first mixing layer reads the logits of the layer just below it."""
+    original = make_model(model_type, "seq", layers=4)
+    model = convert(copy.deepcopy(original), "evolving", alpha=0.3, beta=0.5,
+                    evolving_layers="upper_half")
+    layers = [m.attention for m in layer_modules(model)]
+    assert [layer.is_chain_start for layer in layers] == [True, True, False, False]
+    assert not any(hasattr(layer, "conv") for layer in layers[:2])
+    assert conversion_of(model).options["evolving_layers"] == "upper_half"
+    assert conversion_of(model).expected_nodes() == {"EvolvingAttentionStart": 2,
+                                                     "EvolvingAttention": 2}
+    handed = []
+    for layer in layers:
+        layer.register_forward_hook(lambda m, args, out: handed.append((args, out)))
+    ids, mask = padded_batch(2, 8)
+    set_warm_start_progress(model, 1.0)  # α 0.3, β 0.5 in every mixing layer
+    with torch.no_grad():
+        for layer in layers[2:]:  # a conv that sharpens the small random model's flat maps
+            layer.conv.weight.normal_(0.0, 5.0, generator=torch.Generator().manual_seed(0))
+        want = original(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        got = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    assert handed[0][0][2] is None and handed[1][0][2] is None  # each lower layer starts anew
+    assert handed[2][0][2] is handed[1][1][1]  # layer 2 mixes in layer 1's logits
+    assert handed[3][0][2] is handed[2][1][1]
+    real = mask.bool()
+    for layer in (1, 2):  # hidden_states[l] is layer l-1's output: vanilla below
+        torch.testing.assert_close(got.hidden_states[layer][real],
+                                   want.hidden_states[layer][real], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(got.hidden_states[3][real], want.hidden_states[3][real], atol=1e-4)
+
+
+@pytest.mark.parametrize(("evolving_layers", "layers", "starts"), [
+    ("all", 6, 1), ("upper_half", 6, 3), ("upper_half", 1, 1), ("upper_third", 6, 4),
+    ("upper_third", 12, 8), ("upper_third", 2, 1), ("all", 1, 1)])
+def test_evolving_layers_names_how_many_lower_layers_start_the_chain(
+        evolving_layers: str, layers: int, starts: int):
+    from attndeploy.variants.evolving.config import EvolvingConfig
+
+    assert EvolvingConfig(evolving_layers=evolving_layers).chain_starts(layers) == starts
+
+
+WARM_OPTIONS = {"evolving": {"alpha": 0.3, "beta": 0.5, "evolving_layers": "upper_half"},
+                "qvi": {}, "ganet": {"gated_layers": "upper_third"}, "standard": {}}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -342,16 +386,19 @@ def test_gated_layers_names_how_many_lower_layers_attend_every_key(
     assert open_layers(GANetConfig(gated_layers=gated_layers), layers) == open_below
 
 
-def test_gated_layers_is_a_choice_and_only_for_converted_models():
-    with pytest.raises(ConfigError, match="gated_layers"):
-        convert(make_model("bert", "seq"), "ganet", gated_layers="lower_half")
+@pytest.mark.parametrize(("variant", "option"), [
+    ("ganet", "gated_layers"), ("evolving", "evolving_layers")])
+def test_the_layer_spans_are_a_choice_and_only_for_converted_models(variant: str, option: str):
+    with pytest.raises(ConfigError, match=f"unknown {option} 'lower_half'"):
+        convert(make_model("bert", "seq"), variant, **{option: "lower_half"})
     from attndeploy.config import ModelConfig
     from attndeploy.models import build_model
-    from attndeploy.variants.ganet.config import GANetConfig
+    from attndeploy.variants.registry import variant_spec
 
-    config = ModelConfig(vocab_size=40, num_labels=2, variant="ganet",
-                         ganet=GANetConfig(gated_layers="upper_half"))
-    with pytest.raises(ConfigError, match="applies to converted Hugging Face models"):
+    sub = variant_spec(variant).config(**{option: "upper_half"})
+    config = ModelConfig(vocab_size=40, num_labels=2, variant=variant, **{variant: sub})
+    with pytest.raises(ConfigError, match=f"{option}='upper_half' applies to converted Hugging "
+                                          "Face models"):
         build_model(config)
 
 

@@ -61,6 +61,23 @@ def test_export_has_one_node_per_layer_and_matches_pytorch_on_a_padded_grid(
     assert set(report.oracles) == {"onnxruntime[all]", "onnxruntime[none]", "onnx-reference"}
 
 
+@pytest.mark.parametrize(("evolving_layers", "layers", "starts"), [
+    ("upper_half", 4, 2), ("upper_third", 6, 4)])
+def test_evolving_upper_layers_export_a_start_per_lower_layer_and_match_pytorch(
+        tmp_path: Path, evolving_layers: str, layers: int, starts: int):
+    """Evolving Attention's `evolving_layers` (the `train --hf-model` preset is "upper_half")
+    goes through the checkpoint: the export has one `EvolvingAttentionStart` node per lower
+    layer and one `EvolvingAttention` node per mixing layer, and matches PyTorch on the grid."""
+    checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "bert", "evolving", layers=layers,
+                                           options={"evolving_layers": evolving_layers})
+    result = export_checkpoint(checkpoint, tmp_path / "model.onnx")
+    assert result.custom_nodes == {"EvolvingAttentionStart": starts,
+                                   "EvolvingAttention": layers - starts}
+    report = validate_model(checkpoint, tmp_path / "model.onnx",
+                            ValidationOptions(shapes=GRID, **PARITY))
+    assert report.passed, [(o.name, o.message) for o in report.oracles.values() if not o.passed]
+
+
 def test_export_metadata_says_what_serving_and_the_runtime_need(tmp_path: Path):
     tokenizer = WordPieceTokenizer.train(["w1 w2 alpha", "bravo w3 w4", "w5 charlie"] * 4)
     checkpoint = save_converted_checkpoint(tmp_path / "ckpt", "bert", "ganet",

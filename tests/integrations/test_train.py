@@ -82,7 +82,8 @@ def test_the_cli_function_trains_from_a_jsonl_file_and_prints_json(tmp_path: Pat
     assert {"baseline_accuracy", "beats_baseline"} <= set(printed["metrics"])
     ckpt = read_checkpoint(tmp_path / "ckpt")
     assert ckpt.label_names == ("neg", "pos")
-    assert ckpt.model_config.options == {"alpha": 0.3, "beta": 0.5, "negative_slope": 0.0}
+    assert ckpt.model_config.options == {"alpha": 0.3, "beta": 0.5, "negative_slope": 0.0,
+                                         "evolving_layers": "all"}
     assert ckpt.metadata["data"]["data_file"] == str(data)
 
 
@@ -164,7 +165,8 @@ def test_attndeploy_train_hf_model_reaches_the_hf_path_with_the_variant_options(
     assert json.loads(capsys.readouterr().out)["checkpoint"] == str(tmp_path / "ckpt")
     ckpt = read_checkpoint(tmp_path / "ckpt")
     assert ckpt.metadata["hf"]  # an HF checkpoint, not the built-in transformer
-    assert ckpt.model_config.options == {"alpha": 0.3, "beta": 0.5, "negative_slope": 0.0}
+    assert ckpt.model_config.options == {"alpha": 0.3, "beta": 0.5, "negative_slope": 0.0,
+                                         "evolving_layers": "all"}  # random weights: every layer
     used = ckpt.metadata["training"]["config"]  # every training option reached the fine-tune
     assert (used["max_epochs"], used["patience"], used["weight_decay"], used["label_smoothing"],
             used["word_dropout"]) == (7, 2, 0.03, 0.05, 0.02)

@@ -6,12 +6,14 @@ from attndeploy.variants.registry import Preset, VariantSpec, register_variant
 
 
 def _model_ops(config) -> dict[str, int]:
-    """A chain over the encoder stack: one start node, then one evolving node per layer."""
+    """A chain over the encoder stack: a start node for layer 0 (and each layer below
+    `evolving_layers`), then one evolving node per layer."""
     if config.family != "transformer":
         return {}
-    ops = {"EvolvingAttentionStart": 1}
-    if config.n_layers > 1:
-        ops["EvolvingAttention"] = config.n_layers - 1
+    starts = config.evolving.chain_starts(config.n_layers)
+    ops = {"EvolvingAttentionStart": starts}
+    if config.n_layers > starts:
+        ops["EvolvingAttention"] = config.n_layers - starts
     return ops
 
 

@@ -113,11 +113,14 @@ class EvolvingAttention(AttentionBase):
 
     @classmethod
     def from_config(cls, config, layer_index: int) -> EvolvingAttention:
-        """Layer 0 of the encoder stack starts the chain (no conv); every later one continues it."""
+        """Layer 0 of the encoder stack starts the chain (no conv), and so does every layer
+        below `evolving_layers` (a converted Hugging Face model's option); every later one
+        continues it."""
+        evolving = config.evolving
         layer = cls(
-            config.d_model, config.n_heads, alpha=config.evolving.alpha,
-            beta=config.evolving.beta, negative_slope=config.evolving.negative_slope,
-            chain_start=layer_index == 0,
+            config.d_model, config.n_heads, alpha=evolving.alpha,
+            beta=evolving.beta, negative_slope=evolving.negative_slope,
+            chain_start=layer_index < evolving.chain_starts(config.n_layers),
         )
         layer.layer_index = layer_index
         return layer
@@ -128,5 +131,6 @@ class EvolvingAttention(AttentionBase):
             raise ConfigError(
                 f"evolving attention layer {index} needs the previous layer's logits"
             )
-        y, logits = self(x, context.key_padding_mask, context.prev_logits)
+        prev = None if self.is_chain_start else context.prev_logits  # a start ignores the chain
+        y, logits = self(x, context.key_padding_mask, prev)  # [B, T, D], [B, H, T, T]
         return LayerResult(y, logits)

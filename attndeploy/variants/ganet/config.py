@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attndeploy.configbase import check_types, choice, positive
+from attndeploy.configbase import LAYER_SPANS, check_types, choice, positive
 from attndeploy.errors import ConfigError
 
 RELAXATIONS = ("concrete", "hard_concrete")
 AUX_NETWORKS = ("mlp", "conv", "bilstm")
 GATE_MODES = ("threshold", "sample")
-GATED_LAYERS = ("all", "upper_half", "upper_third")
+GATED_LAYERS = LAYER_SPANS
 
 
 @dataclass(frozen=True)
