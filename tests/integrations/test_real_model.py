@@ -42,11 +42,13 @@ def test_the_converted_pretrained_model_starts_at_the_pretrained_function(minilm
 
     from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
     from attndeploy.integrations.transformers import convert
+    from attndeploy.training.config import PRETRAINED_DEFAULTS
 
     torch.manual_seed(0)
     original = BertForSequenceClassification.from_pretrained(
         str(minilm), num_labels=3, local_files_only=True, use_safetensors=True).eval()
-    converted = convert(copy.deepcopy(original), variant)
+    options = PRETRAINED_DEFAULTS.options_for(variant)  # what `train --hf-model` converts with
+    converted = convert(copy.deepcopy(original), variant, **options)
     tokenizer = WordPieceTokenizer.from_directory(minilm)
     ids, mask = (torch.from_numpy(a) for a in tokenizer.encode_batch(GOOD + BAD, max_seq=32))
     with torch.no_grad():

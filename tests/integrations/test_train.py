@@ -339,8 +339,10 @@ def test_the_cli_takes_the_pretrained_evolving_options_unless_given(tmp_path: Pa
     data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
                               for i in range(30)) + "\n")
     folder = pretrained_folder(tmp_path / "pre")
-    for name, extra, want in (("preset", [], (0.3, 0.5)),
-                              ("given", ["--alpha", "0.2", "--beta", "0.4"], (0.2, 0.4))):
+    for name, extra, want in (
+            ("preset", [], (0.3, 0.5, "upper_half")),
+            ("given", ["--alpha", "0.2", "--beta", "0.4", "--option", "evolving_layers=all"],
+             (0.2, 0.4, "all"))):
         monkeypatch.setattr("sys.argv", [
             "attndeploy", "train", "--hf-model", str(folder), "--variant", "evolving", "--data",
             str(data), "--max-seq", "16", "--steps", "1", "--out", str(tmp_path / name),
@@ -349,7 +351,7 @@ def test_the_cli_takes_the_pretrained_evolving_options_unless_given(tmp_path: Pa
             cli_app.main()
         assert info.value.code == 0, capsys.readouterr().err
         options = read_checkpoint(tmp_path / name).model_config.options
-        assert (options["alpha"], options["beta"]) == want
+        assert (options["alpha"], options["beta"], options["evolving_layers"]) == want
 
 
 

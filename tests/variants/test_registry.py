@@ -65,7 +65,8 @@ def test_what_a_variant_adds_to_the_toolkit_is_read_from_its_spec():
     assert REAL_TEXT_DEFAULTS.options_for("ganet") == dict(ganet.preset("data").config)
     assert REAL_TEXT_DEFAULTS.training_for("ganet").distill == 0.5
     assert TASK_DEFAULTS.training_for("ganet") == TASK_DEFAULTS.training
-    assert PRETRAINED_DEFAULTS.options_for("evolving") == {"alpha": 0.3, "beta": 0.5}
+    assert PRETRAINED_DEFAULTS.options_for("evolving") == {"alpha": 0.3, "beta": 0.5,
+                                                           "evolving_layers": "upper_half"}
     assert PRETRAINED_DEFAULTS.training_for("ganet").density_target == 0.6
     assert sub_limits() == {("qvi", "pairwise_chunk"): 1_048_576, ("ganet", "aux_hidden"): 65_536}
     assert {s.name: s.figures for s in variant_specs() if s.figures} == {
