@@ -31,7 +31,7 @@ SPEC = register_variant(VariantSpec(
     # (benchmarks/README.md, `pretrained.py`). With every layer mixing, over three seeds: +0.33
     # against standard on debian, -0.96 on fortunes, and alpha 0.1, beta 0 or alpha 0 did no
     # better there (eighth run). Mixing in the upper half only (the lower half vanilla, as
-    # GA-Net gates the upper layers only): +0.08 on debian and +0.22 on fortunes (ninth run).
+    # GA-Net gates the upper layers only): +0.08 on debian and +0.11 on fortunes (ninth run).
     presets={"pretrained": Preset(config={"alpha": 0.3, "beta": 0.5,
                                           "evolving_layers": "upper_half"})},
     figures=("layer_maps",),
