@@ -10,7 +10,6 @@ from attndeploy.errors import ConfigError
 RELAXATIONS = ("concrete", "hard_concrete")
 AUX_NETWORKS = ("mlp", "conv", "bilstm")
 GATE_MODES = ("threshold", "sample")
-GATED_LAYERS = LAYER_SPANS
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class GANetConfig:
         choice("ganet aux network", self.aux, AUX_NETWORKS)
         choice("gate_mode", self.gate_mode, GATE_MODES)
         choice("gate relaxation", self.relaxation, RELAXATIONS)
-        choice("gated_layers", self.gated_layers, GATED_LAYERS)
+        choice("gated_layers", self.gated_layers, LAYER_SPANS)
         positive("aux_hidden", self.aux_hidden)
         positive("temperature", self.temperature)
         if self.density_weight < 0:
