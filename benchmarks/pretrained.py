@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -265,6 +266,14 @@ def main() -> None:
     args.seed_list = seeds
     variants = args.variants.split(",")
     work = Path(tempfile.mkdtemp(prefix="attndeploy-pretrained-"))
+    try:
+        fine_tune_and_report(args, variants, seeds, work)
+    finally:  # the checkpoints not kept (about 90 MB per fine-tune) and the unpacked model
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def fine_tune_and_report(args: argparse.Namespace, variants: list[str], seeds: list[int],
+                         work: Path) -> None:
     model_dir = minilm_folder(args.model, work)
     files = {name: args.data / f"{name}.jsonl" for name in args.sets.split(",") if name}
     if args.small:
