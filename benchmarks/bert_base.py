@@ -257,10 +257,12 @@ def environment(args: argparse.Namespace) -> dict[str, Any]:
     import onnxruntime
     import torch
     import transformers
+    from latency import cpu_description  # this script's folder: the vector extensions matter
 
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": platform.machine(), "processor": platform.processor() or None,
+        **cpu_description(),
         "cpus": os.cpu_count(), "threads": args.threads,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "python": platform.python_version(), "torch": torch.__version__,

@@ -422,18 +422,36 @@ def run_rounds(configs: list[Config], settings: Settings, seed: int, progress: P
 # ----------------------------------------------------------------------------- results
 
 
-def environment(threads: int) -> dict[str, Any]:
-    cpu = ""
+# The vector extensions the GEMMs can use: the same CPU model can be lent with or without AVX-512
+# (a virtual machine may hide it), and onnxruntime's fp32 and int8 speed-ups over eager depend on
+# it (benchmarks/README.md, `real_speed.py`).
+CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def cpu_description() -> dict[str, Any]:
+    """The CPU's model name, family/model numbers and which of CPU_FEATURES it exposes."""
+    fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            if not key.strip():  # the first processor's block ends at its blank line
                 break
+            fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {
+        "cpu": fields.get("model name", ""),
+        "cpu_family_model": f"{fields.get('cpu family', '?')}/{fields.get('model', '?')}",
+        "cpu_features": [name for name in CPU_FEATURES if name in flags],
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def environment(threads: int) -> dict[str, Any]:
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "platform": platform.platform(),
         "python": sys.version.split()[0],
-        "cpu": cpu,
+        **cpu_description(),
         "cpu_count": os.cpu_count(),
         "threads": threads,
         "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "(unset: libgomp default)"),

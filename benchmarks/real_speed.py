@@ -6,7 +6,8 @@
 `--checkpoints DIR` holds one `train --hf-model` checkpoint per variant (`DIR/<variant>`, e.g.
 from `benchmarks/pretrained.py --keep DIR`); `--data FILE` the labelled set they were trained on
 (its held-out split, 20 % at split seed 0, judges int8's labels and accuracy). Without them,
-`--model` converts MiniLM with a new head per variant (speed only).
+`--model` converts MiniLM with a new head per variant (speed only), with the options `train
+--hf-model` converts with (its preset: Evolving Attention mixes in the upper half only).
 
 Backends, each at batch 1 x seq 32 and batch 8 x seq 128 (random ids, no padding), 2 threads:
 - `eager`: the checkpoint's PyTorch model under `torch.inference_mode`, PyTorch's own threads
@@ -120,7 +121,8 @@ def load_models(args: argparse.Namespace, variant: str, work: Path) -> dict[str,
 
 
 def fresh_checkpoint(model_dir: Path, variant: str, work: Path) -> Path:
-    """MiniLM converted to `variant` with a new 8-label head, saved as a checkpoint."""
+    """MiniLM converted to `variant` with a new 8-label head, saved as a checkpoint: converted
+    with the options `train --hf-model` uses, so the speed measured is that of what it trains."""
     import transformers
 
     from attndeploy.integrations.hf_checkpoint import (
@@ -131,11 +133,12 @@ def fresh_checkpoint(model_dir: Path, variant: str, work: Path) -> Path:
     from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
     from attndeploy.integrations.transformers import convert
     from attndeploy.integrations.warm_start import set_warm_start_progress
+    from attndeploy.training.config import PRETRAINED_DEFAULTS
 
     torch.manual_seed(0)
     hf = transformers.BertForSequenceClassification.from_pretrained(
         str(model_dir), num_labels=8, local_files_only=True, use_safetensors=True)
-    convert(hf, variant)
+    convert(hf, variant, **PRETRAINED_DEFAULTS.options_for(variant))
     set_warm_start_progress(hf, 1.0)
     labels = [f"label{i}" for i in range(8)]
     return save_hf_checkpoint(HFClassifier(hf, model_config_of(hf, 128)), work / f"ckpt_{variant}",
