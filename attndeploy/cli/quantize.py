@@ -39,6 +39,12 @@ def command(
         bool, typer.Option("--per-channel/--per-tensor", help="Weight scales per output "
                                                               "channel or per tensor.")
     ] = _default("per_channel"),
+    reduce_range: Annotated[
+        bool, typer.Option("--reduce-range/--full-range", help="Weights in 7 bits instead of 8 "
+                                                               "(onnxruntime's reduce_range): on "
+                                                               "CPUs without VNNI it can keep "
+                                                               "more labels.")
+    ] = _default("reduce_range"),
     exclude: Annotated[
         list[str] | None,
         typer.Option(help="A MatMul/Gemm node kept in fp32 (repeatable; `attndeploy debug "
@@ -76,7 +82,8 @@ def command(
     from attndeploy.quantize import QuantizeOptions, quantize_model
 
     options = QuantizeOptions(
-        method=method.value, per_channel=per_channel, exclude=tuple(exclude or ()),
+        method=method.value, per_channel=per_channel, reduce_range=reduce_range,
+        exclude=tuple(exclude or ()),
         exclude_worst=exclude_worst,
         grid=shapes, max_logit_change=max_logit_change, min_agreement=min_agreement,
         max_accuracy_drop=max_accuracy_drop, threads=threads, force=force)

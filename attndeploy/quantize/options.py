@@ -18,6 +18,10 @@ class QuantizeOptions:
       faster).
     - `per_channel`: one scale per output channel of each weight (fp32 labels agreed on 98.8 %
       of 1,500 real texts per channel, 97.6 % per tensor, on all-MiniLM-L6-v2).
+    - `reduce_range`: weights in 7 bits (onnxruntime's option for CPUs without VNNI, whose
+      8-bit kernels can saturate). On such a CPU it kept the 99 % of labels for Evolving
+      Attention-MiniLM with 3 blocks in fp32 (99.40 %), where 8 bits missed by a text with up to 5
+      in fp32; for the standard MiniLM it kept no more (benchmarks/README.md, `real_speed.py`).
     - `exclude`: names of main-graph nodes (MatMul/Gemm) kept in fp32, e.g. from
       `attndeploy debug compare` ranking the layers int8 hurts most; `exclude_worst` N does that
       itself: it quantizes once, ranks the layers by the error each adds against fp32 on the

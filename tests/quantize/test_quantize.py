@@ -155,3 +155,28 @@ def test_exclude_worst_keeps_the_layer_int8_hurts_most_in_fp32(text_exports, tmp
     record = json.loads({p.key: p.value for p in onnx.load(str(tmp_path / "b.onnx"))
                          .metadata_props}["attndeploy.quantization"])
     assert record["exclude"] == ranking[0]["matmuls"]
+
+
+def int8_weight_extremes(path: Path) -> tuple[int, int]:
+    """The smallest and largest value of the int8 weights in an ONNX file."""
+    from onnx import numpy_helper
+
+    values = [numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer
+              if t.data_type == onnx.TensorProto.INT8]
+    return min(int(v.min()) for v in values), max(int(v.max()) for v in values)
+
+
+def test_reduce_range_writes_7_bit_weights_and_records_it(text_exports, tmp_path: Path):
+    source = text_exports.get("standard").path
+    done = run_cli("quantize", str(source), "--out", str(tmp_path / "r.onnx"), "--reduce-range",
+                   "--threads", "1", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert parse_json(done)["options"]["reduce_range"] is True
+    record = json.loads({p.key: p.value for p in onnx.load(str(tmp_path / "r.onnx"))
+                         .metadata_props}["attndeploy.quantization"])
+    assert record["reduce_range"] is True
+    low, high = int8_weight_extremes(tmp_path / "r.onnx")
+    assert -64 <= low and high <= 64  # 7 bits (onnxruntime rounds the symmetric range to 64)
+    quantize_model(source, tmp_path / "full.onnx", QuantizeOptions(threads=1))
+    low, high = int8_weight_extremes(tmp_path / "full.onnx")
+    assert max(-low, high) == 127  # 8 bits without it
