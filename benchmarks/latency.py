@@ -430,13 +430,9 @@ CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
 
 def cpu_description() -> dict[str, Any]:
     """The CPU's model name, family/model numbers and which of CPU_FEATURES it exposes."""
-    fields: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if not key.strip():  # the first processor's block ends at its blank line
-                break
-            fields.setdefault(key.strip(), value.strip())
+    from attndeploy.quantize.cpu import cpu_fields
+
+    fields = cpu_fields()
     flags = set(fields.get("flags", "").split())
     return {
         "cpu": fields.get("model name", ""),

@@ -8,7 +8,7 @@ Modules: `options` (what to quantize and the tolerances), `methods` (onnxruntime
 dynamic and static QDQ quantization on the main graph; the `attndeploy` nodes keep their
 functions), `check` (fp32 against int8: the largest logit change on a shape grid, label agreement
 and held-out accuracy on labelled texts), `quantizer` (`quantize_model`: quantize, check, write
-only within the tolerances).
+only within the tolerances), `cpu` (whether this CPU has VNNI, which 8-bit kernels want).
 """
 
 from __future__ import annotations

@@ -73,7 +73,21 @@ class QuantizeResult:
     def raise_for_failure(self) -> None:
         if self.chosen is None:
             reasons = "; ".join(f"{c.method}: {', '.join(c.failures)}" for c in self.candidates)
-            raise QuantizeError(f"no int8 model within the tolerances, nothing written ({reasons})")
+            raise QuantizeError(f"no int8 model within the tolerances, nothing written "
+                                f"({reasons}){_what_to_try(self.options)}")
+
+
+def _what_to_try(options: QuantizeOptions) -> str:
+    """The options that kept the labels of the MiniLMs that missed (benchmarks/README.md), where
+    they are off."""
+    from attndeploy.quantize.cpu import has_vnni
+
+    tries = []
+    if not options.exclude_worst:
+        tries.append("--exclude-worst N (the N layers int8 hurts most kept in fp32)")
+    if not options.reduce_range and has_vnni() is False:
+        tries.append("--reduce-range (7-bit weights, advised on this CPU: it has no VNNI)")
+    return f"; try {' or '.join(tries)}" if tries else ""
 
 
 def _failures(candidate: Candidate, options: QuantizeOptions) -> list[str]:

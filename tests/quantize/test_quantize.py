@@ -180,3 +180,22 @@ def test_reduce_range_writes_7_bit_weights_and_records_it(text_exports, tmp_path
     quantize_model(source, tmp_path / "full.onnx", QuantizeOptions(threads=1))
     low, high = int8_weight_extremes(tmp_path / "full.onnx")
     assert max(-low, high) == 127  # 8 bits without it
+
+
+@pytest.mark.parametrize(("vnni", "reduce_range_hinted"), [(False, True), (True, False),
+                                                            (None, False)])
+def test_a_miss_says_which_options_to_try(text_exports, tmp_path: Path, monkeypatch,
+                                          vnni: bool | None, reduce_range_hinted: bool):
+    monkeypatch.setattr("attndeploy.quantize.cpu.has_vnni", lambda: vnni)
+    source = text_exports.get("standard").path
+    missed = quantize_model(source, tmp_path / "q.onnx",
+                            QuantizeOptions(threads=1, max_logit_change=1e-9))
+    with pytest.raises(QuantizeError) as caught:
+        missed.raise_for_failure()
+    assert "try --exclude-worst N" in str(caught.value)
+    assert ("--reduce-range" in str(caught.value)) is reduce_range_hinted
+    tried = quantize_model(source, tmp_path / "r.onnx", QuantizeOptions(
+        threads=1, max_logit_change=1e-9, exclude_worst=1, reduce_range=True))
+    with pytest.raises(QuantizeError) as caught:
+        tried.raise_for_failure()
+    assert "; try " not in str(caught.value)  # both tried: nothing more to suggest
