@@ -174,7 +174,8 @@ def main() -> None:
     parser.add_argument("--exclude-worst", default="1", metavar="N or LABEL=N,...",
                         help="quantize --exclude-worst: one N for every checkpoint, or one per "
                              "label, 1 where none is named (1 keeps the standard MiniLM's "
-                             "labels at 99 %%; Evolving Attention needs 3, GA-Net 4)")
+                             "labels at 99 %%; without VNNI the variants need --reduce-range "
+                             "and QVI 4, GA-Net 4, Evolving Attention 3)")
     parser.add_argument("--reduce-range", default="", metavar="LABEL,...",
                         help="quantize these checkpoints with --reduce-range (7-bit weights)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
@@ -209,6 +210,7 @@ def main() -> None:
     atomic_write_text(args.out / "served_int8.json", json.dumps(report, indent=2) + "\n")
     plot(summary, list(models), args.concurrency, args.out / "served_int8.png")
     print(json.dumps(summary, indent=2))
+
 
 if __name__ == "__main__":
     main()
