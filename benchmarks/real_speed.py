@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -357,6 +358,13 @@ def main() -> None:
     args.exclude_worst = {name: int(count) for name, count in
                           (item.split("=", 1) for item in args.exclude_worst.split(",") if item)}
     work = Path(tempfile.mkdtemp(prefix="attndeploy-real-speed-"))
+    try:
+        measure_and_report(args, variants, work)
+    finally:  # the checkpoints, exports and int8 files: about 700 MB for the four variants
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure_and_report(args: argparse.Namespace, variants: list[str], work: Path) -> None:
     args.held_out = (held_out_file(args.data, work / "held_out.jsonl", 128)
                      if args.data is not None else None)
     env = environment(args.threads)
