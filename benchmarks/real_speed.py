@@ -76,6 +76,12 @@ GATE_SEQS = (64, 128, 256, 512)
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
+def per_label_counts(given: str) -> dict[str, int]:
+    """{label: N} from `LABEL=N,...` (e.g. `--exclude-worst standard=1,ganet=4`)."""
+    return {name: int(count) for name, count in
+            (item.split("=", 1) for item in given.split(",") if item)}
+
+
 def held_out_file(data: Path, target: Path, max_seq: int) -> Path:
     """The held-out split of `data` as `train --hf-model` makes it (split seed 0, 20 %)."""
     from attndeploy.integrations.hf_data import _texts
@@ -355,8 +361,7 @@ def main() -> None:
         parser.error("give --checkpoints DIR or --model MINILM_DIR")
     torch.set_num_threads(args.threads)
     variants = args.variants.split(",")
-    args.exclude_worst = {name: int(count) for name, count in
-                          (item.split("=", 1) for item in args.exclude_worst.split(",") if item)}
+    args.exclude_worst = per_label_counts(args.exclude_worst)
     work = Path(tempfile.mkdtemp(prefix="attndeploy-real-speed-"))
     try:
         measure_and_report(args, variants, work)

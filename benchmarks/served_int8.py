@@ -8,16 +8,15 @@ Each checkpoint (a `train --hf-model` one; LABEL defaults to its folder's name, 
 `pretrained.py --keep` names it) is exported, quantized (`attndeploy quantize`, dynamic, per
 channel, `--exclude-worst 1` by default, or per label: `--exclude-worst standard=1,evolving=3`,
 the fewest blocks in fp32 that keep 99 % of the labels; `--reduce-range LABEL,...` quantizes
-those checkpoints' weights in 7 bits) and packaged twice into one repository,
-python flavour with text models (`LABEL_fp32_text`, `LABEL_int8_text`; `package` defaults
-otherwise). One `tritonserver` serves them all. Each round load-tests every text model in a
-fresh random order at `--concurrency` (closed loop, one real text per request: the held-out texts
-of FILE, split seed 0, 20 %), then runs in-process onnxruntime (`InferenceModel.predict`:
-tokenizing and decoding included, as the text model does) at the average batch size the server
-formed, for as long.
-Reports throughput (texts/s), p50/p95, the server's batch sizes, int8 over fp32, served over
-in-process and each model over the first checkpoint's (paired per round), the load average.
-Writes `served_int8.json` and `served_int8.png`.
+those checkpoints' weights in 7 bits) and packaged twice into one repository, python flavour
+with text models (`LABEL_fp32_text`, `LABEL_int8_text`; `package` defaults otherwise). One
+`tritonserver` serves them all. Each round load-tests every text model in a fresh random order
+at `--concurrency` (closed loop, one real text per request: the held-out texts of FILE, split
+seed 0, 20 %), then runs in-process onnxruntime (`InferenceModel.predict`: tokenizing and
+decoding included, as the text model does) at the average batch size the server formed, for as
+long. Reports throughput (texts/s), p50/p95, the server's batch sizes, int8 over fp32, served
+over in-process and each model over the first checkpoint's (paired per round), the load
+average. Writes `served_int8.json` and `served_int8.png`.
 """
 
 from __future__ import annotations
@@ -36,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from real_speed import held_out_file  # noqa: E402
+from real_speed import held_out_file, per_label_counts  # noqa: E402
 
-from attndeploy.fsutil import atomic_write_text  # noqa: E402
+from attndeploy.fsutil import atomic_write_png, atomic_write_text  # noqa: E402
 
 
 def checkpoint_labels(given: list[str]) -> dict[str, Path]:
@@ -58,9 +57,7 @@ def exclude_worst_for(given: str, label: str) -> int:
     """`--exclude-worst`'s N for `label`: the one number given, else its LABEL=N, else 1."""
     if "=" not in given:
         return int(given)
-    counts = {name: int(count) for name, count in (item.split("=", 1)
-                                                   for item in given.split(",") if item)}
-    return counts.get(label, 1)
+    return per_label_counts(given).get(label, 1)
 
 
 def prepare(label: str, checkpoint: Path, texts_file: Path, repo: Path, work: Path,
@@ -146,8 +143,6 @@ def plot(summary: dict, names: list[str], concurrency: int, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from attndeploy.fsutil import atomic_write_png
 
     figure, axis = plt.subplots(figsize=(max(6, 1.4 * len(names)), 4))
     positions = range(len(names))
