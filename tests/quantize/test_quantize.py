@@ -194,8 +194,15 @@ def test_a_miss_says_which_options_to_try(text_exports, tmp_path: Path, monkeypa
         missed.raise_for_failure()
     assert "try --exclude-worst N" in str(caught.value)
     assert ("--reduce-range" in str(caught.value)) is reduce_range_hinted
-    tried = quantize_model(source, tmp_path / "r.onnx", QuantizeOptions(
-        threads=1, max_logit_change=1e-9, exclude_worst=1, reduce_range=True))
+
+
+def test_a_miss_with_both_options_on_suggests_nothing(text_exports, tmp_path: Path,
+                                                      monkeypatch):
+    monkeypatch.setattr("attndeploy.quantize.cpu.has_vnni", lambda: False)  # would hint both
+    tried = quantize_model(text_exports.get("standard").path, tmp_path / "r.onnx",
+                           QuantizeOptions(threads=1, max_logit_change=1e-9, exclude_worst=1,
+                                           reduce_range=True))
     with pytest.raises(QuantizeError) as caught:
         tried.raise_for_failure()
-    assert "; try " not in str(caught.value)  # both tried: nothing more to suggest
+    assert "no int8 model within the tolerances" in str(caught.value)
+    assert "; try " not in str(caught.value)
