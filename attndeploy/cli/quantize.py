@@ -55,6 +55,12 @@ def command(
                                       "(attndeploy debug compare on the shape grid), then "
                                       "quantize again without their MatMuls.")
     ] = _default("exclude_worst"),
+    gate_network_fp32: Annotated[
+        bool, typer.Option("--gate-network-fp32/--gate-network-int8",
+                           help="GA-Net: keep the gate network in fp32, so the hard gates "
+                                "decide as in fp32 (int8 can flip those nearest the "
+                                "threshold).")
+    ] = _default("gate_network_fp32"),
     max_logit_change: Annotated[
         float, typer.Option(help="Tolerance: the largest |logit change| on the shape grid.")
     ] = _default("max_logit_change"),
@@ -84,7 +90,7 @@ def command(
     options = QuantizeOptions(
         method=method.value, per_channel=per_channel, reduce_range=reduce_range,
         exclude=tuple(exclude or ()),
-        exclude_worst=exclude_worst,
+        exclude_worst=exclude_worst, gate_network_fp32=gate_network_fp32,
         grid=shapes, max_logit_change=max_logit_change, min_agreement=min_agreement,
         max_accuracy_drop=max_accuracy_drop, threads=threads, force=force)
     status = (contextlib.nullcontext() if json_output
@@ -101,14 +107,22 @@ def command(
                     f"{result.source_bytes / 2**20:.1f}); grid: largest logit change "
                     f"{grid_check.max_logit_change:.3g}, labels equal "
                     f"{grid_check.label_agreement:.1%}")
+            if grid_check.gate_flips is not None:
+                line += f", hard gates flipped {grid_check.gate_flips}"
+            if candidate.gate_network:
+                line += f"; gate network in fp32 ({len(candidate.gate_network)} MatMuls)"
             if candidate.ranking:
                 worst = ", ".join(r["label"] for r in candidate.ranking[:exclude_worst])
-                line += (f"; kept in fp32: {len(candidate.excluded)} MatMuls of the worst "
+                worst_matmuls = len(candidate.excluded) - len(candidate.gate_network)
+                line += (f"; kept in fp32: {worst_matmuls} MatMuls of the worst "
                          f"layer(s) {worst}")
             if data_check is not None:
                 line += (f"; {data_check.texts} texts: labels equal "
                          f"{data_check.label_agreement:.2%}, accuracy "
                          f"{data_check.fp32_accuracy:.4f} -> {data_check.int8_accuracy:.4f}")
+                if data_check.gate_flips is not None:
+                    line += (f", hard gates flipped {data_check.gate_flips} of "
+                             f"{data_check.gates}")
             mark = "[green]within the tolerances[/]" if candidate.passed else (
                 "[red]" + escape("; ".join(candidate.failures)) + "[/]")
             console.print(f"{escape(line)}: {mark}", highlight=False)

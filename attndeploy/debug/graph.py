@@ -204,6 +204,15 @@ class GraphLayers:
     def _under_root(self, path: str) -> bool:
         return path.startswith(self.root + ".") if self.root else bool(path)
 
+    def matmuls_in_classes(self, class_names: Iterable[str]) -> tuple[str, ...]:
+        """The named MatMul/Gemm nodes traced inside a module of one of `class_names` (the last
+        part of a class path, e.g. `GateNetwork`), in graph order; () without scopes."""
+        wanted = set(class_names)
+        return tuple(
+            node.name for node, scopes in zip(self.nodes, self._scopes, strict=True)
+            if node.name and node.op_type in MATMULS
+            and any(cls.rsplit(".", 1)[-1] in wanted for _, cls in scopes))
+
     def module_paths(self) -> set[str]:
         """Every module scope of the graph, relative to the root."""
         return {self.relative(path) for path in self.classes}

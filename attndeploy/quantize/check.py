@@ -3,7 +3,7 @@
 - On a grid of shapes (`QuantizeOptions.grid`, random ids, later rows right-padded): the largest
   |logit change| and how often the argmax label stays (GA-Net: how many hard gates flip).
 - On labelled texts (a JSONL file, e.g. the held-out split): the share of texts whose label stays,
-  and the held-out accuracy of both models.
+  the held-out accuracy of both models, and for GA-Net how many hard gates flip.
 Both models run in onnxruntime through `InferenceModel` (the runtime `predict` and the served
 models use), so the numbers are what serving will see.
 """
@@ -91,6 +91,8 @@ class DataCheck:
     fp32_accuracy: float
     int8_accuracy: float
     file: str
+    gate_flips: int | None = None  # GA-Net: hard gates that differ, over the texts' tokens
+    gates: int | None = None  # GA-Net: the texts' tokens (gates compared)
 
     @property
     def accuracy_drop(self) -> float:
@@ -117,13 +119,20 @@ def compare_on_texts(fp32: InferenceModel, int8: InferenceModel, texts: list[str
         raise DataError("--data checks labels per text: a tagging model's quantization is "
                         "checked on the shape grid only; leave --data out")
     index = {name: i for i, name in enumerate(fp32.labels)}
-    a = [index[p.label] for p in fp32.predict(texts, truncate=True)]
-    b = [index[p.label] for p in int8.predict(texts, truncate=True)]
+    before = fp32.predict(texts, truncate=True)
+    after = int8.predict(texts, truncate=True)
+    a = [index[p.label] for p in before]
+    b = [index[p.label] for p in after]
     n = len(texts)
+    flips = gates = None
+    if fp32.gated:  # gates [T] per text, over its real tokens
+        flips = sum(int((p.gates != q.gates).sum()) for p, q in zip(before, after, strict=True))
+        gates = sum(len(p.gates) for p in before)
     return DataCheck(
         texts=n, label_agreement=sum(x == y for x, y in zip(a, b, strict=True)) / n,
         fp32_accuracy=sum(x == y for x, y in zip(a, gold, strict=True)) / n,
         int8_accuracy=sum(x == y for x, y in zip(b, gold, strict=True)) / n, file=file,
+        gate_flips=flips, gates=gates,
     )
 
 

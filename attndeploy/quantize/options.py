@@ -27,6 +27,10 @@ class QuantizeOptions:
       itself: it quantizes once, ranks the layers by the error each adds against fp32 on the
       shape grid (`attndeploy.debug.compare_models`), and quantizes again with the MatMuls of the
       N worst kept in fp32.
+    - `gate_network_fp32`: GA-Net's gate network stays in fp32 (its MatMuls join `exclude`), so
+      the hard gates decide as in fp32: int8 moved the logits of the gates nearest the
+      threshold across it (`quantizer.gate_network_matmuls`). Nothing changes for the other
+      variants.
     - Tolerances: the largest |logit change| on the shape grid (`max_logit_change`), and with
       labelled texts the share of equal labels (`min_agreement`) and the held-out accuracy lost
       (`max_accuracy_drop`). Outside any of them nothing is written.
@@ -41,6 +45,7 @@ class QuantizeOptions:
     min_agreement: float = 0.99
     max_accuracy_drop: float = 0.005
     exclude_worst: int = 0  # keep the MatMuls of the N layers int8 hurts most in fp32
+    gate_network_fp32: bool = True  # GA-Net: the gate network's MatMuls stay fp32
     calibration_texts: int = 256  # static: how many of the --data texts calibrate
     threads: int | None = None
     seed: int = 0

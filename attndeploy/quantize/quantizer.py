@@ -23,6 +23,10 @@ from attndeploy.runtime.metadata import PREFIX
 from attndeploy.runtime.model import InferenceModel
 
 META_QUANTIZATION = PREFIX + "quantization"
+# GA-Net's gate network, by the class of the module its nodes are traced in: `GateNetwork` where a
+# converted Hugging Face model calls it, `GateController` in attndeploy's own models (which call
+# the network's `scores`, so torch.onnx records the controller's scope, not the network's).
+GATE_NETWORK_CLASSES = ("GateNetwork", "GateController")
 
 
 @dataclass
@@ -37,6 +41,7 @@ class Candidate:
     failures: list[str] = field(default_factory=list)
     ranking: list[dict[str, Any]] = field(default_factory=list)  # exclude_worst: the layers
     excluded: list[str] = field(default_factory=list)  # MatMul/Gemm nodes kept in fp32
+    gate_network: list[str] = field(default_factory=list)  # GA-Net: those of the gate network
 
     @property
     def passed(self) -> bool:
@@ -46,7 +51,8 @@ class Candidate:
         return {"method": self.method, "passed": self.passed, "failures": self.failures,
                 "grid": check.to_dict(self.grid), "data": check.to_dict(self.data),
                 "size_bytes": self.size_bytes, "quantized_nodes": self.quantized_nodes,
-                "excluded": self.excluded, "ranking": self.ranking}
+                "excluded": self.excluded, "gate_network": self.gate_network,
+                "ranking": self.ranking}
 
 
 @dataclass
@@ -156,6 +162,9 @@ def quantize_model(
     feeds = check.grid_feeds(check.parse_grid(options.grid, fp32.max_seq),
                              fp32.metadata.vocab_size, options.seed)
     proto = onnx.load(str(source))
+    gate_network = (gate_network_matmuls(proto)
+                    if options.gate_network_fp32 and fp32.gated else [])
+    kept = replace(options, exclude=_joined(options.exclude, gate_network))
     wanted = ["dynamic", "static"] if options.method == "best" else [options.method]
     candidates: list[tuple[Candidate, bytes]] = []
     with tempfile.TemporaryDirectory(prefix="attndeploy-quantize-") as scratch:
@@ -163,15 +172,16 @@ def quantize_model(
             target = Path(scratch) / f"{method}.onnx"
             calibration = (_calibration_feeds(fp32, texts or [], options)
                            if method == "static" else None)
-            _quantize(method, source, target, options, calibration)
+            _quantize(method, source, target, kept, calibration)
             ranking: list[dict[str, Any]] = []
-            used = options
+            used = kept
             if options.exclude_worst:
                 ranking, worst = _worst_layers(source, target, feeds, options)
-                used = replace(options, exclude=tuple(options.exclude) + tuple(worst))
+                used = replace(kept, exclude=_joined(kept.exclude, worst))
                 _quantize(method, source, target, used, calibration)
             record = {"method": method, "per_channel": options.per_channel,
                       "reduce_range": options.reduce_range, "exclude": list(used.exclude),
+                      "gate_network": gate_network,
                       "source_weights_sha256": fp32.metadata.weights_sha256}
             blob = _with_metadata(target, proto, record)
             target.write_bytes(blob)
@@ -181,7 +191,7 @@ def quantize_model(
                 check.compare_on_texts(fp32, int8, texts, gold, str(data))
                 if texts is not None and fp32.head == "classification" else None,
                 len(blob), _count_quantized(blob), ranking=ranking,
-                excluded=list(used.exclude))
+                excluded=list(used.exclude), gate_network=gate_network)
             candidate.failures = _failures(candidate, options)
             candidates.append((candidate, blob))
     passing = [(c, blob) for c, blob in candidates if c.passed]
@@ -194,6 +204,24 @@ def quantize_model(
         atomic_write_bytes(out, blob)
     return QuantizeResult(source, out, options, [c for c, _ in candidates], chosen,
                           source.stat().st_size)
+
+
+def gate_network_matmuls(model: onnx.ModelProto) -> list[str]:
+    """The MatMul/Gemm nodes of GA-Net's gate network in an exported model (by the module
+    scopes torch.onnx records; [] for another variant or a graph without scopes).
+
+    `quantize` keeps them in fp32 by default: a hard gate is the sign of the network's logit, so
+    int8 error moves the logits near 0 across it. On the GA-Net MiniLM, 8-bit weights flipped 21
+    of 9,407 gates on the held-out texts and none with these nodes in fp32, a few hundred
+    multiply-adds per token (benchmarks/README.md, `quantize_sweep.py`)."""
+    from attndeploy.debug.graph import GraphLayers
+
+    return list(GraphLayers(model).matmuls_in_classes(GATE_NETWORK_CLASSES))
+
+
+def _joined(names: tuple[str, ...], more: list[str]) -> tuple[str, ...]:
+    """`names` then those of `more` not among them, in order."""
+    return tuple(names) + tuple(name for name in more if name not in names)
 
 
 def _quantize(method: str, source: Path, target: Path, options: QuantizeOptions,

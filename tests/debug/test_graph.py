@@ -52,3 +52,15 @@ def test_a_graph_without_module_scopes_has_no_blocks(models):
     assert not graph.scoped and graph.root == ""
     assert graph.blocks(lambda path, cls: True) == []
     assert [c.scope for c in graph.custom_nodes] == [None] * LAYERS
+
+
+def test_the_matmuls_of_a_module_class_are_found_by_its_scopes(models):
+    model = onnx.load(str(models.get("ganet_mlp").path))
+    gate_network = GraphLayers(model).matmuls_in_classes(["GateController"])
+    kinds = {n.name: n.op_type for n in model.graph.node}
+    assert len(gate_network) == 2 and {kinds[name] for name in gate_network} == {"MatMul"}
+    evolving = onnx.load(str(models.get("evolving").path))
+    assert GraphLayers(evolving).matmuls_in_classes(["GateController"]) == ()  # none there
+    for node in model.graph.node:
+        del node.metadata_props[:]
+    assert GraphLayers(model).matmuls_in_classes(["GateController"]) == ()  # no scopes

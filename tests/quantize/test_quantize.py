@@ -13,6 +13,7 @@ import pytest
 
 from attndeploy.errors import ConfigError, DataError, QuantizeError
 from attndeploy.quantize import QuantizeOptions, quantize_model
+from attndeploy.quantize.quantizer import gate_network_matmuls
 from attndeploy.runtime import InferenceModel
 from tests.cli.test_train_cli import assert_one_line_error, parse_json, run_cli
 from tests.runtime.conftest import TEXTS
@@ -117,11 +118,61 @@ def test_the_cli_writes_json_and_exits_1_with_nothing_written_outside_the_tolera
     assert report["written"] and report["method"] == "dynamic"
     checked = report["candidates"][0]["data"]
     assert checked["fp32_accuracy"] == 1.0 and checked["texts"] == len(TEXTS)
-    assert report["candidates"][0]["grid"]["gate_flips"] is not None  # GA-Net's gates compared
+    assert report["candidates"][0]["grid"]["gate_flips"] == 0  # GA-Net's gates compared
+    assert checked["gate_flips"] == 0 and len(report["candidates"][0]["gate_network"]) == 2
+    assert report["options"]["gate_network_fp32"] is True
+    int8_gates = run_cli("quantize", str(source), "--out", str(tmp_path / "g.onnx"),
+                         "--gate-network-int8", "--min-agreement", "0", "--max-accuracy-drop",
+                         "1", "--threads", "1", "--json", cwd=tmp_path)
+    assert int8_gates.returncode == 0, int8_gates.stderr
+    assert parse_json(int8_gates)["candidates"][0]["gate_network"] == []
     missed = run_cli("quantize", str(source), "--out", str(tmp_path / "r.onnx"),
                      "--max-logit-change", "1e-9", "--threads", "1", cwd=tmp_path)
     assert_one_line_error(missed, "quantize", "no int8 model within the tolerances")
     assert not (tmp_path / "r.onnx").exists()
+
+
+def quantization_record(path: Path) -> dict:
+    return json.loads({p.key: p.value for p in onnx.load(str(path)).metadata_props}
+                      ["attndeploy.quantization"])
+
+
+def fp32_matmuls(path: Path) -> set[str]:
+    return {n.name for n in onnx.load(str(path)).graph.node if n.op_type == "MatMul"}
+
+
+def test_ganets_gate_network_stays_fp32_so_its_hard_gates_decide_as_in_fp32(
+    text_exports, tmp_path: Path
+):
+    source = text_exports.get("ganet_mlp").path
+    data = labelled_texts(tmp_path / "held_out.jsonl", source)
+    loose = {"threads": 1, "min_agreement": 0.0, "max_accuracy_drop": 1.0}
+    kept = quantize_model(source, tmp_path / "kept.onnx", QuantizeOptions(**loose), data=data)
+    gate_network = gate_network_matmuls(onnx.load(str(source)))
+    assert len(gate_network) == 2 and kept.chosen.gate_network == gate_network
+    assert set(gate_network) <= fp32_matmuls(tmp_path / "kept.onnx")
+    record = quantization_record(tmp_path / "kept.onnx")
+    assert record["gate_network"] == gate_network and set(gate_network) <= set(record["exclude"])
+    assert kept.chosen.grid.gate_flips == 0 and kept.chosen.data.gate_flips == 0
+    real_tokens = sum(len(p.tokens) for p in InferenceModel(source, threads=1).predict(
+        TEXTS, truncate=True))
+    assert kept.chosen.data.gates == real_tokens
+    quantized = quantize_model(source, tmp_path / "all.onnx",
+                               QuantizeOptions(gate_network_fp32=False, **loose), data=data)
+    assert quantized.chosen.gate_network == []
+    assert quantized.chosen.quantized_nodes == kept.chosen.quantized_nodes + 2
+    assert not set(gate_network) & fp32_matmuls(tmp_path / "all.onnx")
+
+
+def test_a_model_without_gates_keeps_nothing_for_them(text_exports, tmp_path: Path):
+    source = text_exports.get("qvi_pooled").path
+    data = labelled_texts(tmp_path / "held_out.jsonl", source)
+    result = quantize_model(source, tmp_path / "q.onnx",
+                            QuantizeOptions(threads=1, min_agreement=0.0,
+                                            max_accuracy_drop=1.0), data=data)
+    assert result.chosen.gate_network == [] and result.chosen.excluded == []
+    assert result.chosen.grid.gate_flips is None and result.chosen.data.gate_flips is None
+    assert quantization_record(tmp_path / "q.onnx")["gate_network"] == []
 
 
 def test_an_int8_model_is_packaged_and_checked_like_its_fp32_model(text_exports, tmp_path):

@@ -1,0 +1,30 @@
+"""int8 of a converted Hugging Face GA-Net: `quantize` finds its gate network (the `GateNetwork`
+module the conversion registers under the embeddings) and keeps it in fp32, so the hard gates
+decide as in fp32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from attndeploy.quantize import QuantizeOptions, quantize_model  # noqa: E402
+from attndeploy.quantize.quantizer import gate_network_matmuls  # noqa: E402
+
+
+def test_a_converted_ganets_gate_network_stays_fp32(hf_text_exports, tmp_path: Path):
+    source = hf_text_exports["ga_distilbert"].path
+    gate_network = gate_network_matmuls(onnx.load(str(source)))
+    assert len(gate_network) == 2  # the MLP's two Linear layers
+    # a random model's logits move more than a trained one's: the tolerance is not the point
+    result = quantize_model(source, tmp_path / "int8.onnx",
+                            QuantizeOptions(threads=1, max_logit_change=100.0))
+    assert result.passed and result.chosen.gate_network == gate_network
+    assert result.chosen.grid.gate_flips == 0
+    matmuls = {n.name for n in onnx.load(str(tmp_path / "int8.onnx")).graph.node
+               if n.op_type == "MatMul"}
+    assert set(gate_network) <= matmuls
