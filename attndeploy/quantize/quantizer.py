@@ -80,15 +80,18 @@ class QuantizeResult:
         if self.chosen is None:
             reasons = "; ".join(f"{c.method}: {', '.join(c.failures)}" for c in self.candidates)
             raise QuantizeError(f"no int8 model within the tolerances, nothing written "
-                                f"({reasons}){_what_to_try(self.options)}")
+                                f"({reasons}){_what_to_try(self.options, self.candidates)}")
 
 
-def _what_to_try(options: QuantizeOptions) -> str:
+def _what_to_try(options: QuantizeOptions, candidates: list[Candidate]) -> str:
     """The options that kept the labels of the MiniLMs that missed (benchmarks/README.md), where
     they are off."""
     from attndeploy.quantize.cpu import has_vnni
 
     tries = []
+    if not options.gate_network_fp32 and any(c.grid.gate_flips or (c.data and c.data.gate_flips)
+                                             for c in candidates):
+        tries.append("--gate-network-fp32 (GA-Net's hard gates flipped)")
     if not options.exclude_worst:
         tries.append("--exclude-worst N (the N layers int8 hurts most kept in fp32)")
     if not options.reduce_range and has_vnni() is False:

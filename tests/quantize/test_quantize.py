@@ -257,3 +257,24 @@ def test_a_miss_with_both_options_on_suggests_nothing(text_exports, tmp_path: Pa
         tried.raise_for_failure()
     assert "no int8 model within the tolerances" in str(caught.value)
     assert "; try " not in str(caught.value)
+
+
+@pytest.mark.parametrize(("gate_network_fp32", "grid_flips", "text_flips", "hinted"), [
+    (False, 3, None, True), (False, 0, 2, True), (False, 0, 0, False), (True, 3, 2, False)])
+def test_a_miss_whose_int8_gates_flipped_suggests_the_gate_network_in_fp32(
+    tmp_path: Path, gate_network_fp32: bool, grid_flips: int, text_flips: int | None,
+    hinted: bool
+):
+    from attndeploy.quantize.check import DataCheck, GridCheck
+    from attndeploy.quantize.quantizer import Candidate, QuantizeResult
+
+    data = (None if text_flips is None else
+            DataCheck(10, 0.9, 1.0, 0.9, "held_out.jsonl", gate_flips=text_flips, gates=50))
+    missed = Candidate("dynamic", GridCheck(2.0, 1.0, grid_flips, [(1, 8)]), data, 0, 0,
+                       failures=["largest logit change 2 > 1"])
+    options = QuantizeOptions(gate_network_fp32=gate_network_fp32, exclude_worst=1,
+                              reduce_range=True)
+    result = QuantizeResult(tmp_path / "a.onnx", tmp_path / "b.onnx", options, [missed], None, 0)
+    with pytest.raises(QuantizeError) as caught:
+        result.raise_for_failure()
+    assert ("try --gate-network-fp32" in str(caught.value)) is hinted
