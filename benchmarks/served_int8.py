@@ -169,8 +169,8 @@ def main() -> None:
     parser.add_argument("--exclude-worst", default="1", metavar="N or LABEL=N,...",
                         help="quantize --exclude-worst: one N for every checkpoint, or one per "
                              "label, 1 where none is named (1 keeps the standard MiniLM's "
-                             "labels at 99 %%; without VNNI the variants need --reduce-range "
-                             "and QVI 4, GA-Net 4, Evolving Attention 3)")
+                             "labels at 99 %%; without VNNI GA-Net needs 3, QVI 4 and "
+                             "Evolving Attention 3 with --reduce-range: quantize_sweep.py)")
     parser.add_argument("--reduce-range", default="", metavar="LABEL,...",
                         help="quantize these checkpoints with --reduce-range (7-bit weights)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
