@@ -36,9 +36,11 @@ from real_speed import held_out_file  # noqa: E402
 from served_int8 import checkpoint_labels  # noqa: E402
 
 from attndeploy.fsutil import atomic_write_png, atomic_write_text  # noqa: E402
+from attndeploy.quantize import QuantizeOptions, quantize_model  # noqa: E402
 
-# quantize's own tolerance on the labels: the line the sweep is read against
-MIN_AGREEMENT = 0.99
+# quantize's own tolerances: what the sweep is read against
+MIN_AGREEMENT = QuantizeOptions().min_agreement
+MAX_ACCURACY_DROP = QuantizeOptions().max_accuracy_drop
 TRAIN_MAX_SEQ = 128  # `train --hf-model`'s --max-seq, which its held-out split depends on
 
 
@@ -52,8 +54,6 @@ def settings(gated: bool, counts: list[int]) -> list[dict[str, Any]]:
 def quantize_once(source: Path, target: Path, texts_file: Path, setting: dict[str, Any]
                   ) -> dict[str, Any]:
     """One int8 file of `source` with `setting`, judged against fp32; the file is removed."""
-    from attndeploy.quantize import QuantizeOptions, quantize_model
-
     options = QuantizeOptions(min_agreement=0.0, max_accuracy_drop=1.0, max_logit_change=1e9,
                               force=True, **setting)
     chosen = quantize_model(source, target, options, data=texts_file).chosen
@@ -71,7 +71,7 @@ def quantize_once(source: Path, target: Path, texts_file: Path, setting: dict[st
 def fewest_passing(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The passing setting with the fewest blocks in fp32, 8-bit before 7-bit."""
     passing = [r for r in rows if r["label_agreement"] >= MIN_AGREEMENT
-               and r["fp32_accuracy"] - r["int8_accuracy"] <= 0.005]
+               and r["fp32_accuracy"] - r["int8_accuracy"] <= MAX_ACCURACY_DROP]
     return min(passing, key=lambda r: (r["exclude_worst"], r["reduce_range"],
                                        not r["gate_network_fp32"]), default=None)
 
@@ -168,7 +168,8 @@ def sweep(checkpoints: dict[str, Path], data: Path, counts: list[int], work: Pat
     return {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         **cpu_description(), "load_before": load_before, "load_after": os.getloadavg(),
-        "data": str(data), "min_agreement": MIN_AGREEMENT, "results": results,
+        "data": str(data), "min_agreement": MIN_AGREEMENT,
+        "max_accuracy_drop": MAX_ACCURACY_DROP, "results": results,
         "fewest_passing": {label: fewest_passing(rows) for label, rows in results.items()},
     }
 
