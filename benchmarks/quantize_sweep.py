@@ -12,7 +12,8 @@ held-out texts of FILE (split seed 0, 20 %, as `train --hf-model` makes it): lab
 fp32, held-out accuracy, and for GA-Net the hard gates flipped on those texts and on the shape
 grid. Writes `quantize_sweep.json` (with the CPU's vector extensions: whether it has VNNI decides
 whether 8-bit kernels can saturate) and `quantize_sweep.png` (labels equal fp32 against N, one
-panel per checkpoint, 99 % marked). Its work folder (exports, int8 files) is removed at the end.
+panel per checkpoint, 99 % marked), and prints per checkpoint the fewest blocks in fp32 that
+pass `quantize`'s own tolerances. Its work folder (exports, int8 files) is removed at the end.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from attndeploy.quantize import QuantizeOptions, quantize_model  # noqa: E402
 # quantize's own tolerances: what the sweep is read against
 MIN_AGREEMENT = QuantizeOptions().min_agreement
 MAX_ACCURACY_DROP = QuantizeOptions().max_accuracy_drop
+MAX_LOGIT_CHANGE = QuantizeOptions().max_logit_change
 TRAIN_MAX_SEQ = 128  # `train --hf-model`'s --max-seq, which its held-out split depends on
 
 
@@ -71,7 +73,8 @@ def quantize_once(source: Path, target: Path, texts_file: Path, setting: dict[st
 def fewest_passing(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The passing setting with the fewest blocks in fp32, 8-bit before 7-bit."""
     passing = [r for r in rows if r["label_agreement"] >= MIN_AGREEMENT
-               and r["fp32_accuracy"] - r["int8_accuracy"] <= MAX_ACCURACY_DROP]
+               and r["fp32_accuracy"] - r["int8_accuracy"] <= MAX_ACCURACY_DROP
+               and r["max_logit_change"] <= MAX_LOGIT_CHANGE]
     return min(passing, key=lambda r: (r["exclude_worst"], r["reduce_range"],
                                        not r["gate_network_fp32"]), default=None)
 
@@ -169,7 +172,8 @@ def sweep(checkpoints: dict[str, Path], data: Path, counts: list[int], work: Pat
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         **cpu_description(), "load_before": load_before, "load_after": os.getloadavg(),
         "data": str(data), "min_agreement": MIN_AGREEMENT,
-        "max_accuracy_drop": MAX_ACCURACY_DROP, "results": results,
+        "max_accuracy_drop": MAX_ACCURACY_DROP, "max_logit_change": MAX_LOGIT_CHANGE,
+        "results": results,
         "fewest_passing": {label: fewest_passing(rows) for label, rows in results.items()},
     }
 
