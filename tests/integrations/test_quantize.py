@@ -14,6 +14,7 @@ pytest.importorskip("tokenizers")
 
 from attndeploy.quantize import QuantizeOptions, quantize_model  # noqa: E402
 from attndeploy.quantize.quantizer import gate_network_matmuls  # noqa: E402
+from tests.quantize.test_quantize import fp32_matmuls  # noqa: E402
 
 
 def test_a_converted_ganets_gate_network_stays_fp32(hf_text_exports, tmp_path: Path):
@@ -25,6 +26,4 @@ def test_a_converted_ganets_gate_network_stays_fp32(hf_text_exports, tmp_path: P
                             QuantizeOptions(threads=1, max_logit_change=100.0))
     assert result.passed and result.chosen.gate_network == gate_network
     assert result.chosen.grid.gate_flips == 0
-    matmuls = {n.name for n in onnx.load(str(tmp_path / "int8.onnx")).graph.node
-               if n.op_type == "MatMul"}
-    assert set(gate_network) <= matmuls
+    assert set(gate_network) <= fp32_matmuls(tmp_path / "int8.onnx")

@@ -23,6 +23,15 @@ from .conftest import labelled_texts
 CASES = ("standard", "qvi_pooled", "ganet_mlp", "evolving")
 
 
+def quantization_record(path: Path) -> dict:
+    return json.loads({p.key: p.value for p in onnx.load(str(path)).metadata_props}
+                      ["attndeploy.quantization"])
+
+
+def fp32_matmuls(path: Path) -> set[str]:
+    return {n.name for n in onnx.load(str(path)).graph.node if n.op_type == "MatMul"}
+
+
 def attndeploy_nodes(model: onnx.ModelProto) -> Counter:
     return Counter(n.op_type for n in model.graph.node if n.domain == "attndeploy")
 
@@ -132,15 +141,6 @@ def test_the_cli_writes_json_and_exits_1_with_nothing_written_outside_the_tolera
     assert not (tmp_path / "r.onnx").exists()
 
 
-def quantization_record(path: Path) -> dict:
-    return json.loads({p.key: p.value for p in onnx.load(str(path)).metadata_props}
-                      ["attndeploy.quantization"])
-
-
-def fp32_matmuls(path: Path) -> set[str]:
-    return {n.name for n in onnx.load(str(path)).graph.node if n.op_type == "MatMul"}
-
-
 def test_ganets_gate_network_stays_fp32_so_its_hard_gates_decide_as_in_fp32(
     text_exports, tmp_path: Path
 ):
@@ -201,11 +201,8 @@ def test_exclude_worst_keeps_the_layer_int8_hurts_most_in_fp32(text_exports, tmp
     assert kept.chosen.excluded == ranking[0]["matmuls"]
     assert kept.chosen.quantized_nodes == (plain.chosen.quantized_nodes
                                            - len(ranking[0]["matmuls"]))
-    graph = onnx.load(str(tmp_path / "b.onnx")).graph
-    assert {n.name for n in graph.node if n.op_type == "MatMul"} >= set(ranking[0]["matmuls"])
-    record = json.loads({p.key: p.value for p in onnx.load(str(tmp_path / "b.onnx"))
-                         .metadata_props}["attndeploy.quantization"])
-    assert record["exclude"] == ranking[0]["matmuls"]
+    assert fp32_matmuls(tmp_path / "b.onnx") >= set(ranking[0]["matmuls"])
+    assert quantization_record(tmp_path / "b.onnx")["exclude"] == ranking[0]["matmuls"]
 
 
 def int8_weight_extremes(path: Path) -> tuple[int, int]:
@@ -223,9 +220,7 @@ def test_reduce_range_writes_7_bit_weights_and_records_it(text_exports, tmp_path
                    "--threads", "1", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert parse_json(done)["options"]["reduce_range"] is True
-    record = json.loads({p.key: p.value for p in onnx.load(str(tmp_path / "r.onnx"))
-                         .metadata_props}["attndeploy.quantization"])
-    assert record["reduce_range"] is True
+    assert quantization_record(tmp_path / "r.onnx")["reduce_range"] is True
     low, high = int8_weight_extremes(tmp_path / "r.onnx")
     assert -64 <= low and high <= 64  # 7 bits (onnxruntime rounds the symmetric range to 64)
     quantize_model(source, tmp_path / "full.onnx", QuantizeOptions(threads=1))
