@@ -40,9 +40,10 @@ from attndeploy.fsutil import atomic_write_png, atomic_write_text  # noqa: E402
 from attndeploy.quantize import QuantizeOptions, quantize_model  # noqa: E402
 
 # quantize's own tolerances: what the sweep is read against
-MIN_AGREEMENT = QuantizeOptions().min_agreement
-MAX_ACCURACY_DROP = QuantizeOptions().max_accuracy_drop
-MAX_LOGIT_CHANGE = QuantizeOptions().max_logit_change
+DEFAULTS = QuantizeOptions()
+MIN_AGREEMENT = DEFAULTS.min_agreement
+MAX_ACCURACY_DROP = DEFAULTS.max_accuracy_drop
+MAX_LOGIT_CHANGE = DEFAULTS.max_logit_change
 TRAIN_MAX_SEQ = 128  # `train --hf-model`'s --max-seq, which its held-out split depends on
 
 
