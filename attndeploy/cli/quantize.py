@@ -113,8 +113,7 @@ def command(
                 line += f"; gate network in fp32 ({len(candidate.gate_network)} MatMuls)"
             if candidate.ranking:
                 worst = ", ".join(r["label"] for r in candidate.ranking[:exclude_worst])
-                worst_matmuls = len(candidate.excluded) - len(candidate.gate_network)
-                line += (f"; kept in fp32: {worst_matmuls} MatMuls of the worst "
+                line += (f"; kept in fp32: {len(candidate.worst)} MatMuls of the worst "
                          f"layer(s) {worst}")
             if data_check is not None:
                 line += (f"; {data_check.texts} texts: labels equal "

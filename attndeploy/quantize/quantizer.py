@@ -42,6 +42,7 @@ class Candidate:
     ranking: list[dict[str, Any]] = field(default_factory=list)  # exclude_worst: the layers
     excluded: list[str] = field(default_factory=list)  # MatMul/Gemm nodes kept in fp32
     gate_network: list[str] = field(default_factory=list)  # GA-Net: those of the gate network
+    worst: list[str] = field(default_factory=list)  # exclude_worst: those of the worst layers
 
     @property
     def passed(self) -> bool:
@@ -52,7 +53,7 @@ class Candidate:
                 "grid": check.to_dict(self.grid), "data": check.to_dict(self.data),
                 "size_bytes": self.size_bytes, "quantized_nodes": self.quantized_nodes,
                 "excluded": self.excluded, "gate_network": self.gate_network,
-                "ranking": self.ranking}
+                "worst": self.worst, "ranking": self.ranking}
 
 
 @dataclass
@@ -177,9 +178,11 @@ def quantize_model(
                            if method == "static" else None)
             _quantize(method, source, target, kept, calibration)
             ranking: list[dict[str, Any]] = []
+            worst: list[str] = []
             used = kept
             if options.exclude_worst:
                 ranking, worst = _worst_layers(source, target, feeds, options)
+                worst = [name for name in worst if name not in kept.exclude]
                 used = replace(kept, exclude=_joined(kept.exclude, worst))
                 _quantize(method, source, target, used, calibration)
             record = {"method": method, "per_channel": options.per_channel,
@@ -194,7 +197,7 @@ def quantize_model(
                 check.compare_on_texts(fp32, int8, texts, gold, str(data))
                 if texts is not None and fp32.head == "classification" else None,
                 len(blob), _count_quantized(blob), ranking=ranking,
-                excluded=list(used.exclude), gate_network=gate_network)
+                excluded=list(used.exclude), gate_network=gate_network, worst=worst)
             candidate.failures = _failures(candidate, options)
             candidates.append((candidate, blob))
     passing = [(c, blob) for c, blob in candidates if c.passed]

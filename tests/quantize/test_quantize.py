@@ -198,11 +198,24 @@ def test_exclude_worst_keeps_the_layer_int8_hurts_most_in_fp32(text_exports, tmp
                                                                         exclude_worst=1))
     ranking = kept.chosen.ranking
     assert ranking and ranking[0]["added_error"] >= ranking[-1]["added_error"]
-    assert kept.chosen.excluded == ranking[0]["matmuls"]
+    assert kept.chosen.excluded == kept.chosen.worst == ranking[0]["matmuls"]
     assert kept.chosen.quantized_nodes == (plain.chosen.quantized_nodes
                                            - len(ranking[0]["matmuls"]))
     assert fp32_matmuls(tmp_path / "b.onnx") >= set(ranking[0]["matmuls"])
     assert quantization_record(tmp_path / "b.onnx")["exclude"] == ranking[0]["matmuls"]
+
+
+def test_the_worst_layers_count_leaves_out_the_users_own_exclude(text_exports, tmp_path: Path):
+    source = text_exports.get("evolving").path
+    mine = next(node.name for node in onnx.load(str(source)).graph.node
+                if node.op_type == "MatMul")
+    done = run_cli("quantize", str(source), "--out", str(tmp_path / "q.onnx"), "--exclude",
+                   mine, "--exclude-worst", "1", "--threads", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    kept = quantization_record(tmp_path / "q.onnx")["exclude"]
+    assert kept[0] == mine and mine not in kept[1:]
+    printed = " ".join(done.stdout.split())  # rich wraps at 80 columns without a terminal
+    assert f"kept in fp32: {len(kept) - 1} MatMuls of the worst layer(s)" in printed
 
 
 def int8_weight_extremes(path: Path) -> tuple[int, int]:
