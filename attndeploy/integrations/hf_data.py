@@ -122,6 +122,32 @@ def check_weight_files(folder: Path) -> None:
         header_tensors(file)  # CheckpointError: "<file> is corrupt: ..." or "cannot read <file>"
 
 
+def check_loaded_weights(model: Any, loading_info: dict[str, Any], folder: Path) -> None:
+    """Refuse a pretrained encoder whose weights did not all load (`from_pretrained`'s
+    `output_loading_info`): a tensor the folder lacks, or holds at another shape than its
+    config.json gives, would start random, and fine-tuning would not start from the pretrained
+    function. The classification head (everything outside the base model, and its pooler) is
+    new by design: the data's labels set it."""
+    prefix = f"{model.base_model_prefix}."
+
+    def encoder(name: str) -> bool:
+        return name.startswith(prefix) and not name.startswith(f"{prefix}pooler.")
+
+    missing = sorted(name for name in loading_info["missing_keys"] if encoder(name))
+    mismatched = sorted((entry for entry in loading_info["mismatched_keys"]
+                         if encoder(entry[0])), key=lambda entry: entry[0])
+    if not missing and not mismatched:
+        return
+    total = sum(encoder(name) for name in model.state_dict())
+    shown = [f"{name}: not in the file" for name in missing[:2]] + [
+        f"{name}: {list(held)} in the file, {list(wanted)} in config.json"
+        for name, held, wanted in mismatched[:2]]
+    raise CheckpointError(
+        f"the weights in {folder} do not fit its config.json: {len(missing) + len(mismatched)} "
+        f"of the encoder's {total} tensors would start random ({'; '.join(shown)}); give the "
+        "folder the model was saved in, unedited")
+
+
 # ----------------------------------------------------------------------------- data
 
 

@@ -33,7 +33,8 @@ whichever is fewer). The bag-of-words baseline (on the texts' words) joins the h
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from attndeploy.integrations.hf_checkpoint import (
 from attndeploy.integrations.hf_data import (
     HFSource,
     HFTrainingData,
+    check_loaded_weights,
     fit_hf_baseline,
     load_hf_training_data,
     load_source,
@@ -93,10 +95,13 @@ def build_classifier(
     cls = getattr(transformers, source.classifier)
     torch.manual_seed(seed)  # the new head and the variant's parameters
     if source.weights is not None:
-        model = cls.from_pretrained(  # a local folder: no Hub access; a new head if the
-            str(source.weights), config=config, local_files_only=True,  # labels differ
-            use_safetensors=True, ignore_mismatched_sizes=True,
-        )
+        with _transformers_quiet():  # its load report lists the new head; the check below
+            model, loading_info = cls.from_pretrained(  # says what matters. A local folder:
+                str(source.weights), config=config, local_files_only=True,  # no Hub access;
+                use_safetensors=True, ignore_mismatched_sizes=True,  # a new head if the
+                output_loading_info=True,  # labels differ
+            )
+        check_loaded_weights(model, loading_info, source.weights)
     else:
         model = cls(config)
     convert(model, variant, warm_start=source.weights is not None, **options)
@@ -105,6 +110,23 @@ def build_classifier(
         # the new head (`missing`) trains with the encoder, as in the usual fine-tuning recipe
         classifier.new_parameters = {f"model.{name}" for name in added_parameters(model)}
     return classifier
+
+
+@contextmanager
+def _transformers_quiet() -> Iterator[None]:
+    """transformers' warnings and progress bars off (its load report, "Loading weights"), as
+    they were after."""
+    from transformers.utils import logging
+
+    verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
 
 
 # ----------------------------------------------------------------------------- training
