@@ -84,13 +84,10 @@ def per_label_counts(given: str) -> dict[str, int]:
 
 def held_out_file(data: Path, target: Path, max_seq: int) -> Path:
     """The held-out split of `data` as `train --hf-model` makes it (split seed 0, 20 %)."""
-    from attndeploy.integrations.hf_data import _texts
+    from attndeploy.data.held_out import held_out_of
 
-    parts, names, _ = _texts(task=None, data_file=data, seed=0, n_train=0, n_eval=0, n_val=0,
-                             eval_fraction=0.2, val_fraction=0.0, max_words=max_seq - 2)
-    texts, labels = parts["held_out"]
-    target.write_text("".join(json.dumps({"text": t, "label": names[y]}) + "\n"
-                              for t, y in zip(texts, labels, strict=True)))
+    record = {"data_file": str(data), "eval_fraction": 0.2, "seed": 0}
+    target.write_text(held_out_of(record, max_seq=max_seq, hf=True).to_jsonl())
     return target
 
 

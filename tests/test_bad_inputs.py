@@ -93,6 +93,17 @@ def _edit_config(**model_changes: object) -> Callable[[Path], None]:
     return edit
 
 
+def _set_data(**data: object) -> Callable[[Path], None]:
+    """Replace the checkpoint's `data` entry (what it trained on; editable, not the model)."""
+
+    def edit(ckpt: Path) -> None:
+        config = json.loads((ckpt / "config.json").read_text())
+        config["data"] = data
+        (ckpt / "config.json").write_text(json.dumps(config))
+
+    return edit
+
+
 def _truncate_weights(ckpt: Path) -> None:
     data = (ckpt / "model.safetensors").read_bytes()
     (ckpt / "model.safetensors").write_bytes(data[: len(data) // 2])
@@ -513,6 +524,26 @@ CASES: dict[str, BadInput] = {
     "loadtest bad stability": case("loadtest", "--model", "standard", "--repo", "{repo}",
                                    "--stability", "2", stage="usage",
                                    fragment="'--stability': 2 is not"),
+    # ---- held-out
+    "held-out missing checkpoint": case("held-out", "{tmp}/absent", "--out", "{tmp}/h.jsonl",
+                                        stage="checkpoint", fragment="absent"),
+    "held-out of an onnx file": case("held-out", "{onnx}", "--out", "{tmp}/h.jsonl",
+                                     stage="checkpoint",
+                                     fragment="`attndeploy held-out` reads a checkpoint"),
+    "held-out over an existing file": case("held-out", "{ckpt}", "--out", "{tmp}/h.jsonl",
+                                           stage="output", fragment="already exists",
+                                           prepare=_write("h.jsonl", "kept\n")),
+    "held-out into a folder": case("held-out", "{ckpt}", "--out", "{tmp}", stage="output",
+                                   fragment="folder"),
+    "held-out data file gone": case(
+        "held-out", "{tmp}/ckpt", "--out", "{tmp}/h.jsonl", stage="data",
+        fragment="gone.jsonl: no such data file",
+        prepare=_copy_checkpoint(_set_data(data_file="gone.jsonl", eval_fraction=0.2,
+                                           seed=0))),
+    "held-out of a tagging task": case(
+        "held-out", "{tmp}/ckpt", "--out", "{tmp}/h.jsonl", stage="data",
+        fragment="label per token",
+        prepare=_copy_checkpoint(_set_data(task="tagging", seed=0, n_eval=4))),
     # ---- quantize and debug compare
     "quantize missing model": case("quantize", "{tmp}/absent.onnx", "--out", "{tmp}/q.onnx",
                                    stage="model", fragment="absent.onnx"),

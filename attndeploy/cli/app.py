@@ -50,6 +50,7 @@ COMMANDS = {
     "quickstart": ("quickstart", "command"),
     "deploy": ("deploy", "command"),
     "quantize": ("quantize", "command"),
+    "held-out": ("held_out", "command"),
     "debug": ("debug", "command"),
     "tune": ("tune", "command"),
 }

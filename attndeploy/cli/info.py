@@ -15,7 +15,7 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
     from attndeploy.models import count_parameters
     from attndeploy.training.baseline import baseline_verdict
 
-    check_is_a_directory(checkpoint)
+    check_is_a_directory(checkpoint, "info")
     ckpt = read_checkpoint(checkpoint)
     meta = ckpt.metadata
     info = {
@@ -57,8 +57,8 @@ def _print_mapping(name: str, data: Any) -> None:
         console.print(line, highlight=False, markup=False)
 
 
-def check_is_a_directory(path: Path) -> None:
-    """A file given for the checkpoint is refused saying what `info` reads (and, for an ONNX
+def check_is_a_directory(path: Path, command: str) -> None:
+    """A file given for the checkpoint is refused saying what `command` reads (and, for an ONNX
     file, which command reads that); a missing path is left to `read_checkpoint`."""
     from attndeploy.errors import CheckpointError
 
@@ -66,5 +66,5 @@ def check_is_a_directory(path: Path) -> None:
         return
     hint = (f"; for an exported ONNX file use `attndeploy inspect {path}`"
             if path.suffix.lower() == ".onnx" else "")
-    raise CheckpointError(f"{path} is a file; `attndeploy info` reads a checkpoint directory "
+    raise CheckpointError(f"{path} is a file; `attndeploy {command}` reads a checkpoint directory "
                           f"(config.json + model.safetensors){hint}")

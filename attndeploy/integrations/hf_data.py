@@ -19,7 +19,9 @@ import torch
 
 from attndeploy.data import TextDataset, get_task, read_jsonl
 from attndeploy.data.dataset import split_indices
+from attndeploy.data.held_out import TASK_HELD_OUT_SEED
 from attndeploy.errors import CheckpointError, ConfigError, DataError
+from attndeploy.fsutil import file_sha256
 from attndeploy.integrations.hf_checkpoint import (
     safe_config_dict,
 )
@@ -184,15 +186,15 @@ def _texts(
             train, val = split_indices(len(kept), val_fraction, seed=seed + 1)
             rows["train"], rows["validation"] = ([kept[i] for i in train.tolist()],
                                                  [kept[i] for i in val.tolist()])
-        source = {"data_file": str(data_file), "eval_fraction": eval_fraction, "seed": seed,
-                  "val_fraction": val_fraction}
+        source = {"data_file": str(data_file), "data_sha256": file_sha256(Path(data_file)),
+                  "eval_fraction": eval_fraction, "seed": seed, "val_fraction": val_fraction}
         return ({part: ([texts[i] for i in chosen], [index[labels[i]] for i in chosen])
                  for part, chosen in rows.items()}, names, source)
     spec = get_task(task or "sparse_evidence")
     if spec.head != "classification":
         raise DataError(f"task {spec.name!r} tags tokens; --hf-model fine-tunes sequence "
                         "classifiers (a --data file or a classification task)")
-    counts = {"train": (n_train, seed), "held_out": (n_eval, seed + 10_000)}
+    counts = {"train": (n_train, seed), "held_out": (n_eval, seed + TASK_HELD_OUT_SEED)}
     if n_val:
         counts["validation"] = (n_val, seed + 20_000)
     parts = {}

@@ -45,13 +45,16 @@ def load_training_data(
     from pathlib import Path
 
     from attndeploy.data import get_task
+    from attndeploy.data.held_out import TASK_HELD_OUT_SEED
     from attndeploy.data.jsonl import load_jsonl_split
+    from attndeploy.fsutil import file_sha256
 
     if data_file is not None:
         split = load_jsonl_split(Path(data_file), eval_fraction=eval_fraction, seed=seed,
                                  val_fraction=val_fraction, max_seq=max_seq, truncate=truncate,
                                  min_freq=min_freq)
-        source = {"data_file": str(data_file), "eval_fraction": eval_fraction, "seed": seed,
+        source = {"data_file": str(data_file), "data_sha256": file_sha256(Path(data_file)),
+                  "eval_fraction": eval_fraction, "seed": seed,
                   "val_fraction": val_fraction, "min_freq": min_freq,
                   "train_examples": len(split.train), "held_out_examples": len(split.held_out)}
         if split.validation is not None:
@@ -63,7 +66,7 @@ def load_training_data(
                             val_set=split.validation, tokens=tokens)
     spec = get_task(task or "sparse_evidence")
     train_set, tokenizer = spec.generate(n_train, seed=seed, max_seq=max_seq)
-    eval_set, _ = spec.generate(n_eval, seed=seed + 10_000, max_seq=max_seq)
+    eval_set, _ = spec.generate(n_eval, seed=seed + TASK_HELD_OUT_SEED, max_seq=max_seq)
     val_set = spec.generate(n_val, seed=seed + 20_000, max_seq=max_seq)[0] if n_val else None
     source = {"task": spec.name, "seed": seed, "n_train": n_train, "n_eval": n_eval}
     if n_val:

@@ -1,0 +1,88 @@
+"""The held-out examples of a checkpoint: the texts `train` evaluated it on and never trained on.
+
+`quantize --data`, and any check of an exported model against its checkpoint,
+want texts the model did not learn from; training holds them out but keeps no copy. A
+checkpoint records where they came from (its `data` entry), and `held_out_of(record)` makes them
+again:
+- a JSONL file: `eval_fraction` of its examples at `seed` (`split_indices`, as `train --data`
+  and `train --hf-model` split), checked against the file's SHA-256 where the checkpoint
+  recorded one (checkpoints since `data_sha256` was added) and against the recorded count;
+- a built-in classification task: its `n_eval` examples at `seed + 10_000`, as text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attndeploy.errors import DataError
+
+TASK_HELD_OUT_SEED = 10_000  # the held-out examples of a task are drawn at seed + this
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The held-out examples as (text, label name), in the order training evaluated them."""
+
+    examples: list[tuple[str, str]]
+    origin: str  # what they were made from, for people
+
+    def to_jsonl(self) -> str:
+        return "".join(json.dumps({"text": text, "label": label}) + "\n"
+                       for text, label in self.examples)
+
+
+def held_out_of(record: dict[str, Any], *, max_seq: int, hf: bool,
+                data_file: Path | None = None) -> HeldOut:
+    """The held-out examples of a checkpoint whose `data` entry is `record`.
+
+    `max_seq`: the model's; `hf`: trained with `--hf-model` (a task's texts are then drawn two
+    words shorter, for [CLS] and [SEP]). `data_file` replaces the recorded path (a file that
+    moved); it must be the same file."""
+    if "data_file" in record:
+        return _from_file(record, Path(data_file or record["data_file"]), given=data_file)
+    if "task" in record:
+        return _from_task(record, max_words=max_seq - 2 if hf else max_seq)
+    raise DataError("the checkpoint records neither a data file nor a task: it was not "
+                    "trained by attndeploy train, so its held-out examples are unknown")
+
+
+def _from_file(record: dict[str, Any], path: Path, *, given: Path | None) -> HeldOut:
+    from attndeploy.data.dataset import split_indices
+    from attndeploy.data.jsonl import read_jsonl
+    from attndeploy.fsutil import file_sha256
+
+    if not path.is_file():
+        raise DataError(f"{path}: no such data file (the checkpoint trained on it"
+                        f"{'' if given else ' from the directory train ran in'}); give "
+                        "--data PATH where the file is now")
+    recorded = record.get("data_sha256")
+    if recorded is not None and file_sha256(path) != recorded:
+        raise DataError(f"{path} is not the file the checkpoint trained on: its SHA-256 differs "
+                        "from the recorded one, so its split would hold other examples")
+    texts, labels = read_jsonl(path)
+    _, held = split_indices(len(texts), float(record["eval_fraction"]),
+                            seed=int(record["seed"]))
+    rows = held.tolist()
+    expected = record.get("held_out_examples")
+    if expected is not None and len(rows) != expected:
+        raise DataError(f"{path} splits into {len(rows)} held-out examples where the "
+                        f"checkpoint held out {expected}: it is not the file it trained on")
+    share = float(record["eval_fraction"])
+    return HeldOut([(texts[i], labels[i]) for i in rows],
+                   f"{path} ({share:.0%} held out at split seed {record['seed']})")
+
+
+def _from_task(record: dict[str, Any], *, max_words: int) -> HeldOut:
+    from attndeploy.data.synthetic import get_task
+
+    spec = get_task(record["task"])
+    if spec.head != "classification":
+        raise DataError(f"task {spec.name!r} tags tokens: its held-out examples have a label "
+                        "per token, which a JSONL file of {\"text\", \"label\"} cannot hold")
+    seed = int(record["seed"]) + TASK_HELD_OUT_SEED
+    examples = spec.sample(int(record["n_eval"]), seed=seed, max_seq=max_words)
+    return HeldOut([(" ".join(words), spec.label_names[label]) for words, label in examples],
+                   f"task {spec.name} ({record['n_eval']} examples at seed {seed})")
