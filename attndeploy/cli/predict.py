@@ -308,6 +308,7 @@ class TablePrinter:
                 self.widths[0] = max(self.widths[0], INDEX_WIDTH)
             if not self.tagging:
                 self.widths[-1] = min(self.widths[-1], TEXT_MAX_WIDTH)
+            self.widths = fit_widths(headers, self.widths, console.width)
         table = Table(show_edge=False, pad_edge=False, show_header=first)
         for name, width in zip(headers, self.widths, strict=True):
             if name == "text":
@@ -318,3 +319,28 @@ class TablePrinter:
         for row in rows:
             table.add_row(*(escape(cell) for cell in row))
         console.print(table)
+
+
+FLEXIBLE_COLUMNS = ("attended", "tokens/tags", "text")  # they wrap or end in an ellipsis
+FLEXIBLE_MIN_WIDTH = 10
+
+
+def fit_widths(headers: list[str], widths: list[int], room: int) -> list[int]:
+    """Column widths whose row fits `room` cells: the attended tokens and the text give up room
+    in proportion to their widths (each keeps at least FLEXIBLE_MIN_WIDTH); the index, label and
+    probability keep theirs. (Left to rich, a narrow console cut the label to "fon…".)"""
+    flexible = [i for i, name in enumerate(headers) if name in FLEXIBLE_COLUMNS]
+    separators = 3 * (len(widths) - 1)  # " │ " between columns (no edge, no edge padding)
+    spare = room - separators - sum(w for i, w in enumerate(widths) if i not in flexible)
+    wanted = sum(widths[i] for i in flexible)
+    if wanted <= spare:
+        return widths
+    floor = min(FLEXIBLE_MIN_WIDTH, max(1, spare // len(flexible)))  # a very narrow console
+    fitted = list(widths)
+    for i in flexible:
+        fitted[i] = min(widths[i], floor)
+    left, beyond = spare - sum(fitted[i] for i in flexible), wanted - sum(fitted[i] for i in
+                                                                          flexible)
+    for i in flexible:  # what is left beyond the floors, in proportion to what each lacks
+        fitted[i] += max(0, left) * (widths[i] - fitted[i]) // beyond
+    return fitted

@@ -115,6 +115,23 @@ def test_the_table_shows_label_probability_attended_and_text(ganet, monkeypatch,
     assert prediction.label in row and f"{prediction.probabilities.max():.4f}" in row
 
 
+@pytest.mark.parametrize("width", [80, 50, 40])
+def test_a_narrow_console_shortens_the_text_and_tokens_never_the_label(ganet, monkeypatch,
+                                                                        capsys, width: int):
+    text = " ".join(["w1 alpha w2 w3 amber"] * 4)  # 80 cells, 20 tokens, several gates open
+    monkeypatch.setattr(predict_cli.console, "width", width)
+    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text", text)
+    assert code == 0, err
+    (prediction,) = InferenceModel(ganet).predict([text])
+    lines = out.splitlines()
+    assert all(len(line) <= width for line in lines), lines
+    assert lines[0].split("┃")[:3] == ["# ", " label ", " probability "]
+    index, label, probability = (cell.strip() for cell in lines[2].split("│")[:3])
+    assert (index, label) == ("0", prediction.label)
+    assert probability == f"{prediction.probabilities.max():.4f}"
+    assert "…" in lines[2].split("│")[-1]  # the text ends in an ellipsis
+
+
 def test_a_tagging_model_prints_token_tag_pairs(text_exports, monkeypatch, capsys):
     path = text_exports.get("ganet_tagging").path
     code, out, err = run_main(monkeypatch, capsys, "predict", str(path), "--text", "w1 w2 w1")
