@@ -141,7 +141,8 @@ def run_load_test(
         with _Progress(progress, config.max_windows) as bar:
             for level in config.levels:
                 bar.start(level)
-                run = _LevelRun(runner.client, config, level, pool, reference,
+                run = _LevelRun(runner.client, config, level, pool,
+                                reference if checks_exactly(reference, level) else None,
                                 _both(bar.window, on_window), clock)
                 try:
                     result = run.run()
@@ -159,6 +160,14 @@ def run_load_test(
                         notes.append(f"every request failed; skipped {', '.join(skipped)}")
                     break
     return report()
+
+
+def checks_exactly(reference: Any, level: LoadLevel) -> bool:
+    """Whether answers at `level` can be compared with in-process onnxruntime exactly: always,
+    except for a dynamically quantized int8 file (`scaled_per_batch`) above concurrency 1, where
+    the server batches requests together."""
+    return reference is not None and (not reference.scaled_per_batch or (
+        level.mode == "concurrency" and int(level.value) == 1))
 
 
 def _both(first: Callable[[WindowStats], None],
@@ -222,6 +231,13 @@ def _pool_and_reference(
         if reference is None or not reference.outputs:
             notes.append("no output of the ONNX file is served: correctness not checked")
             reference = None
+        elif reference.scaled_per_batch:
+            alone = any(checks_exactly(reference, level) for level in config.levels)
+            notes.append(f"{config.onnx_path} is int8 by dynamic quantization: activations are "
+                         "scaled per batch, so an answer computed in a batch differs from the "
+                         "request run alone; answers are checked at concurrency 1 only, where "
+                         "each request runs alone" + ("" if alone else
+                                                      " (no such level here: none checked)"))
     elif config.check_fraction > 0:
         notes.append("no onnx_path given: responses were not checked against onnxruntime")
     return pool, reference

@@ -127,6 +127,41 @@ def test_an_http_sweep_batches_checks_and_agrees_with_the_server(
     assert report.to_dict()["config"]["protocol"] == "http"
 
 
+@pytest.fixture(scope="module")
+def int8_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonServer, Path]]:
+    """The tiny model as `attndeploy quantize` makes it by default (dynamic int8), served."""
+    from tests.serving.tune.fixtures import int8_copy
+
+    repo = _write_repo(tmp_path_factory.mktemp("loadtest-int8"))
+    fp32 = tiny_onnx_path(repo).rename(tiny_onnx_path(repo).with_suffix(".fp32"))
+    int8_copy(fp32, tiny_onnx_path(repo))
+    fp32.unlink()  # Triton would not load it, but the repository holds only what is served
+    grpc, http, metrics = free_ports(3)
+    with TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics) as server:
+        yield server, tiny_onnx_path(repo)
+
+
+@pytest.mark.integration
+def test_a_dynamic_int8_model_is_checked_where_each_request_runs_alone(
+    int8_server: tuple[TritonServer, Path]
+) -> None:
+    """Its activations are scaled per batch: an answer computed in a batch of 4 differs from
+    the request run alone, so only concurrency 1 can be compared exactly (and passes)."""
+    server, int8 = int8_server
+    config = LoadTestConfig(
+        model=TINY_MODEL, url=server.grpc_url, concurrency=(1, 4), seq_lengths=(16,),
+        window_s=1.0, max_windows=3, check_fraction=1.0, onnx_path=int8,
+    )
+    report = run_load_test(config, progress=False)
+    assert report.passed, report.failures
+    one, four = report.levels
+    assert one.checks.done > 0 and one.checks.failed == 0
+    assert one.checks.max_abs_error is not None and one.checks.max_abs_error <= 1e-5
+    assert four.checks.done == 0 and four.server["avg_batch_size"] > 1.0
+    assert any("int8 by dynamic quantization" in note and "concurrency 1 only" in note
+               for note in report.notes)
+
+
 @pytest.mark.integration
 def test_requests_the_model_rejects_are_errors_by_kind(tiny_server: TritonServer) -> None:
     config = LoadTestConfig(
