@@ -194,19 +194,37 @@ def command(
 
 
 def _print_table(report) -> None:
+    from rich.cells import cell_len
+    from rich.markup import escape
     from rich.table import Table
 
     data = report.to_dict()
-    table = Table(title=f"load test of {data['model']} (latency in ms)")
-    for column in ("level", "infer/s", "p50", "p95", "p99", "errors", "batch", "stable"):
-        table.add_column(column, justify="right")
+    headers = ("level", "infer/s", "p50", "p95", "p99", "errors", "batch", "stable", "checked")
 
     def fmt(value, spec=".1f"):
         return "-" if value is None else format(value, spec)
 
+    rows = []
     for level in data["levels"]:
         lat, server = level["latency_ms"], level["server"]
-        table.add_row(level["label"], fmt(level["throughput_infer_per_s"]), fmt(lat["p50"], ".2f"),
-                      fmt(lat["p95"], ".2f"), fmt(lat["p99"], ".2f"), str(level["error_count"]),
-                      fmt(server.get("avg_batch_size"), ".2f"), "yes" if level["stable"] else "no")
+        rows.append([level["label"], fmt(level["throughput_infer_per_s"]),
+                     fmt(lat["p50"], ".2f"), fmt(lat["p95"], ".2f"), fmt(lat["p99"], ".2f"),
+                     str(level["error_count"]), fmt(server.get("avg_batch_size"), ".2f"),
+                     "yes" if level["stable"] else "no", _checked(level["checks"])])
+    # Each column as wide as its widest cell and no rules, so that nine columns fit 80 cells (a
+    # pipe, a small terminal): in a boxed table rich cut "concurrency 16" to "concurrency …".
+    table = Table(title=f"load test of {data['model']} (latency in ms)", box=None)
+    for index, header in enumerate(headers):
+        width = max(cell_len(text) for text in [header, *(row[index] for row in rows)])
+        table.add_column(header, justify="right", width=width, no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
+    for line in data["warnings"]:  # what was sent, what was not checked, what is approximate
+        console.print(f"  {escape(line)}", style="dim", highlight=False)
+
+
+def _checked(checks: dict) -> str:
+    """The answers compared with in-process onnxruntime that agreed, of those compared."""
+    done = checks["done"]
+    return "-" if not done else f"{done - checks['failed']}/{done}"

@@ -131,6 +131,29 @@ def test_json_and_json_out_together_print_and_write_the_same_report(
     assert json.loads(out) == json.loads((tmp_path / "r.json").read_text())
 
 
+def test_the_table_fits_80_columns_and_says_what_was_checked_and_noted(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    from attndeploy.cli import loadtest as loadtest_cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(loadtest_cli.console, "width", 80)
+    fake_server(monkeypatch, CountingClient())
+    code, out, err = run_cli_main(monkeypatch, capsys, "--concurrency", "1,16", "--window",
+                                  "0.1", "--max-windows", "3", "--warmup-requests", "2",
+                                  "--seq", "4")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    header = next(line for line in lines if "infer/s" in line)
+    assert header.split() == ["level", "infer/s", "p50", "p95", "p99", "errors", "batch",
+                              "stable", "checked"]
+    rows = [line.split() for line in lines if line.lstrip().startswith("concurrency")]
+    assert [row[:2] for row in rows] == [["concurrency", "1"], ["concurrency", "16"]]
+    assert [row[-1] for row in rows] == ["-", "-"]  # no ONNX file: nothing checked
+    assert "no onnx_path given: responses were not checked" in " ".join(out.split())
+
+
 @pytest.mark.parametrize("option", ["--json-out", "--csv", "--plot"])
 @pytest.mark.parametrize("where", ["under-proc", "a-folder"])
 def test_unusable_output_paths_fail_before_the_load_test(
