@@ -19,6 +19,7 @@ from attndeploy.fsutil import (
 )
 from attndeploy.quantize import check, methods
 from attndeploy.quantize.options import QuantizeOptions
+from attndeploy.quantize.per_row import per_row_activations
 from attndeploy.runtime.metadata import PREFIX
 from attndeploy.runtime.model import InferenceModel
 
@@ -93,6 +94,9 @@ def _what_to_try(options: QuantizeOptions, candidates: list[Candidate]) -> str:
     if not options.gate_network_fp32 and any(c.grid.gate_flips or (c.data and c.data.gate_flips)
                                              for c in candidates):
         tries.append("--gate-network-fp32 (GA-Net's hard gates flipped)")
+    if options.method == "dynamic" and options.activations == "per-batch":
+        tries.append("--activations per-row (each token its own activation scale: the MiniLMs "
+                     "kept 99.76 % of their labels with every layer in int8)")
     if not options.exclude_worst:
         tries.append("--exclude-worst N (the N layers int8 hurts most kept in fp32)")
     if not options.reduce_range and has_vnni() is False:
@@ -186,7 +190,9 @@ def quantize_model(
                 used = replace(kept, exclude=_joined(kept.exclude, worst))
                 _quantize(method, source, target, used, calibration)
             record = {"method": method, "per_channel": options.per_channel,
-                      "reduce_range": options.reduce_range, "exclude": list(used.exclude),
+                      "reduce_range": options.reduce_range,
+                      "activations": options.activations if method == "dynamic" else None,
+                      "exclude": list(used.exclude),
                       "gate_network": gate_network,
                       "source_weights_sha256": fp32.metadata.weights_sha256}
             blob = _with_metadata(target, proto, record)
@@ -235,6 +241,10 @@ def _quantize(method: str, source: Path, target: Path, options: QuantizeOptions,
     try:
         if method == "dynamic":
             methods.quantize_dynamic_file(source, target, options)
+            if options.activations == "per-row":
+                model = onnx.load(str(target))
+                per_row_activations(model)
+                onnx.save(model, str(target))
         else:
             methods.quantize_static_file(source, target, options, calibration or [])
     except Exception as exc:  # onnxruntime.quantization raises many types

@@ -218,6 +218,56 @@ def test_the_worst_layers_count_leaves_out_the_users_own_exclude(text_exports, t
     assert f"kept in fp32: {len(kept) - 1} MatMuls of the worst layer(s)" in printed
 
 
+def test_per_row_activations_answer_each_text_alike_alone_and_in_any_batch(text_exports,
+                                                                          tmp_path: Path):
+    """Per-batch scales move a text's int8 logits with the texts beside it; per-row ones do not,
+    and quantize the same MatMuls."""
+    source = text_exports.get("standard").path
+    files = {}
+    for activations in ("per-batch", "per-row"):
+        files[activations] = tmp_path / f"{activations}.onnx"
+        quantize_model(source, files[activations], QuantizeOptions(threads=1,
+                                                                   activations=activations))
+
+    def alone_and_together(path: Path) -> tuple[np.ndarray, np.ndarray]:
+        model = InferenceModel(path, threads=1)
+        alone = np.stack([model.predict([text])[0].logits for text in TEXTS])  # [N, labels]
+        return alone, np.stack([p.logits for p in model.predict(TEXTS)])  # [N, labels]
+
+    alone, together = alone_and_together(files["per-batch"])
+    assert np.abs(alone - together).max() > 1e-4  # the batch moved them
+    np.testing.assert_allclose(*alone_and_together(files["per-row"]), atol=1e-6,
+                               rtol=0)  # fp32 rounding of other shapes only
+    assert quantization_record(files["per-row"])["activations"] == "per-row"
+    assert quantization_record(files["per-batch"])["activations"] == "per-batch"
+    assert not any(node.op_type == "DynamicQuantizeLinear"
+                   for node in onnx.load(str(files["per-row"])).graph.node)
+    assert fp32_matmuls(files["per-row"]) == fp32_matmuls(files["per-batch"])
+
+
+def test_tritons_onnxruntime_runs_the_per_row_file_as_this_one_does(text_exports,
+                                                                   tmp_path: Path):
+    from tests.interop import ort_runner
+    from tests.interop.matrix import run_in_triton
+
+    source = text_exports.get("ganet_mlp").path
+    quantize_model(source, tmp_path / "rows.onnx", QuantizeOptions(threads=1,
+                                                                   activations="per-row"))
+    rng = np.random.default_rng(0)
+    feeds = [{"input_ids": rng.integers(3, 40, (batch, seq)).astype(np.int64),
+              "attention_mask": np.ones((batch, seq), np.int64)} for batch, seq in [(1, 5),
+                                                                                    (3, 9)]]
+    ort_runner.write_feeds(tmp_path / "feeds.npz", feeds)
+    version, (runs,) = run_in_triton([tmp_path / "rows.onnx"], tmp_path / "feeds.npz",
+                                     tmp_path / "triton")
+    assert version.startswith("1.19") and "error" not in runs, runs
+    model = InferenceModel(tmp_path / "rows.onnx", threads=1)
+    for index, feed in enumerate(feeds):
+        here = model.run(feed["input_ids"], feed["attention_mask"])
+        np.testing.assert_allclose(runs[f"plain/{index}/logits"], here["logits"], atol=1e-5)
+        np.testing.assert_array_equal(runs[f"plain/{index}/gates"], here["gates"])
+
+
 def int8_weight_extremes(path: Path) -> tuple[int, int]:
     """The smallest and largest value of the int8 weights in an ONNX file."""
     from onnx import numpy_helper
@@ -251,16 +301,17 @@ def test_a_miss_says_which_options_to_try(text_exports, tmp_path: Path, monkeypa
                             QuantizeOptions(threads=1, max_logit_change=1e-9))
     with pytest.raises(QuantizeError) as caught:
         missed.raise_for_failure()
-    assert "try --exclude-worst N" in str(caught.value)
+    assert "try --activations per-row" in str(caught.value)
+    assert "or --exclude-worst N" in str(caught.value)
     assert ("--reduce-range" in str(caught.value)) is reduce_range_hinted
 
 
-def test_a_miss_with_both_options_on_suggests_nothing(text_exports, tmp_path: Path,
+def test_a_miss_with_every_option_on_suggests_nothing(text_exports, tmp_path: Path,
                                                       monkeypatch):
-    monkeypatch.setattr("attndeploy.quantize.cpu.has_vnni", lambda: False)  # would hint both
+    monkeypatch.setattr("attndeploy.quantize.cpu.has_vnni", lambda: False)  # would hint all
     tried = quantize_model(text_exports.get("standard").path, tmp_path / "r.onnx",
                            QuantizeOptions(threads=1, max_logit_change=1e-9, exclude_worst=1,
-                                           reduce_range=True))
+                                           reduce_range=True, activations="per-row"))
     with pytest.raises(QuantizeError) as caught:
         tried.raise_for_failure()
     assert "no int8 model within the tolerances" in str(caught.value)

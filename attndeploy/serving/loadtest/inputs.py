@@ -241,16 +241,19 @@ def build_tokenized_pool(config: LoadTestConfig, encoded: list[Any],
 
 
 def scaled_per_batch(session: Any) -> bool:
-    """Whether the ONNX file in `session` is int8 by dynamic quantization (its
-    `attndeploy.quantization` record): each batch's activations are quantized with a scale over
-    the whole batch, so an answer computed inside a batch differs from the same request run
-    alone (on the GA-Net MiniLM, logits by up to 0.55, and 9 of 827 held-out labels, all near a
-    tie; benchmarks/README.md). Only a request that ran alone can be checked exactly."""
+    """Whether the ONNX file in `session` is int8 by dynamic quantization with per-batch
+    activation scales (its `attndeploy.quantization` record; `--activations per-row` is not):
+    each batch's activations are quantized with a scale over the whole batch, so an answer
+    computed inside a batch differs from the same request run alone (on the MiniLMs, logits by
+    up to 0.87, and 6-12 of 827 held-out labels; benchmarks/README.md, `int8_batching.py`).
+    Only a request that ran alone can be checked exactly."""
     import json
 
     record = session.get_modelmeta().custom_metadata_map.get("attndeploy.quantization")
     try:
-        return record is not None and json.loads(record).get("method") == "dynamic"
+        entry = json.loads(record) if record is not None else {}
+        return (entry.get("method") == "dynamic"
+                and entry.get("activations", "per-batch") == "per-batch")
     except (json.JSONDecodeError, AttributeError):
         return False
 

@@ -127,27 +127,39 @@ def test_an_http_sweep_batches_checks_and_agrees_with_the_server(
     assert report.to_dict()["config"]["protocol"] == "http"
 
 
-@pytest.fixture(scope="module")
-def int8_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TritonServer, Path]]:
-    """The tiny model as `attndeploy quantize` makes it by default (dynamic int8), served."""
+@pytest.fixture(scope="module", params=["per-batch", "per-row"])
+def int8_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[TritonServer, Path, str]]:
+    """The tiny model as `attndeploy quantize` makes it (dynamic int8, activations scaled per
+    batch by default or per row), served."""
+    import onnx
+
+    from attndeploy.quantize.per_row import per_row_activations
     from tests.serving.tune.fixtures import int8_copy
 
     repo = _write_repo(tmp_path_factory.mktemp("loadtest-int8"))
     fp32 = tiny_onnx_path(repo).rename(tiny_onnx_path(repo).with_suffix(".fp32"))
-    int8_copy(fp32, tiny_onnx_path(repo))
-    fp32.unlink()  # Triton would not load it, but the repository holds only what is served
+    int8 = int8_copy(fp32, tiny_onnx_path(repo))
+    fp32.unlink()  # the repository holds only what is served
+    if request.param == "per-row":
+        model = onnx.load(str(int8))
+        per_row_activations(model)
+        for entry in model.metadata_props:
+            if entry.key == "attndeploy.quantization":
+                entry.value = json.dumps({"method": "dynamic", "activations": "per-row"})
+        onnx.save(model, str(int8))
     grpc, http, metrics = free_ports(3)
     with TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics) as server:
-        yield server, tiny_onnx_path(repo)
+        yield server, int8, request.param
 
 
 @pytest.mark.integration
-def test_a_dynamic_int8_model_is_checked_where_each_request_runs_alone(
-    int8_server: tuple[TritonServer, Path]
+def test_a_dynamic_int8_model_is_checked_where_its_answers_cannot_depend_on_the_batch(
+    int8_server: tuple[TritonServer, Path, str]
 ) -> None:
-    """Its activations are scaled per batch: an answer computed in a batch of 4 differs from
-    the request run alone, so only concurrency 1 can be compared exactly (and passes)."""
-    server, int8 = int8_server
+    """Scaled per batch, an answer computed in a batch of 4 differs from the request run alone,
+    so only concurrency 1 is compared (exactly); scaled per row, every level is."""
+    server, int8, activations = int8_server
     config = LoadTestConfig(
         model=TINY_MODEL, url=server.grpc_url, concurrency=(1, 4), seq_lengths=(16,),
         window_s=1.0, max_windows=3, check_fraction=1.0, onnx_path=int8,
@@ -155,11 +167,16 @@ def test_a_dynamic_int8_model_is_checked_where_each_request_runs_alone(
     report = run_load_test(config, progress=False)
     assert report.passed, report.failures
     one, four = report.levels
-    assert one.checks.done > 0 and one.checks.failed == 0
-    assert one.checks.max_abs_error is not None and one.checks.max_abs_error <= 1e-5
-    assert four.checks.done == 0 and four.server["avg_batch_size"] > 1.0
-    assert any("int8 by dynamic quantization" in note and "concurrency 1 only" in note
-               for note in report.notes)
+    assert four.server is not None and four.server["avg_batch_size"] > 1.0
+    checked = [one] if activations == "per-batch" else [one, four]
+    for level in checked:
+        assert level.checks.done > 0 and level.checks.failed == 0
+        assert level.checks.max_abs_error is not None and level.checks.max_abs_error <= 1e-5
+    noted = any("int8 by dynamic quantization" in note and "concurrency 1 only" in note
+                for note in report.notes)
+    assert noted is (activations == "per-batch")
+    if activations == "per-batch":
+        assert four.checks.done == 0
 
 
 @pytest.mark.integration

@@ -1,0 +1,135 @@
+"""Per-row activation scales for a dynamically quantized model (`quantize --activations per-row`).
+
+onnxruntime's dynamic quantization writes, for each MatMul with a weight,
+`DynamicQuantizeLinear(x) -> MatMulInteger -> Cast -> Mul(x_scale * w_scale)`: one scale and zero
+point over the whole activation tensor, so a text's answer depends on the texts batched with it
+(on the MiniLMs, 6-12 of 827 held-out labels changed between a text alone and in a batch of 8;
+benchmarks/README.md, `int8_batching.py`). `per_row_activations` replaces each
+DynamicQuantizeLinear by the same quantization over the last axis, one scale and zero point per
+token:
+
+    lo, hi = min(min_k x, 0), max(max_k x, 0)           [..., 1]
+    s      = max((hi - lo) / 255, tiny)                  [..., 1]
+    zp     = clip(round(-lo / s), 0, 255)                [..., 1]
+    x_q    = uint8(clip(round(x / s) + zp, 0, 255))      [..., K]
+
+MatMulInteger then takes zero point 0, and the rows' zero points are folded out after it:
+`Y = (x_q W_q - zp * colsum(W_q - w_zp)) * s * w_scale` ([..., N]). Every op is standard ONNX
+(ReduceMin/ReduceMax take their axes as the model's opset wants), so Triton's onnxruntime runs
+it; each answer is then the same alone or in any batch, and the finer scales kept more labels.
+The ops onnxruntime fuses into one kernel for per-tensor scales run one by one here, which costs
+time.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from attndeploy.errors import QuantizeError
+
+PREFIX = "attndeploy_per_row_"  # names of the constants and nodes this adds
+
+
+def per_row_activations(model: onnx.ModelProto) -> int:
+    """Rewrite `model` (onnxruntime's dynamic int8) in place to per-row activation scales;
+    return how many DynamicQuantizeLinear nodes were replaced."""
+    graph = model.graph
+    weights = {t.name: t for t in graph.initializer}
+    users: dict[str, list[onnx.NodeProto]] = collections.defaultdict(list)
+    for node in graph.node:
+        for name in node.input:
+            users[name].append(node)
+    constants = {f"{PREFIX}axes": np.array([-1], np.int64),
+                 f"{PREFIX}zero": np.array(0.0, np.float32),
+                 f"{PREFIX}255": np.array(255.0, np.float32),
+                 f"{PREFIX}tiny": np.array(np.finfo(np.float32).tiny, np.float32),
+                 f"{PREFIX}zero_point": np.array(0, np.uint8)}
+    instead: dict[str, list[onnx.NodeProto]] = {}  # a DynamicQuantizeLinear -> its replacement
+    after: dict[str, list[onnx.NodeProto]] = {}  # a Cast -> the zero-point fold after it
+    for node in graph.node:
+        if node.op_type != "DynamicQuantizeLinear":
+            continue
+        instead[node.name] = _quantize_rows(node, _opset(model))
+        zero_point = f"{PREFIX}{node.name}_zp"  # [..., 1], float
+        for matmul in users[node.output[0]]:
+            if matmul.op_type != "MatMulInteger" or matmul.input[1] not in weights:
+                raise QuantizeError(f"{node.name} feeds {matmul.op_type} {matmul.name}, not a "
+                                    "MatMulInteger with a weight: per-row activations cannot "
+                                    "rewrite this graph")
+            colsum = f"{PREFIX}{matmul.name}_colsum"
+            constants[colsum] = _column_sums(matmul, weights)  # [N]
+            matmul.input[2] = f"{PREFIX}zero_point"
+            casts = users[matmul.output[0]]
+            if [user.op_type for user in casts] != ["Cast"]:
+                raise QuantizeError(f"{matmul.name}'s output does not go to one Cast: per-row "
+                                    "activations cannot rewrite this graph")
+            (cast,) = casts
+            folded = f"{PREFIX}{cast.output[0]}"
+            for user in users[cast.output[0]]:
+                user.input[:] = [folded if name == cast.output[0] else name
+                                 for name in user.input]
+            after[cast.name] = [
+                helper.make_node("Mul", [zero_point, colsum], [f"{folded}_zp"]),  # [..., N]
+                helper.make_node("Sub", [cast.output[0], f"{folded}_zp"], [folded]),  # [..., N]
+            ]
+    nodes = []
+    for node in graph.node:
+        nodes.extend(instead.get(node.name, [node]))
+        nodes.extend(after.get(node.name, []))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(numpy_helper.from_array(value, name)
+                             for name, value in constants.items())
+    return len(instead)
+
+
+def _opset(model: onnx.ModelProto) -> int:
+    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")),
+                1)
+
+
+def _quantize_rows(node: onnx.NodeProto, opset: int) -> list[onnx.NodeProto]:
+    """DynamicQuantizeLinear's arithmetic over the last axis: its three outputs, per row."""
+    x, (quantized, scale, _) = node.input[0], node.output
+    p = f"{PREFIX}{node.name}"
+    c = PREFIX
+
+    def op(kind: str, inputs: list[str], out: str, **attrs: Any) -> onnx.NodeProto:
+        return helper.make_node(kind, inputs, [out], name=f"{out}_node", **attrs)
+
+    def reduce(kind: str, out: str) -> onnx.NodeProto:  # axes: an input from opset 18 on
+        if opset >= 18:
+            return op(kind, [x, f"{c}axes"], out, keepdims=1)
+        return op(kind, [x], out, axes=[-1], keepdims=1)
+
+    return [
+        reduce("ReduceMin", f"{p}_min"),  # [..., 1]
+        reduce("ReduceMax", f"{p}_max"),  # [..., 1]
+        op("Min", [f"{p}_min", f"{c}zero"], f"{p}_lo"),  # the range holds 0, as in the op
+        op("Max", [f"{p}_max", f"{c}zero"], f"{p}_hi"),
+        op("Sub", [f"{p}_hi", f"{p}_lo"], f"{p}_range"),
+        op("Div", [f"{p}_range", f"{c}255"], f"{p}_s"),
+        op("Max", [f"{p}_s", f"{c}tiny"], scale),  # [..., 1]; a row of zeros keeps a scale
+        op("Div", [f"{p}_lo", scale], f"{p}_lo_s"),
+        op("Neg", [f"{p}_lo_s"], f"{p}_zp_raw"),
+        op("Round", [f"{p}_zp_raw"], f"{p}_zp_round"),
+        op("Clip", [f"{p}_zp_round", f"{c}zero", f"{c}255"], f"{p}_zp"),  # [..., 1]
+        op("Div", [x, scale], f"{p}_x_s"),  # [..., K]
+        op("Round", [f"{p}_x_s"], f"{p}_x_round"),
+        op("Add", [f"{p}_x_round", f"{p}_zp"], f"{p}_x_zp"),
+        op("Clip", [f"{p}_x_zp", f"{c}zero", f"{c}255"], f"{p}_x_clip"),
+        op("Cast", [f"{p}_x_clip"], quantized, to=TensorProto.UINT8),  # [..., K]
+    ]
+
+
+def _column_sums(matmul: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> np.ndarray:
+    """Σ_k (W_q - w_zp)[k, n] of the MatMulInteger's weight, as float ([N])."""
+    w = numpy_helper.to_array(weights[matmul.input[1]]).astype(np.int64)  # [K, N]
+    zero_point = (numpy_helper.to_array(weights[matmul.input[3]]).astype(np.int64)
+                  if len(matmul.input) > 3 and matmul.input[3] else 0)
+    return (w - zero_point).sum(axis=0).astype(np.float32)  # [N]
