@@ -21,8 +21,8 @@ def command(
     json_output: JsonFlag = False,
 ) -> None:
     """Write the checkpoint's held-out examples (the split train evaluated it on, never trained
-    on) as JSONL: the texts to give `quantize --data`, so that a check of an
-    exported or int8 model is made on texts the model did not learn."""
+    on) as JSONL: the texts to give `quantize --data`, so that an exported or int8 model is
+    checked on texts the model did not learn."""
     from rich.markup import escape
 
     from attndeploy.checkpoint import read_config

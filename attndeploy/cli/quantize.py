@@ -111,7 +111,10 @@ def command(
     else:
         for candidate in result.candidates:
             grid_check, data_check = candidate.grid, candidate.data
-            line = (f"{candidate.method}: {candidate.quantized_nodes} MatMuls in int8, "
+            how = (f"{candidate.method}, per-row activations"
+                   if candidate.method == "dynamic" and options.activations == "per-row"
+                   else candidate.method)
+            line = (f"{how}: {candidate.quantized_nodes} MatMuls in int8, "
                     f"{candidate.size_bytes / 2**20:.1f} MiB (fp32 "
                     f"{result.source_bytes / 2**20:.1f}); grid: largest logit change "
                     f"{grid_check.max_logit_change:.3g}, labels equal "

@@ -245,6 +245,15 @@ def test_per_row_activations_answer_each_text_alike_alone_and_in_any_batch(text_
     assert fp32_matmuls(files["per-row"]) == fp32_matmuls(files["per-batch"])
 
 
+def test_the_cli_writes_per_row_activations_and_says_so(text_exports, tmp_path: Path):
+    source = text_exports.get("standard").path
+    done = run_cli("quantize", str(source), "--out", "rows.onnx", "--activations", "per-row",
+                   "--threads", "1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert " ".join(done.stdout.split()).startswith("dynamic, per-row activations: ")
+    assert quantization_record(tmp_path / "rows.onnx")["activations"] == "per-row"
+
+
 def test_tritons_onnxruntime_runs_the_per_row_file_as_this_one_does(text_exports,
                                                                    tmp_path: Path):
     from tests.interop import ort_runner
