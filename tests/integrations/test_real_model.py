@@ -1,8 +1,8 @@
 """A real pretrained encoder end to end: all-MiniLM-L6-v2 (6 x 384, 12 heads, WordPiece),
 warm-started into every variant, fine-tuned with `train --hf-model`'s defaults, exported,
-validated, packaged with its text model, served, and asked over gRPC and in process: the README's
-"A real pretrained model", as commands. Marked slow and integration; CI runs it (about 3 minutes
-on 2 cores)."""
+validated, its held-out texts made again and int8 checked on them, packaged with its text model,
+served, and asked over gRPC and in process: the README's "A real pretrained model", as
+commands. Marked slow and integration; CI runs it (about 3 minutes on 2 cores)."""
 
 from __future__ import annotations
 
@@ -88,6 +88,16 @@ def test_minilm_trains_exports_validates_packages_serves_and_answers_text(minilm
     local = [json.loads(line) for line in run_cli(
         "predict", "minilm.onnx", "--text", texts[0], "--text", texts[1], "--jsonl",
         cwd=tmp_path).stdout.splitlines()]
+    held = parse_json(run_cli("held-out", "ckpt", "--out", "held_out.jsonl", "--json",
+                              cwd=tmp_path))
+    assert held["examples"] == trained["metrics"]["examples"]
+    quantized = parse_json(run_cli(  # one epoch on 48 texts: the labels are not the point
+        "quantize", "minilm.onnx", "--out", "minilm.int8.onnx", "--data", "held_out.jsonl",
+        "--exclude-worst", "3", "--min-agreement", "0", "--max-accuracy-drop", "1", "--json",
+        cwd=tmp_path))
+    (int8,) = quantized["candidates"]
+    assert int8["data"]["texts"] == held["examples"] and int8["data"]["gate_flips"] == 0
+    assert len(int8["gate_network"]) == 2
     grpc, http, metrics = free_ports()
     with TritonServer(tmp_path / "repo", grpc_port=grpc, http_port=http, metrics_port=metrics,
                       models=["minilm", "minilm_text"], log_file=tmp_path / "server.log"
