@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from attndeploy.cli.options import CheckpointArg, ForceFlag, JsonFlag, shared
+from attndeploy.cli.options import (
+    CheckpointArg,
+    ForceFlag,
+    JsonFlag,
+    readable_text_file,
+    shared,
+)
 from attndeploy.cli.output import console, print_json
 
 
@@ -15,7 +21,8 @@ def command(
     data: Annotated[
         Path | None,
         shared("--data", "The JSONL file the checkpoint trained on, where it is now (default: "
-                         "the path it recorded); checked to be the same file."),
+                         "the path it recorded); checked to be the same file.",
+               callback=readable_text_file),
     ] = None,
     force: ForceFlag = False,
     json_output: JsonFlag = False,
