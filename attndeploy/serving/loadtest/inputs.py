@@ -240,32 +240,28 @@ def build_tokenized_pool(config: LoadTestConfig, encoded: list[Any],
     return [entries]
 
 
-def scaled_per_batch(session: Any) -> bool:
-    """Whether the ONNX file in `session` is int8 by dynamic quantization with per-batch
-    activation scales (its `attndeploy.quantization` record; `--activations per-row` is not):
-    each batch's activations are quantized with a scale over the whole batch, so an answer
-    computed inside a batch differs from the same request run alone (on the MiniLMs, logits by
-    up to 0.87, and 6-12 of 827 held-out labels; benchmarks/README.md, `int8_batching.py`).
-    Only a request that ran alone can be checked exactly."""
-    import json
+# onnxruntime's dynamic quantization: one activation scale over the whole input (per batch)
+PER_BATCH_QUANTIZERS = ("DynamicQuantizeLinear", "DynamicQuantizeMatMul")
 
-    record = session.get_modelmeta().custom_metadata_map.get("attndeploy.quantization")
-    try:
-        entry = json.loads(record) if record is not None else {}
-        return (entry.get("method") == "dynamic"
-                and entry.get("activations", "per-batch") == "per-batch")
-    except (json.JSONDecodeError, AttributeError):
-        return False
+
+def scales_per_batch(model: Any) -> bool:
+    """Whether the ONNX graph quantizes activations with one scale over the whole batch
+    (onnxruntime's dynamic int8, whoever made it; `quantize --activations per-row` leaves none):
+    an answer computed inside a batch then differs from the same request run alone (on the
+    MiniLMs, logits by up to 1.12, and 6-14 of 827 held-out labels; benchmarks/README.md,
+    `int8_batching.py`), so only a request that ran alone can be checked exactly."""
+    return any(node.op_type in PER_BATCH_QUANTIZERS for node in model.graph.node)
 
 
 class _Reference:
     """In-process onnxruntime on the same ONNX file; expected outputs cached per pool entry."""
 
-    def __init__(self, path: Path, served_outputs: Sequence[str]) -> None:
+    def __init__(self, path: Path, served_outputs: Sequence[str], *,
+                 scaled_per_batch: bool = False) -> None:
         from attndeploy.runtime.sessions import create_session
 
         self.session = create_session(path)
-        self.scaled_per_batch = scaled_per_batch(self.session)
+        self.scaled_per_batch = scaled_per_batch  # `scales_per_batch` of the file's graph
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs() if o.name in served_outputs]
         self._cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}
@@ -285,12 +281,13 @@ class _TextReference:
     Expected: the prediction contract's wire form (`runtime.contract.encode_wire`, the codec the
     text model answers with) of those predictions. Cached per pool entry."""
 
-    def __init__(self, path: Path, source: TextSource, served_outputs: Sequence[str]) -> None:
+    def __init__(self, path: Path, source: TextSource, served_outputs: Sequence[str], *,
+                 scaled_per_batch: bool = False) -> None:
         import onnxruntime as ort
 
         self.source = source
         self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        self.scaled_per_batch = scaled_per_batch(self.session)
+        self.scaled_per_batch = scaled_per_batch  # `scales_per_batch` of the file's graph
         self.run_outputs = ["logits", "gates"] if source.gated else ["logits"]
         self.outputs = list(served_outputs)
         self._cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}

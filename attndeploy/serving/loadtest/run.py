@@ -26,6 +26,7 @@ from attndeploy.serving.loadtest.inputs import (
     max_seq_from_onnx,
     random_texts,
     read_text_file,
+    scales_per_batch,
     served_max_seq,
     text_source,
     vocab_from_onnx,
@@ -99,8 +100,10 @@ def run_load_test(
     t_start_ns = clock.now_ns()
     notes: list[str] = []
     vocab = config.vocab_size
+    per_batch = False  # the ONNX file scales int8 activations per batch
     if config.onnx_path is not None:
         onnx_model = _load_onnx(config.onnx_path)
+        per_batch = scales_per_batch(onnx_model)
         if config.text_file is None:  # a text file's lines are checked once they are read
             check_seq_lengths(config, max_seq_from_onnx(onnx_model), f"from {config.onnx_path}")
         if vocab is None:
@@ -137,7 +140,7 @@ def run_load_test(
                               f"the served config's {PARAM_MAX_SEQ} parameter")
         served_outputs = [spec.name for spec in runner.metadata().outputs]
         pool, reference = _pool_and_reference(config, vocab, dtypes, served, served_outputs,
-                                              notes)
+                                              notes, per_batch)
         with _Progress(progress, config.max_windows) as bar:
             for level in config.levels:
                 bar.start(level)
@@ -189,8 +192,10 @@ def _pool_and_reference(
     served: dict[str, Any],
     served_outputs: list[str],
     notes: list[str],
+    per_batch: bool,
 ) -> tuple[list[list[_PoolEntry]], Any]:
-    """The requests to send and the oracle of their answers (None: not checked).
+    """The requests to send and the oracle of their answers (None: not checked). `per_batch`:
+    the ONNX file scales int8 activations per batch (`scales_per_batch`).
 
     An id model gets random ids, or `text_file`'s lines tokenized here; a text model (input
     `text`) gets random vocabulary words, or the lines themselves. Either way the oracle is
@@ -224,16 +229,17 @@ def _pool_and_reference(
     reference: Any = None
     if config.onnx_path is not None and config.check_fraction > 0:
         if takes_text:
-            reference = _TextReference(config.onnx_path, source, served_outputs) \
+            reference = _TextReference(config.onnx_path, source, served_outputs,
+                                       scaled_per_batch=per_batch) \
                 if source is not None else None
         else:
-            reference = _Reference(config.onnx_path, served_outputs)
+            reference = _Reference(config.onnx_path, served_outputs, scaled_per_batch=per_batch)
         if reference is None or not reference.outputs:
             notes.append("no output of the ONNX file is served: correctness not checked")
             reference = None
         elif reference.scaled_per_batch:
             alone = any(checks_exactly(reference, level) for level in config.levels)
-            notes.append(f"{config.onnx_path} is int8 by dynamic quantization: activations are "
+            notes.append(f"{config.onnx_path} is int8 by dynamic quantization with activations "
                          "scaled per batch, so an answer computed in a batch differs from the "
                          "request run alone; answers are checked at concurrency 1 only, where "
                          "each request runs alone" + ("" if alone else

@@ -1,4 +1,5 @@
-"""`loadtest --text-file <(...)`: a pipe is a text file like any other (read once)."""
+"""The load test's inputs: `--text-file <(...)` is a text file like any other (read once), and
+the ONNX file's graph says whether its answers can be checked inside a batch."""
 
 from __future__ import annotations
 
@@ -35,3 +36,24 @@ def test_a_pipe_is_accepted_and_read_as_a_text_file(tmp_path: Path) -> None:
 def test_a_missing_text_file_or_a_folder_is_refused(tmp_path: Path, make, message: str) -> None:
     with pytest.raises(LoadTestError, match=f"text_file .* {message}"):
         LoadTestConfig(model="m", text_file=make(tmp_path))
+
+
+def test_a_graph_that_quantizes_activations_per_batch_is_known_by_its_ops(tmp_path: Path
+                                                                         ) -> None:
+    """Whoever quantized it (no attndeploy record here): onnxruntime's dynamic int8 scales per
+    batch; the same file rewritten per row, and fp32, do not."""
+    import onnx
+
+    from attndeploy.quantize.per_row import per_row_activations
+    from attndeploy.serving.loadtest.inputs import scales_per_batch
+    from tests.serving.loadtest_fixtures import build_tiny_onnx
+    from tests.serving.tune.fixtures import int8_copy
+
+    fp32 = build_tiny_onnx(tmp_path / "fp32.onnx")
+    int8 = onnx.load(str(int8_copy(fp32, tmp_path / "int8.onnx", record=False)))
+    assert not any(p.key == "attndeploy.quantization" for p in int8.metadata_props)
+    assert scales_per_batch(int8)
+    assert not scales_per_batch(onnx.load(str(fp32)))
+    per_row_activations(int8)
+    assert not scales_per_batch(int8)
+
