@@ -540,6 +540,10 @@ CASES: dict[str, BadInput] = {
         fragment="gone.jsonl: no such data file",
         prepare=_copy_checkpoint(_set_data(data_file="gone.jsonl", eval_fraction=0.2,
                                            seed=0))),
+    "held-out over its own data file": case(
+        "held-out", "{ckpt}", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/d.jsonl", "--force",
+        stage="output", fragment="it is an input of this command",
+        prepare=_write("d.jsonl", '{"text": "a", "label": "x"}\n')),
     "held-out of a tagging task": case(
         "held-out", "{tmp}/ckpt", "--out", "{tmp}/h.jsonl", stage="data",
         fragment="label per token",

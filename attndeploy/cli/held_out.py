@@ -32,17 +32,23 @@ def command(
     checked on texts the model did not learn."""
     from rich.markup import escape
 
-    from attndeploy.checkpoint import read_config
+    from attndeploy.checkpoint import CONFIG_FILE, WEIGHTS_FILE, read_config
     from attndeploy.cli.info import check_is_a_directory
     from attndeploy.data.held_out import held_out_of
-    from attndeploy.errors import OutputError
-    from attndeploy.fsutil import already_exists, atomic_write_text, check_output_file
+    from attndeploy.fsutil import (
+        atomic_write_text,
+        check_not_an_input,
+        check_output_file,
+        check_replaceable,
+    )
 
     check_is_a_directory(checkpoint, "held-out")
-    check_output_file(out)
-    if out.exists() and not force:
-        raise OutputError(already_exists(out))
     config = read_config(checkpoint)
+    recorded = config.get("data", {}).get("data_file")
+    check_output_file(out)
+    check_not_an_input(out, [checkpoint / CONFIG_FILE, checkpoint / WEIGHTS_FILE,
+                             *([Path(data or recorded)] if data or recorded else [])])
+    check_replaceable(out, force=force)
     held = held_out_of(config.get("data", {}), max_seq=int(config["model"]["max_seq"]),
                        hf="hf" in config, data_file=data)
     atomic_write_text(out, held.to_jsonl())
