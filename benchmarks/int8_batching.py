@@ -160,7 +160,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", action="append", required=True, help="[LABEL=]CKPT")
+    parser.add_argument("--checkpoint", action="append", required=True, metavar="[LABEL=]PATH")
     parser.add_argument("--exclude-worst", default="", help="LABEL=N,... (default 0)")
     parser.add_argument("--batch", type=int, default=8, help="texts per random batch")
     parser.add_argument("--rounds", type=int, default=30, help="timed calls per shape")

@@ -1,9 +1,8 @@
 """The held-out examples of a checkpoint: the texts `train` evaluated it on and never trained on.
 
-`quantize --data`, and any check of an exported model against its checkpoint,
-want texts the model did not learn from; training holds them out but keeps no copy. A
-checkpoint records where they came from (its `data` entry), and `held_out_of(record)` makes them
-again:
+`quantize --data`, and any check of an exported model against its checkpoint, want texts the
+model did not learn from; training holds them out but keeps no copy. A checkpoint records where
+they came from (its `data` entry), and `held_out_of(record)` makes them again:
 - a JSONL file: `eval_fraction` of its examples at `seed` (`split_indices`, as `train --data`
   and `train --hf-model` split), checked against the file's SHA-256 where the checkpoint
   recorded one (checkpoints since `data_sha256` was added) and against the recorded count;
@@ -63,14 +62,12 @@ def _from_file(record: dict[str, Any], path: Path, *, given: Path | None) -> Hel
         raise DataError(f"{path} is not the file the checkpoint trained on: its SHA-256 differs "
                         "from the recorded one, so its split would hold other examples")
     texts, labels = read_jsonl(path)
-    _, held = split_indices(len(texts), float(record["eval_fraction"]),
-                            seed=int(record["seed"]))
-    rows = held.tolist()
+    share = float(record["eval_fraction"])
+    rows = split_indices(len(texts), share, seed=int(record["seed"]))[1].tolist()
     expected = record.get("held_out_examples")
     if expected is not None and len(rows) != expected:
         raise DataError(f"{path} splits into {len(rows)} held-out examples where the "
                         f"checkpoint held out {expected}: it is not the file it trained on")
-    share = float(record["eval_fraction"])
     return HeldOut([(texts[i], labels[i]) for i in rows],
                    f"{path} ({share:.0%} held out at split seed {record['seed']})")
 

@@ -49,13 +49,13 @@ def per_row_activations(model: onnx.ModelProto) -> int:
                  f"{PREFIX}255": np.array(255.0, np.float32),
                  f"{PREFIX}tiny": np.array(np.finfo(np.float32).tiny, np.float32),
                  f"{PREFIX}zero_point": np.array(0, np.uint8)}
+    opset = _opset(model)
     instead: dict[str, list[onnx.NodeProto]] = {}  # a DynamicQuantizeLinear -> its replacement
     after: dict[str, list[onnx.NodeProto]] = {}  # a Cast -> the zero-point fold after it
     for node in graph.node:
         if node.op_type != "DynamicQuantizeLinear":
             continue
-        instead[node.name] = _quantize_rows(node, _opset(model))
-        zero_point = f"{PREFIX}{node.name}_zp"  # [..., 1], float
+        instead[node.name], zero_point = _quantize_rows(node, opset)  # zero_point: [..., 1]
         for matmul in users[node.output[0]]:
             if matmul.op_type != "MatMulInteger" or matmul.input[1] not in weights:
                 raise QuantizeError(f"{node.name} feeds {matmul.op_type} {matmul.name}, not a "
@@ -93,8 +93,10 @@ def _opset(model: onnx.ModelProto) -> int:
                 1)
 
 
-def _quantize_rows(node: onnx.NodeProto, opset: int) -> list[onnx.NodeProto]:
-    """DynamicQuantizeLinear's arithmetic over the last axis: its three outputs, per row."""
+def _quantize_rows(node: onnx.NodeProto, opset: int) -> tuple[list[onnx.NodeProto], str]:
+    """DynamicQuantizeLinear's arithmetic over the last axis: the nodes that make its quantized
+    input and scale per row, and the name of the rows' zero points (float, [..., 1]), which
+    replace its uint8 zero-point output."""
     x, (quantized, scale, _) = node.input[0], node.output
     p = f"{PREFIX}{node.name}"
     c = PREFIX
@@ -124,7 +126,7 @@ def _quantize_rows(node: onnx.NodeProto, opset: int) -> list[onnx.NodeProto]:
         op("Add", [f"{p}_x_round", f"{p}_zp"], f"{p}_x_zp"),
         op("Clip", [f"{p}_x_zp", f"{c}zero", f"{c}255"], f"{p}_x_clip"),
         op("Cast", [f"{p}_x_clip"], quantized, to=TensorProto.UINT8),  # [..., K]
-    ]
+    ], f"{p}_zp"
 
 
 def _column_sums(matmul: onnx.NodeProto, weights: dict[str, onnx.TensorProto]) -> np.ndarray:
