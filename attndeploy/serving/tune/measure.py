@@ -48,6 +48,7 @@ class LevelPoint:
     p99_ms: float | None
     avg_batch_size: float | None  # what the tuned (driven) model's batcher formed
     errors: int
+    checks_done: int  # answers compared with in-process onnxruntime
     checks_failed: int
     stable: bool
 
@@ -71,6 +72,7 @@ class LevelPoint:
             p99_ms=level.latency_ms.get("p99"),  # type: ignore[arg-type]
             avg_batch_size=float(batch) if batch is not None else None,
             errors=level.error_count,
+            checks_done=level.checks.done,
             checks_failed=level.checks.failed,
             stable=level.stable,
         )
@@ -143,27 +145,14 @@ class MeasureSettings:
     def load_config(self, target: TuneTarget, candidate: Candidate, url: str, concurrency: int
                     ) -> LoadTestConfig:
         level_s = self.warmup_requests * 0.5 + self.max_windows * self.window_s + 30.0
-        checks = self.check_fraction if checked(candidate, concurrency) else 0.0
         return LoadTestConfig(
             model=target.model, url=url, protocol=self.protocol, concurrency=(concurrency,),
             seq_lengths=self.seq_lengths, text_file=self.text_file, window_s=self.window_s,
             stable_windows=self.stable_windows, max_windows=self.max_windows,
             stability_threshold=self.stability_threshold, warmup_requests=self.warmup_requests,
-            check_fraction=checks, onnx_path=target.onnx_for(candidate.precision),
+            check_fraction=self.check_fraction, onnx_path=target.onnx_for(candidate.precision),
             seed=self.seed, max_level_s=level_s,
         )
-
-
-def checked(candidate: Candidate, concurrency: int) -> bool:
-    """Whether answers at this level are compared with in-process onnxruntime.
-
-    An int8 model is checked at concurrency 1 only, where every request runs alone and must
-    match the int8 file exactly: dynamic quantization scales activations per batch, so an answer
-    computed inside a batch differs from the same request run alone by quantization noise (up
-    to 0.012 in the test model's logits, and a GA-Net gate near its threshold may flip). How
-    accurate the int8 model is, is for `attndeploy quantize` to validate, not the tuner.
-    """
-    return candidate.precision != INT8 or concurrency == 1
 
 
 def sweep_stop(levels: list[LevelPoint], budget_ms: float | None, min_gain: float) -> str | None:
@@ -181,6 +170,22 @@ def sweep_stop(levels: list[LevelPoint], budget_ms: float | None, min_gain: floa
         return (f"throughput grew less than {min_gain:.0%} at concurrency {last.concurrency} "
                 "(saturated)")
     return None
+
+
+def _unchecked_note(target: TuneTarget, candidate: Candidate, levels: list[LevelPoint],
+                    check_fraction: float) -> tuple[str, ...]:
+    """A note naming the levels whose answers the load tester did not compare with onnxruntime
+    although asked to: it checks an int8 file with per-batch activation scales at concurrency 1
+    only (`loadtest.run.checks_exactly`), and says why here."""
+    unchecked = [str(p.concurrency) for p in levels if p.checks_done == 0]
+    if check_fraction <= 0 or not unchecked:
+        return ()
+    why = ""
+    if candidate.precision == INT8 and target.int8 is not None and target.int8.scaled_per_batch:
+        why = (" (the int8 file scales activations per batch, so a batched answer differs from "
+               "the request run alone; `quantize --activations per-row` makes one that is "
+               "checked at every level)")
+    return (f"answers not compared with onnxruntime at concurrency {', '.join(unchecked)}{why}",)
 
 
 def _server_log_tail(path: Path) -> str:
@@ -242,8 +247,6 @@ def measure_candidate(
     notes: tuple[str, ...] = ()
     if failure is not None and log_tail:
         notes += (f"the server's log ended: {log_tail}",)
-    if any(not checked(candidate, c) for c in settings.concurrency):
-        notes += ("int8 answers compared with the int8 file at concurrency 1 only (batched "
-                  "answers differ by quantization noise)",)
+    notes += _unchecked_note(target, candidate, levels, settings.check_fraction)
     return Measurement(candidate, role, tuple(levels), failure, stopped,
                        time.monotonic() - t0, notes)

@@ -14,7 +14,8 @@ throughput in inferences (rows or texts) per second, `null` where nothing was me
       "measurements": [{"name", "role",                # current | package_default | search |
                         "candidate": {...},            #   final | repeat
                         "levels": [{"concurrency", "throughput", "p50_ms", "p95_ms", "p99_ms",
-                                    "avg_batch_size", "errors", "checks_failed", "stable"}],
+                                    "avg_batch_size", "errors", "checks_done", "checks_failed",
+                                    "stable"}],
                         "score", "best_concurrency",   # best throughput within the budget
                         "failure", "stopped", "duration_s", "notes"}],
       "search": {"method", "passes", "moves", "pruned", "stopped_because"},

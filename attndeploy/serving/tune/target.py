@@ -29,6 +29,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import file_sha256, is_staging_name
+from attndeploy.serving.loadtest.inputs import scales_per_batch
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.onnx_info import (
     is_generic,
@@ -48,9 +49,11 @@ class Int8Model:
     path: Path
     sha256: str
     quantization: str | None  # its `attndeploy.quantization` metadata (None: not recorded)
+    scaled_per_batch: bool  # its graph scales activations per batch (`scales_per_batch`)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": str(self.path), "sha256": self.sha256, "quantization": self.quantization}
+        return {"path": str(self.path), "sha256": self.sha256, "quantization": self.quantization,
+                "scaled_per_batch": self.scaled_per_batch}
 
 
 @dataclass(frozen=True)
@@ -169,7 +172,7 @@ def read_int8(path: Path, served: Path) -> Int8Model:
         raise RepositoryError(f"int8 model {path} is the served model itself ({served}); give "
                               "its quantized copy")
     meta = {prop.key: prop.value for prop in model.metadata_props}
-    return Int8Model(path, sha256, meta.get(META_QUANTIZATION))
+    return Int8Model(path, sha256, meta.get(META_QUANTIZATION), scales_per_batch(model))
 
 
 def read_target(repo: Path, model: str, int8: Path | None = None) -> TuneTarget:

@@ -92,7 +92,7 @@ class Simulated:
         for concurrency in settings.concurrency:
             throughput, p95 = self.formula(candidate, concurrency)
             levels.append(LevelPoint(concurrency, throughput, p95 / 2, p95, p95 * 1.2,
-                                     float(min(concurrency, candidate.max_batch_size)), 0, 0,
+                                     float(min(concurrency, candidate.max_batch_size)), 0, 1, 0,
                                      True))
             if on_level is not None:
                 on_level(levels[-1])

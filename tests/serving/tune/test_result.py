@@ -27,7 +27,8 @@ def candidate(batch: int) -> Candidate:
 
 def point(concurrency: int, throughput: float, p95: float, **changes) -> LevelPoint:
     values = dict(concurrency=concurrency, throughput=throughput, p50_ms=p95 / 2, p95_ms=p95,
-                  p99_ms=p95, avg_batch_size=2.0, errors=0, checks_failed=0, stable=True)
+                  p99_ms=p95, avg_batch_size=2.0, errors=0, checks_done=1, checks_failed=0,
+                  stable=True)
     return LevelPoint(**(values | changes))
 
 
