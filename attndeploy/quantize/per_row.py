@@ -13,12 +13,14 @@ token:
     zp     = clip(round(-lo / s), 0, 255)                [..., 1]
     x_q    = uint8(clip(round(x / s) + zp, 0, 255))      [..., K]
 
-MatMulInteger then takes zero point 0, and the rows' zero points are folded out after it:
+The last line is one QuantizeLinear with a scale and zero point per row (`axis=0`) on the 2-D
+view [R, K] of x, R = the product of the leading dims. MatMulInteger then takes zero point 0,
+and the rows' zero points are folded out after it:
 `Y = (x_q W_q - zp * colsum(W_q - w_zp)) * s * w_scale` ([..., N]). Every op is standard ONNX
-(ReduceMin/ReduceMax take their axes as the model's opset wants), so Triton's onnxruntime runs
-it; each answer is then the same alone or in any batch, and the finer scales kept more labels.
-The ops onnxruntime fuses into one kernel for per-tensor scales run one by one here, which costs
-time.
+(ReduceMin/ReduceMax take their axes as the model's opset wants; per-axis QuantizeLinear is
+opset 13), so Triton's onnxruntime runs it; each answer is then the same alone or in any batch,
+and the finer scales kept more labels. The ops onnxruntime fuses into one kernel for per-tensor
+scales run one by one here, which costs time (benchmarks/README.md, `int8_batching.py`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ def per_row_activations(model: onnx.ModelProto) -> int:
         for name in node.input:
             users[name].append(node)
     constants = {f"{PREFIX}axes": np.array([-1], np.int64),
+                 f"{PREFIX}flat": np.array([-1], np.int64),
                  f"{PREFIX}zero": np.array(0.0, np.float32),
                  f"{PREFIX}255": np.array(255.0, np.float32),
                  f"{PREFIX}tiny": np.array(np.finfo(np.float32).tiny, np.float32),
@@ -55,12 +58,15 @@ def per_row_activations(model: onnx.ModelProto) -> int:
     for node in graph.node:
         if node.op_type != "DynamicQuantizeLinear":
             continue
-        instead[node.name], zero_point = _quantize_rows(node, opset)  # zero_point: [..., 1]
         for matmul in users[node.output[0]]:
             if matmul.op_type != "MatMulInteger" or matmul.input[1] not in weights:
                 raise QuantizeError(f"{node.name} feeds {matmul.op_type} {matmul.name}, not a "
                                     "MatMulInteger with a weight: per-row activations cannot "
                                     "rewrite this graph")
+        rows_shape = f"{PREFIX}{node.name}_rows_shape"
+        constants[rows_shape] = np.array([-1, _depth(node, users, weights)], np.int64)
+        instead[node.name], zero_point = _quantize_rows(node, opset, rows_shape)  # [..., 1]
+        for matmul in users[node.output[0]]:
             colsum = f"{PREFIX}{matmul.name}_colsum"
             constants[colsum] = _column_sums(matmul, weights)  # [N]
             matmul.input[2] = f"{PREFIX}zero_point"
@@ -93,10 +99,23 @@ def _opset(model: onnx.ModelProto) -> int:
                 1)
 
 
-def _quantize_rows(node: onnx.NodeProto, opset: int) -> tuple[list[onnx.NodeProto], str]:
+def _depth(node: onnx.NodeProto, users: dict[str, list[onnx.NodeProto]],
+           weights: dict[str, onnx.TensorProto]) -> int:
+    """K, the last dim of the DynamicQuantizeLinear's input: the rows of the 2-D weights
+    ([K, N]) of the MatMulIntegers it feeds, which must agree."""
+    depths = {tuple(weights[matmul.input[1]].dims) for matmul in users[node.output[0]]}
+    if len({dims[0] for dims in depths}) != 1 or any(len(dims) != 2 for dims in depths):
+        raise QuantizeError(f"{node.name} feeds MatMulIntegers whose weights are not 2-D with "
+                            f"one depth ({sorted(depths)}): per-row activations cannot rewrite "
+                            "this graph")
+    return next(iter(depths))[0]
+
+
+def _quantize_rows(node: onnx.NodeProto, opset: int, rows_shape: str
+                   ) -> tuple[list[onnx.NodeProto], str]:
     """DynamicQuantizeLinear's arithmetic over the last axis: the nodes that make its quantized
     input and scale per row, and the name of the rows' zero points (float, [..., 1]), which
-    replace its uint8 zero-point output."""
+    replace its uint8 zero-point output. `rows_shape`: the constant [-1, K]."""
     x, (quantized, scale, _) = node.input[0], node.output
     p = f"{PREFIX}{node.name}"
     c = PREFIX
@@ -121,11 +140,14 @@ def _quantize_rows(node: onnx.NodeProto, opset: int) -> tuple[list[onnx.NodeProt
         op("Neg", [f"{p}_lo_s"], f"{p}_zp_raw"),
         op("Round", [f"{p}_zp_raw"], f"{p}_zp_round"),
         op("Clip", [f"{p}_zp_round", f"{c}zero", f"{c}255"], f"{p}_zp"),  # [..., 1]
-        op("Div", [x, scale], f"{p}_x_s"),  # [..., K]
-        op("Round", [f"{p}_x_s"], f"{p}_x_round"),
-        op("Add", [f"{p}_x_round", f"{p}_zp"], f"{p}_x_zp"),
-        op("Clip", [f"{p}_x_zp", f"{c}zero", f"{c}255"], f"{p}_x_clip"),
-        op("Cast", [f"{p}_x_clip"], quantized, to=TensorProto.UINT8),  # [..., K]
+        op("Cast", [f"{p}_zp"], f"{p}_zp_u8", to=TensorProto.UINT8),  # [..., 1]
+        op("Reshape", [f"{p}_zp_u8", f"{c}flat"], f"{p}_zp_rows"),  # [..., 1] -> [R]
+        op("Reshape", [scale, f"{c}flat"], f"{p}_s_rows"),  # [..., 1] -> [R]
+        op("Reshape", [x, rows_shape], f"{p}_x_rows"),  # [..., K] -> [R, K]
+        op("QuantizeLinear", [f"{p}_x_rows", f"{p}_s_rows", f"{p}_zp_rows"], f"{p}_q_rows",
+           axis=0),  # [R, K] uint8: round half to even, saturate, one scale per row
+        op("Shape", [x], f"{p}_shape"),
+        op("Reshape", [f"{p}_q_rows", f"{p}_shape"], quantized),  # [R, K] -> [..., K]
     ], f"{p}_zp"
 
 
