@@ -13,7 +13,10 @@ it measures:
 - each held-out text alone against inside seeded random batches of `--batch`: the largest and
   99th-percentile logit move, and the labels and GA-Net gates that change;
 - labels equal to fp32 and held-out accuracy (predict's own batching);
-- time per call at 1x16, 8x16, 8x128 and 32x32 random ids, interleaved, median over `--rounds`.
+- time per call at 1x16, 8x16, 8x128 and 32x32 random ids, interleaved, median over `--rounds`,
+  with `--threads` intra-op threads that do not spin (a spinning pool keeps the cores busy after
+  `run()` returns and slows whichever file runs next: on 2 cores that tripled some calls and
+  turned the ratios into noise; benchmarks/README.md, "How it measures").
 Writes `int8_batching.json` (with the CPU and the load) and `int8_batching.png`.
 """
 
@@ -101,6 +104,7 @@ def measure(label: str, checkpoint: Path, exclude_worst: int, args: argparse.Nam
     from attndeploy.export.exporter import export_checkpoint
     from attndeploy.quantize import QuantizeOptions, quantize_model
     from attndeploy.runtime import InferenceModel
+    from attndeploy.runtime.sessions import session_options
 
     config = read_config(checkpoint)
     held = held_out_of(config["data"], max_seq=config["model"]["max_seq"], hf="hf" in config)
@@ -113,7 +117,8 @@ def measure(label: str, checkpoint: Path, exclude_worst: int, args: argparse.Nam
         quantize_model(files["fp32"], files[name], QuantizeOptions(
             exclude_worst=exclude_worst, activations=activations, min_agreement=0.0,
             max_accuracy_drop=1.0, max_logit_change=1e9), data=work / f"{label}.jsonl")
-    models = {name: InferenceModel(path, threads=args.threads) for name, path in files.items()}
+    options = session_options(threads=args.threads, spinning=False)
+    models = {name: InferenceModel(path, session_options=options) for name, path in files.items()}
     fp32_labels = None
     result: dict[str, Any] = {"checkpoint": str(checkpoint), "exclude_worst": exclude_worst,
                               "held_out": held.origin, "models": {}}
@@ -172,6 +177,7 @@ def main() -> None:
     report: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu_description(), "load_before": os.getloadavg(), "batch": args.batch,
+        "threads": args.threads, "spinning": False,
         "results": {}}
     with tempfile.TemporaryDirectory(prefix="int8-batching-") as scratch:
         for label, checkpoint in checkpoint_labels(args.checkpoint).items():

@@ -67,7 +67,7 @@ def command(
         typer.Option(help="dynamic: per-batch, one activation scale per batch (onnxruntime's "
                           "fused kernel; a text's answer moves with the texts batched with "
                           "it); per-row, one per token (the same answer alone or in any batch, "
-                          "more labels kept, 1.1-1.5x the time).")
+                          "more labels kept, 1.1-1.6x the time).")
     ] = Activations(_default("activations")),
     max_logit_change: Annotated[
         float, typer.Option(help="Tolerance: the largest |logit change| on the shape grid.")

@@ -36,7 +36,7 @@ class QuantizeOptions:
       over the batch (onnxruntime's fused kernel), so a text's answer moves with the texts
       batched with it; `per-row` gives each token its own scale (`per_row.per_row_activations`):
       every answer is the same alone or in any batch, and the MiniLMs kept more labels, for
-      1.1-1.5x the time per call (benchmarks/README.md, `int8_batching.py`).
+      1.1-1.6x the time per call (benchmarks/README.md, `int8_batching.py`).
     - Tolerances: the largest |logit change| on the shape grid (`max_logit_change`), and with
       labelled texts the share of equal labels (`min_agreement`) and the held-out accuracy lost
       (`max_accuracy_drop`). Outside any of them nothing is written.

@@ -21,6 +21,15 @@ and the rows' zero points are folded out after it:
 opset 13), so Triton's onnxruntime runs it; each answer is then the same alone or in any batch,
 and the finer scales kept more labels. The ops onnxruntime fuses into one kernel for per-tensor
 scales run one by one here, which costs time (benchmarks/README.md, `int8_batching.py`).
+
+Two shorter forms were tried and are not used. MatMulInteger could take the rows' zero points
+itself (the standard allows a vector), but onnxruntime's kernel accepts a scalar only. A fixed
+zero point of 128 (symmetric scales) needs no fold, but kept fewer labels (99.27 % of the
+standard MiniLM's against 99.76 %). It also showed a trap: onnxruntime fuses
+`MatMulInteger -> Cast -> Mul(Mul(scale, w_scale))` into MatMulIntegerToFloat, and that kernel
+does not apply per-row scales as the unfused ops do: the fused model's logits were 1.64 from
+fp32's, the same graph unfused 0.28. The Sub of the fold stands between the Cast and the Mul,
+so that fusion cannot apply here (tests/quantize/test_per_row.py runs with every optimization).
 """
 
 from __future__ import annotations
