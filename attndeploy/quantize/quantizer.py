@@ -138,9 +138,17 @@ def _with_metadata(path: Path, source: onnx.ModelProto, record: dict[str, Any]) 
 
 
 def _count_quantized(data: bytes) -> int:
+    """The int8 MatMuls: integer MatMul nodes (dynamic, and onnxruntime's fused and QOperator
+    forms), and in a QDQ graph the MatMul/Gemm nodes whose weight is dequantized int8. Not the
+    QuantizeLinear nodes: per-row activations add one per quantized input, not per MatMul."""
     model = onnx.load_from_string(data)
-    kinds = {"MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul", "QuantizeLinear"}
-    return sum(node.op_type in kinds for node in model.graph.node)
+    integer = {"MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul"}
+    dequantized = {out for node in model.graph.node if node.op_type == "DequantizeLinear"
+                   for out in node.output}
+    return sum(node.op_type in integer
+               or (node.op_type in ("MatMul", "Gemm") and len(node.input) > 1
+                   and node.input[1] in dequantized)
+               for node in model.graph.node)
 
 
 def quantize_model(

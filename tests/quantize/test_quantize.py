@@ -67,6 +67,8 @@ def test_labelled_texts_give_agreement_and_accuracy_and_static_is_calibrated_on_
                             QuantizeOptions(method="best", threads=1, min_agreement=0.5,
                                             max_accuracy_drop=0.5), data=data)
     assert [c.method for c in result.candidates] == ["dynamic", "static"]
+    dynamic, static_candidate = result.candidates
+    assert dynamic.quantized_nodes == static_candidate.quantized_nodes > 0  # the same MatMuls
     for candidate in result.candidates:
         checked = candidate.data
         assert checked.texts == len(TEXTS)
@@ -223,11 +225,11 @@ def test_per_row_activations_answer_each_text_alike_alone_and_in_any_batch(text_
     """Per-batch scales move a text's int8 logits with the texts beside it; per-row ones do not,
     and quantize the same MatMuls."""
     source = text_exports.get("standard").path
-    files = {}
+    files, counts = {}, {}
     for activations in ("per-batch", "per-row"):
         files[activations] = tmp_path / f"{activations}.onnx"
-        quantize_model(source, files[activations], QuantizeOptions(threads=1,
-                                                                   activations=activations))
+        counts[activations] = quantize_model(source, files[activations], QuantizeOptions(
+            threads=1, activations=activations)).chosen.quantized_nodes
 
     def alone_and_together(path: Path) -> tuple[np.ndarray, np.ndarray]:
         model = InferenceModel(path, threads=1)
@@ -243,6 +245,7 @@ def test_per_row_activations_answer_each_text_alike_alone_and_in_any_batch(text_
     assert not any(node.op_type == "DynamicQuantizeLinear"
                    for node in onnx.load(str(files["per-row"])).graph.node)
     assert fp32_matmuls(files["per-row"]) == fp32_matmuls(files["per-batch"])
+    assert counts["per-row"] == counts["per-batch"] > 0  # its QuantizeLinear nodes are no MatMuls
 
 
 def test_the_cli_writes_per_row_activations_and_says_so(text_exports, tmp_path: Path):
