@@ -262,7 +262,9 @@ def _quantize(method: str, source: Path, target: Path, options: QuantizeOptions,
 def _worst_layers(source: Path, quantized: Path, feeds: list[dict[str, Any]],
                   options: QuantizeOptions) -> tuple[list[dict[str, Any]], list[str]]:
     """The layers ranked by the error int8 adds in each (`attndeploy.debug.compare_models` on
-    the grid), and the MatMul/Gemm nodes of the `exclude_worst` worst that hold any."""
+    the grid), and the MatMul/Gemm nodes of the `exclude_worst` worst that hold any and that
+    int8 quantizes: those with a weight (a product of two activations, such as attention's
+    scores, stays fp32 anyway)."""
     from attndeploy.debug import DebugOptions, compare_models
 
     report = compare_models(source, quantized, feeds,
@@ -271,8 +273,18 @@ def _worst_layers(source: Path, quantized: Path, feeds: list[dict[str, Any]],
     ranking = [{"label": layer.label, "added_error": layer.added_error,
                 "rel_error": layer.rel_error, "matmuls": list(layer.matmuls)}
                for layer in ranked]
-    worst = [name for layer in ranked[: options.exclude_worst] for name in layer.matmuls]
+    weighted = _weight_matmuls(onnx.load(str(source), load_external_data=False))
+    worst = [name for layer in ranked[: options.exclude_worst] for name in layer.matmuls
+             if name in weighted]
     return ranking, worst
+
+
+def _weight_matmuls(model: onnx.ModelProto) -> set[str]:
+    """The main graph's MatMul/Gemm nodes whose second input is an initializer."""
+    weights = {tensor.name for tensor in model.graph.initializer}
+    return {node.name for node in model.graph.node
+            if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1
+            and node.input[1] in weights}
 
 
 def _calibration_feeds(model: InferenceModel, texts: list[str], options: QuantizeOptions
