@@ -193,7 +193,8 @@ def quantize_model(
             worst: list[str] = []
             used = kept
             if options.exclude_worst:
-                ranking, worst = _worst_layers(source, target, feeds, options)
+                ranking, worst = _worst_layers(source, target, feeds, options,
+                                               _weight_matmuls(proto))
                 worst = [name for name in worst if name not in kept.exclude]
                 used = replace(kept, exclude=_joined(kept.exclude, worst))
                 _quantize(method, source, target, used, calibration)
@@ -260,11 +261,12 @@ def _quantize(method: str, source: Path, target: Path, options: QuantizeOptions,
 
 
 def _worst_layers(source: Path, quantized: Path, feeds: list[dict[str, Any]],
-                  options: QuantizeOptions) -> tuple[list[dict[str, Any]], list[str]]:
+                  options: QuantizeOptions, weighted: set[str]
+                  ) -> tuple[list[dict[str, Any]], list[str]]:
     """The layers ranked by the error int8 adds in each (`attndeploy.debug.compare_models` on
     the grid), and the MatMul/Gemm nodes of the `exclude_worst` worst that hold any and that
-    int8 quantizes: those with a weight (a product of two activations, such as attention's
-    scores, stays fp32 anyway)."""
+    int8 quantizes: those with a weight (`weighted`; a product of two activations, such as
+    attention's scores, stays fp32 anyway)."""
     from attndeploy.debug import DebugOptions, compare_models
 
     report = compare_models(source, quantized, feeds,
@@ -273,7 +275,6 @@ def _worst_layers(source: Path, quantized: Path, feeds: list[dict[str, Any]],
     ranking = [{"label": layer.label, "added_error": layer.added_error,
                 "rel_error": layer.rel_error, "matmuls": list(layer.matmuls)}
                for layer in ranked]
-    weighted = _weight_matmuls(onnx.load(str(source), load_external_data=False))
     worst = [name for layer in ranked[: options.exclude_worst] for name in layer.matmuls
              if name in weighted]
     return ranking, worst
