@@ -172,8 +172,8 @@ def sweep_stop(levels: list[LevelPoint], budget_ms: float | None, min_gain: floa
     return None
 
 
-def _unchecked_note(target: TuneTarget, candidate: Candidate, levels: list[LevelPoint],
-                    check_fraction: float) -> tuple[str, ...]:
+def unchecked_note(target: TuneTarget, candidate: Candidate, levels: list[LevelPoint],
+                   check_fraction: float) -> tuple[str, ...]:
     """A note naming the levels whose answers the load tester did not compare with onnxruntime
     although asked to: it checks an int8 file with per-batch activation scales at concurrency 1
     only (`loadtest.run.checks_exactly`), and says why here."""
@@ -247,6 +247,6 @@ def measure_candidate(
     notes: tuple[str, ...] = ()
     if failure is not None and log_tail:
         notes += (f"the server's log ended: {log_tail}",)
-    notes += _unchecked_note(target, candidate, levels, settings.check_fraction)
+    notes += unchecked_note(target, candidate, levels, settings.check_fraction)
     return Measurement(candidate, role, tuple(levels), failure, stopped,
                        time.monotonic() - t0, notes)

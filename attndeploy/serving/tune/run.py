@@ -52,6 +52,7 @@ from attndeploy.serving.tune.measure import (
     SEARCH,
     Measurement,
     measure_candidate,
+    unchecked_note,
 )
 from attndeploy.serving.tune.options import TuneOptions
 from attndeploy.serving.tune.progress import TuneProgress
@@ -222,6 +223,8 @@ class _Run:
         if leader is None:
             raise _none_within(self.measurements, self.budget_ms, self.options.concurrency)
         chosen = self.finals(bar, workdir) or leader
+        self.notes.extend(f"the chosen {chosen.candidate.name}: {note}" for note in unchecked_note(
+            self.target, chosen.candidate, list(chosen.levels), self.options.check_fraction))
         repeat = None
         if self.fits(self.options.in_process_estimate_s()):
             repeat = self.measure(chosen.candidate, REPEAT, bar, workdir)

@@ -53,6 +53,18 @@ def int8_copy(source: Path, out: Path, *, record: bool = True) -> Path:
     return out
 
 
+def int8_file(root: Path, activations: str) -> Path:
+    """An int8 copy of `tiny_repo(root)`'s ONNX, with per-batch or per-row activation scales."""
+    from attndeploy.quantize.per_row import per_row_activations
+
+    int8 = int8_copy(root / "tiny.onnx", root / f"tiny.{activations}.onnx")
+    if activations == "per-row":
+        model = onnx.load(str(int8))
+        assert per_row_activations(model) > 0
+        onnx.save(model, str(int8))
+    return int8
+
+
 # throughput(candidate, concurrency) -> (infer/s, p95 ms)
 Formula = Callable[[Candidate, int], tuple[float, float]]
 
@@ -91,9 +103,11 @@ class Simulated:
         stopped = None
         for concurrency in settings.concurrency:
             throughput, p95 = self.formula(candidate, concurrency)
+            checked = int(candidate.precision != "int8" or concurrency == 1
+                          or not target.int8.scaled_per_batch)  # as the load tester checks
             levels.append(LevelPoint(concurrency, throughput, p95 / 2, p95, p95 * 1.2,
-                                     float(min(concurrency, candidate.max_batch_size)), 0, 1, 0,
-                                     True))
+                                     float(min(concurrency, candidate.max_batch_size)), 0,
+                                     checked, 0, True))
             if on_level is not None:
                 on_level(levels[-1])
             stopped = sweep_stop(levels, settings.latency_budget_ms, settings.min_level_gain)

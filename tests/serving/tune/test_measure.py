@@ -6,18 +6,16 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import onnx
 import pytest
 
 from attndeploy.errors import LoadTestError
-from attndeploy.quantize.per_row import per_row_activations
 from attndeploy.serving.loadtest.report import CheckSummary
 from attndeploy.serving.loadtest.stats import WindowStats
 from attndeploy.serving.tune import measure
 from attndeploy.serving.tune.configs import read_candidate
 from attndeploy.serving.tune.options import TuneOptions
 from attndeploy.serving.tune.target import read_target
-from tests.serving.tune.fixtures import TEXT, int8_copy, tiny_repo
+from tests.serving.tune.fixtures import TEXT, int8_file, tiny_repo
 
 
 class StandInServer:
@@ -40,16 +38,6 @@ class StandInServer:
 def stand_ins(monkeypatch):
     monkeypatch.setattr(measure, "materialize", lambda target, candidate, folder: folder)
     monkeypatch.setattr(measure, "TritonServer", StandInServer)
-
-
-def int8_file(root, activations: str):
-    """An int8 copy of `tiny_repo(root)`'s ONNX, with per-batch or per-row activation scales."""
-    int8 = int8_copy(root / "tiny.onnx", root / f"tiny.{activations}.onnx")
-    if activations == "per-row":
-        model = onnx.load(str(int8))
-        assert per_row_activations(model) > 0
-        onnx.save(model, str(int8))
-    return int8
 
 
 def test_a_measurement_hands_each_window_to_on_window_and_keeps_a_failed_server_s_log(

@@ -202,3 +202,23 @@ def test_int8_is_tried_first_when_offered(repo, tmp_path):
     result = tune(repo, simulated, int8=int8, space=replace(SPACE, max_batch_size=(8,)))
     assert simulated.calls[1][0].endswith("-int8-ti1-td0" if is_bls(repo) else "-int8")
     assert result.chosen.candidate.precision == "int8"
+
+
+@pytest.mark.parametrize("activations", ["per-batch", "per-row"])
+def test_a_chosen_int8_file_left_unchecked_under_load_is_said_so(repo, tmp_path, activations):
+    """The load tester checks a per-batch int8 file at concurrency 1 only; when the choice is
+    such a file, the run's notes (which the CLI prints) say which levels went unchecked."""
+    from tests.serving.tune.fixtures import int8_file
+
+    int8 = int8_file(tmp_path, activations)
+    result = tune(repo, Simulated(), int8=int8, space=replace(SPACE, max_batch_size=(8,)))
+    name = result.chosen.candidate.name
+    assert result.chosen.candidate.precision == "int8"
+    said = [note for note in result.notes if note.startswith(f"the chosen {name}: ")]
+    if activations == "per-row":
+        assert said == []
+    else:
+        assert said == [f"the chosen {name}: answers not compared with onnxruntime at "
+                        "concurrency 4, 16 (the int8 file scales activations per batch, so a "
+                        "batched answer differs from the request run alone; `quantize "
+                        "--activations per-row` makes one that is checked at every level)"]
