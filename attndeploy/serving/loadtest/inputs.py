@@ -256,12 +256,10 @@ def scales_per_batch(model: Any) -> bool:
 class _Reference:
     """In-process onnxruntime on the same ONNX file; expected outputs cached per pool entry."""
 
-    def __init__(self, path: Path, served_outputs: Sequence[str], *,
-                 scaled_per_batch: bool = False) -> None:
+    def __init__(self, path: Path, served_outputs: Sequence[str]) -> None:
         from attndeploy.runtime.sessions import create_session
 
         self.session = create_session(path)
-        self.scaled_per_batch = scaled_per_batch  # `scales_per_batch` of the file's graph
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.outputs = [o.name for o in self.session.get_outputs() if o.name in served_outputs]
         self._cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}
@@ -281,13 +279,11 @@ class _TextReference:
     Expected: the prediction contract's wire form (`runtime.contract.encode_wire`, the codec the
     text model answers with) of those predictions. Cached per pool entry."""
 
-    def __init__(self, path: Path, source: TextSource, served_outputs: Sequence[str], *,
-                 scaled_per_batch: bool = False) -> None:
+    def __init__(self, path: Path, source: TextSource, served_outputs: Sequence[str]) -> None:
         import onnxruntime as ort
 
         self.source = source
         self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        self.scaled_per_batch = scaled_per_batch  # `scales_per_batch` of the file's graph
         self.run_outputs = ["logits", "gates"] if source.gated else ["logits"]
         self.outputs = list(served_outputs)
         self._cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}

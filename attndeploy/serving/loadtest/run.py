@@ -145,7 +145,7 @@ def run_load_test(
             for level in config.levels:
                 bar.start(level)
                 run = _LevelRun(runner.client, config, level, pool,
-                                reference if checks_exactly(reference, level) else None,
+                                reference if checks_exactly(per_batch, level) else None,
                                 _both(bar.window, on_window), clock)
                 try:
                     result = run.run()
@@ -165,12 +165,11 @@ def run_load_test(
     return report()
 
 
-def checks_exactly(reference: Any, level: LoadLevel) -> bool:
+def checks_exactly(per_batch: bool, level: LoadLevel) -> bool:
     """Whether answers at `level` can be compared with in-process onnxruntime exactly: always,
-    except for a dynamically quantized int8 file (`scaled_per_batch`) above concurrency 1, where
-    the server batches requests together."""
-    return reference is not None and (not reference.scaled_per_batch or (
-        level.mode == "concurrency" and int(level.value) == 1))
+    except for an int8 file that scales activations per batch (`per_batch`, `scales_per_batch`)
+    above concurrency 1, where the server batches requests together."""
+    return not per_batch or (level.mode == "concurrency" and int(level.value) == 1)
 
 
 def _both(first: Callable[[WindowStats], None],
@@ -229,16 +228,15 @@ def _pool_and_reference(
     reference: Any = None
     if config.onnx_path is not None and config.check_fraction > 0:
         if takes_text:
-            reference = _TextReference(config.onnx_path, source, served_outputs,
-                                       scaled_per_batch=per_batch) \
+            reference = _TextReference(config.onnx_path, source, served_outputs) \
                 if source is not None else None
         else:
-            reference = _Reference(config.onnx_path, served_outputs, scaled_per_batch=per_batch)
+            reference = _Reference(config.onnx_path, served_outputs)
         if reference is None or not reference.outputs:
             notes.append("no output of the ONNX file is served: correctness not checked")
             reference = None
-        elif reference.scaled_per_batch:
-            alone = any(checks_exactly(reference, level) for level in config.levels)
+        elif per_batch:
+            alone = any(checks_exactly(per_batch, level) for level in config.levels)
             notes.append(f"{config.onnx_path} is int8 by dynamic quantization with activations "
                          "scaled per batch, so an answer computed in a batch differs from the "
                          "request run alone; answers are checked at concurrency 1 only, where "
