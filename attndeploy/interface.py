@@ -121,6 +121,16 @@ def make_feed(input_ids: np.ndarray, attention_mask: np.ndarray) -> dict[str, np
     }
 
 
+DEFAULT_DOMAINS = ("", "ai.onnx")  # the two names of the standard ONNX op set
+
+
+def default_opset(model: onnx.ModelProto) -> int | None:
+    """The model's standard ONNX opset (its default-domain import), None without one: what a
+    runtime must implement to run it, and which signature an op such as ReduceMin takes."""
+    return next((int(entry.version) for entry in model.opset_import
+                 if entry.domain in DEFAULT_DOMAINS), None)
+
+
 Feed = Mapping[str, np.ndarray]
 Outputs = dict[str, np.ndarray]
 

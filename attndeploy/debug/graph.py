@@ -27,11 +27,11 @@ from functools import cached_property
 
 import onnx
 
+from attndeploy.interface import DEFAULT_DOMAINS, default_opset
 from attndeploy.opspec.bodies import DOMAIN
 
 NAME_SCOPES = "pkg.torch.onnx.name_scopes"
 CLASS_HIERARCHY = "pkg.torch.onnx.class_hierarchy"
-DEFAULT_DOMAINS = ("", "ai.onnx")
 MATMULS = ("MatMul", "Gemm")
 FLOAT_OR_BOOL = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
                  onnx.TensorProto.DOUBLE, onnx.TensorProto.BOOL)
@@ -134,8 +134,7 @@ class GraphLayers:
     @property
     def opset(self) -> int:
         """The model's default-domain opset."""
-        return next((o.version for o in self.model.opset_import if o.domain in DEFAULT_DOMAINS),
-                    0)
+        return default_opset(self.model) or 0
 
     @property
     def scoped(self) -> bool:

@@ -119,11 +119,9 @@ def _onnx_files(model_dir: Path, config: Any) -> list[Path]:
 def _opset(path: Path) -> int | None:
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
-    for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return int(entry.version)
-    return None
+    from attndeploy.interface import default_opset
+
+    return default_opset(onnx.load(str(path), load_external_data=False))
 
 
 def select_models(repo: Path, options: KubernetesOptions) -> tuple[list[str], list[str]]:

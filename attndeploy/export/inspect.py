@@ -17,12 +17,12 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from attndeploy.errors import ExportError
+from attndeploy.interface import DEFAULT_DOMAINS
 
 META_PREFIX = "attndeploy."
 PRODUCER = "attndeploy"
 # Metadata every attndeploy export writes (docs/ops.md, "Model-level interface").
 REQUIRED_METADATA = ("variant", "version", "config", "weights_sha256", "opset")
-DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def _load(path: Path) -> onnx.ModelProto:

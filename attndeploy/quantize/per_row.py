@@ -42,6 +42,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from attndeploy.errors import QuantizeError
+from attndeploy.interface import default_opset
 
 PREFIX = "attndeploy_per_row_"  # names of the constants and nodes this adds
 
@@ -61,7 +62,7 @@ def per_row_activations(model: onnx.ModelProto) -> int:
                  f"{PREFIX}255": np.array(255.0, np.float32),
                  f"{PREFIX}tiny": np.array(np.finfo(np.float32).tiny, np.float32),
                  f"{PREFIX}zero_point": np.array(0, np.uint8)}
-    opset = _opset(model)
+    opset = default_opset(model) or 0
     instead: dict[str, list[onnx.NodeProto]] = {}  # a DynamicQuantizeLinear -> its replacement
     after: dict[str, list[onnx.NodeProto]] = {}  # a Cast -> the zero-point fold after it
     for node in graph.node:
@@ -101,11 +102,6 @@ def per_row_activations(model: onnx.ModelProto) -> int:
     graph.initializer.extend(numpy_helper.from_array(value, name)
                              for name, value in constants.items())
     return len(instead)
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")),
-                1)
 
 
 def _depth(node: onnx.NodeProto, users: dict[str, list[onnx.NodeProto]],

@@ -28,7 +28,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from attndeploy import __version__
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import is_staging_name, is_stale_temporary, parse_temporary_name
-from attndeploy.interface import ATTENTION_MASK
+from attndeploy.interface import ATTENTION_MASK, default_opset
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.generic import (
     GenericInfo,
@@ -288,13 +288,6 @@ def _check_onnx(
     return onnx_model, info
 
 
-def _opset(onnx_model: onnx.ModelProto) -> int | None:
-    for entry in onnx_model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return int(entry.version)
-    return None
-
-
 def _check_parameters(model: _Model, cfg: mc.ModelConfig, info: ModelInfo) -> None:
     """The python flavour's parameters (read by model.py) against the model's metadata."""
     params = {key: value.string_value for key, value in cfg.parameters.items()}
@@ -415,7 +408,7 @@ def _check_model(model: _Model) -> None:
         if checked is None:
             continue
         onnx_model, info = checked
-        opset = _opset(onnx_model)
+        opset = default_opset(onnx_model)
         if flavor == "onnxruntime" and opset is not None and opset > TRITON_ORT_MAX_OPSET:
             model.warning(
                 f"{version}/{model_file} uses opset {opset}; Triton 2.51's onnxruntime backend "
