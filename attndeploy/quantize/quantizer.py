@@ -145,10 +145,8 @@ def _count_quantized(data: bytes) -> int:
     integer = {"MatMulInteger", "DynamicQuantizeMatMul", "QLinearMatMul"}
     dequantized = {out for node in model.graph.node if node.op_type == "DequantizeLinear"
                    for out in node.output}
-    return sum(node.op_type in integer
-               or (node.op_type in ("MatMul", "Gemm") and len(node.input) > 1
-                   and node.input[1] in dequantized)
-               for node in model.graph.node)
+    return (sum(node.op_type in integer for node in model.graph.node)
+            + len(_matmuls_on(model, dequantized)))
 
 
 def quantize_model(
@@ -281,11 +279,15 @@ def _worst_layers(source: Path, quantized: Path, feeds: list[dict[str, Any]],
 
 
 def _weight_matmuls(model: onnx.ModelProto) -> set[str]:
-    """The main graph's MatMul/Gemm nodes whose second input is an initializer."""
-    weights = {tensor.name for tensor in model.graph.initializer}
-    return {node.name for node in model.graph.node
-            if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1
-            and node.input[1] in weights}
+    """The names of the main graph's MatMul/Gemm nodes whose second input is an initializer."""
+    return {node.name for node in _matmuls_on(
+        model, {tensor.name for tensor in model.graph.initializer})}
+
+
+def _matmuls_on(model: onnx.ModelProto, second_inputs: set[str]) -> list[onnx.NodeProto]:
+    """The main graph's MatMul/Gemm nodes whose second input is one of `second_inputs`."""
+    return [node for node in model.graph.node if node.op_type in ("MatMul", "Gemm")
+            and len(node.input) > 1 and node.input[1] in second_inputs]
 
 
 def _calibration_feeds(model: InferenceModel, texts: list[str], options: QuantizeOptions
