@@ -132,22 +132,12 @@ def int8_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                 ) -> Iterator[tuple[TritonServer, Path, str]]:
     """The tiny model as `attndeploy quantize` makes it (dynamic int8, activations scaled per
     batch by default or per row), served."""
-    import onnx
-
-    from attndeploy.quantize.per_row import per_row_activations
     from tests.serving.tune.fixtures import int8_copy
 
     repo = _write_repo(tmp_path_factory.mktemp("loadtest-int8"))
     fp32 = tiny_onnx_path(repo).rename(tiny_onnx_path(repo).with_suffix(".fp32"))
-    int8 = int8_copy(fp32, tiny_onnx_path(repo))
+    int8 = int8_copy(fp32, tiny_onnx_path(repo), activations=request.param)
     fp32.unlink()  # the repository holds only what is served
-    if request.param == "per-row":
-        model = onnx.load(str(int8))
-        per_row_activations(model)
-        for entry in model.metadata_props:
-            if entry.key == "attndeploy.quantization":
-                entry.value = json.dumps({"method": "dynamic", "activations": "per-row"})
-        onnx.save(model, str(int8))
     grpc, http, metrics = free_ports(3)
     with TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics) as server:
         yield server, int8, request.param

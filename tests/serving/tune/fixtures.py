@@ -39,30 +39,27 @@ def tiny_repo(root: Path, *, text: bool = True, hidden: int = 8, **options) -> P
     return root / "repo"
 
 
-def int8_copy(source: Path, out: Path, *, record: bool = True) -> Path:
+def int8_copy(source: Path, out: Path, *, record: bool = True,
+              activations: str = "per-batch") -> Path:
     """onnxruntime's dynamic int8 quantization of `source` (what `attndeploy quantize` runs by
-    default), with an `attndeploy.quantization` record as it adds one (`record`)."""
+    default), its activations scaled per batch or, rewritten, per row (`--activations`), with an
+    `attndeploy.quantization` record as it adds one (`record`)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(source), str(out), weight_type=QuantType.QInt8)
-    if record:
-        model = onnx.load(str(out))
-        entry = model.metadata_props.add()
-        entry.key, entry.value = "attndeploy.quantization", json.dumps({"method": "dynamic"})
-        onnx.save(model, str(out))
-    return out
-
-
-def int8_file(root: Path, activations: str) -> Path:
-    """An int8 copy of `tiny_repo(root)`'s ONNX, with per-batch or per-row activation scales."""
     from attndeploy.quantize.per_row import per_row_activations
 
-    int8 = int8_copy(root / "tiny.onnx", root / f"tiny.{activations}.onnx")
-    if activations == "per-row":
-        model = onnx.load(str(int8))
-        assert per_row_activations(model) > 0
-        onnx.save(model, str(int8))
-    return int8
+    quantize_dynamic(str(source), str(out), weight_type=QuantType.QInt8)
+    if record or activations == "per-row":
+        model = onnx.load(str(out))
+        if activations == "per-row":
+            assert per_row_activations(model) > 0
+        if record:
+            entry = model.metadata_props.add()
+            entry.key, entry.value = "attndeploy.quantization", json.dumps(
+                {"method": "dynamic"} | ({"activations": "per-row"}
+                                         if activations == "per-row" else {}))
+        onnx.save(model, str(out))
+    return out
 
 
 # throughput(candidate, concurrency) -> (infer/s, p95 ms)

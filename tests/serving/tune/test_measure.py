@@ -15,7 +15,7 @@ from attndeploy.serving.tune import measure
 from attndeploy.serving.tune.configs import read_candidate
 from attndeploy.serving.tune.options import TuneOptions
 from attndeploy.serving.tune.target import read_target
-from tests.serving.tune.fixtures import TEXT, int8_file, tiny_repo
+from tests.serving.tune.fixtures import TEXT, int8_copy, tiny_repo
 
 
 class StandInServer:
@@ -73,7 +73,9 @@ def test_int8_answers_are_checked_where_the_load_tester_can_and_unchecked_levels
     make (a per-batch int8 file's batched answers cannot be checked exactly; a per-row file's
     can); the measurement counts the checks and names the levels left unchecked, with why."""
     repo = tiny_repo(tmp_path)
-    target = read_target(repo, TEXT, int8_file(tmp_path, activations))
+    int8 = int8_copy(tmp_path / "tiny.onnx", tmp_path / f"tiny.{activations}.onnx",
+                     activations=activations)
+    target = read_target(repo, TEXT, int8)
     assert target.int8.scaled_per_batch == (activations == "per-batch")
     asked = []
 
@@ -89,8 +91,8 @@ def test_int8_answers_are_checked_where_the_load_tester_can_and_unchecked_levels
     monkeypatch.setattr(measure, "run_load_test", load_test)
     settings = TuneOptions(repo=repo, model=TEXT, concurrency=(1, 4, 16),
                            check_fraction=0.1).settings()
-    int8 = read_candidate(target.id_config, target.text_config, "int8")
-    result = measure.measure_candidate(target, int8, settings, tmp_path / "work")
+    candidate = read_candidate(target.id_config, target.text_config, "int8")
+    result = measure.measure_candidate(target, candidate, settings, tmp_path / "work")
     assert asked == [(c, 0.1, target.int8.path) for c in (1, 4, 16)]
     assert [p.checks_done for p in result.levels] == (
         [5, 0, 0] if activations == "per-batch" else [5, 5, 5])

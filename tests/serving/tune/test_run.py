@@ -208,9 +208,10 @@ def test_int8_is_tried_first_when_offered(repo, tmp_path):
 def test_a_chosen_int8_file_left_unchecked_under_load_is_said_so(repo, tmp_path, activations):
     """The load tester checks a per-batch int8 file at concurrency 1 only; when the choice is
     such a file, the run's notes (which the CLI prints) say which levels went unchecked."""
-    from tests.serving.tune.fixtures import int8_file
+    from tests.serving.tune.fixtures import int8_copy
 
-    int8 = int8_file(tmp_path, activations)
+    int8 = int8_copy(tmp_path / "tiny.onnx", tmp_path / f"tiny.{activations}.onnx",
+                     activations=activations)
     result = tune(repo, Simulated(), int8=int8, space=replace(SPACE, max_batch_size=(8,)))
     name = result.chosen.candidate.name
     assert result.chosen.candidate.precision == "int8"
