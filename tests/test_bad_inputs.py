@@ -559,7 +559,7 @@ CASES: dict[str, BadInput] = {
     "quantize per-row static": case("quantize", "{onnx}", "--out", "{tmp}/q.onnx",
                                     "--method", "static", "--activations", "per-row",
                                     stage="config",
-                                    fragment="--activations per-row rewrites dynamic"),
+                                    fragment="--method static calibrates fixed ones"),
     "quantize negative tolerance": case("quantize", "{onnx}", "--out", "{tmp}/q.onnx",
                                         "--max-logit-change", "-1", stage="config",
                                         fragment="--max-logit-change must be > 0"),

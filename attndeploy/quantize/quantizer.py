@@ -74,7 +74,9 @@ class QuantizeResult:
         return {
             "source": str(self.source), "out": str(self.out), "written": self.passed,
             "method": self.chosen.method if self.chosen else None,
-            "options": asdict(self.options), "source_bytes": self.source_bytes,
+            "options": asdict(self.options) | {
+                "activations": self.options.dynamic_activations},
+            "source_bytes": self.source_bytes,
             "candidates": [c.to_dict() for c in self.candidates],
         }
 
@@ -94,7 +96,7 @@ def _what_to_try(options: QuantizeOptions, candidates: list[Candidate]) -> str:
     if not options.gate_network_fp32 and any(c.grid.gate_flips or (c.data and c.data.gate_flips)
                                              for c in candidates):
         tries.append("--gate-network-fp32 (GA-Net's hard gates flipped)")
-    if options.method == "dynamic" and options.activations == "per-batch":
+    if options.dynamic_activations == "per-batch":
         tries.append("--activations per-row (each token its own activation scale: the MiniLMs "
                      "kept 99.76 % of their labels with every layer in int8)")
     if not options.exclude_worst:
@@ -198,7 +200,8 @@ def quantize_model(
                 _quantize(method, source, target, used, calibration)
             record = {"method": method, "per_channel": options.per_channel,
                       "reduce_range": options.reduce_range,
-                      "activations": options.activations if method == "dynamic" else None,
+                      "activations": (options.dynamic_activations if method == "dynamic"
+                                      else None),
                       "exclude": list(used.exclude),
                       "gate_network": gate_network,
                       "source_weights_sha256": fp32.metadata.weights_sha256}
@@ -248,7 +251,7 @@ def _quantize(method: str, source: Path, target: Path, options: QuantizeOptions,
     try:
         if method == "dynamic":
             methods.quantize_dynamic_file(source, target, options)
-            if options.activations == "per-row":
+            if options.dynamic_activations == "per-row":
                 model = onnx.load(str(target))
                 per_row_activations(model)
                 onnx.save(model, str(target))

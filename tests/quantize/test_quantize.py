@@ -52,6 +52,8 @@ def test_int8_keeps_the_attndeploy_nodes_functions_and_metadata_and_stays_close(
     assert {p.key: p.value for p in fp32.metadata_props}.items() <= meta.items()
     record = json.loads(meta["attndeploy.quantization"])
     assert record["method"] == "dynamic" and record["per_channel"] is True
+    assert record["activations"] == "per-row"  # the default: answers independent of the batch
+    assert kinds["DynamicQuantizeLinear"] == 0
     assert result.chosen.grid.max_logit_change < 0.5
     assert result.chosen.size_bytes < (tmp_path / "int8.onnx").stat().st_size + 1
     predictions = InferenceModel(tmp_path / "int8.onnx", threads=1).predict(TEXTS[:5])
@@ -74,11 +76,14 @@ def test_labelled_texts_give_agreement_and_accuracy_and_static_is_calibrated_on_
         assert checked.texts == len(TEXTS)
         assert checked.fp32_accuracy == pytest.approx(1 - 4 / len(TEXTS))
         assert 0.5 <= checked.label_agreement <= 1.0
-    static = onnx.load(str(tmp_path / "int8.onnx")) if result.chosen.method == "static" else None
-    if static is not None:
-        assert any(n.op_type == "QuantizeLinear" for n in static.graph.node)
+    written = onnx.load(str(tmp_path / "int8.onnx"))
+    if result.chosen.method == "static":
+        assert any(n.op_type == "QuantizeLinear" for n in written.graph.node)
+    else:  # best's dynamic file scales per row, as dynamic's does
+        assert not any(n.op_type == "DynamicQuantizeLinear" for n in written.graph.node)
     assert result.chosen in result.candidates
-    assert json.loads(json.dumps(result.to_dict()))["written"] is True
+    report = json.loads(json.dumps(result.to_dict()))
+    assert report["written"] is True and report["options"]["activations"] == "per-row"
 
 
 def test_outside_a_tolerance_nothing_is_written_and_the_numbers_say_why(text_exports,
@@ -110,6 +115,11 @@ def test_refusals_come_before_any_work(text_exports, tmp_path: Path):
         quantize_model(source, tmp_path / "g.onnx", QuantizeOptions(grid="2x999"))
     with pytest.raises(ConfigError, match="unknown quantization method"):
         QuantizeOptions(method="fp4")
+    for scaling in ("per-row", "per-batch"):  # static's scales are fixed: neither applies
+        with pytest.raises(ConfigError, match=f"--activations {scaling} scales dynamic"):
+            QuantizeOptions(method="static", activations=scaling)
+    assert QuantizeOptions(method="static").dynamic_activations is None
+    assert QuantizeOptions(method="best").dynamic_activations == "per-row"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "taken.onnx"]
 
 
@@ -248,13 +258,17 @@ def test_per_row_activations_answer_each_text_alike_alone_and_in_any_batch(text_
     assert counts["per-row"] == counts["per-batch"] > 0  # its QuantizeLinear nodes are no MatMuls
 
 
-def test_the_cli_writes_per_row_activations_and_says_so(text_exports, tmp_path: Path):
+@pytest.mark.parametrize("asked", [None, "per-row", "per-batch"])
+def test_the_cli_writes_the_activation_scaling_asked_per_row_by_default_and_says_so(
+        text_exports, tmp_path: Path, asked: str | None):
     source = text_exports.get("standard").path
-    done = run_cli("quantize", str(source), "--out", "rows.onnx", "--activations", "per-row",
-                   "--threads", "1", cwd=tmp_path)
+    flag = ["--activations", asked] if asked else []
+    done = run_cli("quantize", str(source), "--out", "q.onnx", *flag, "--threads", "1",
+                   cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert " ".join(done.stdout.split()).startswith("dynamic, per-row activations: ")
-    assert quantization_record(tmp_path / "rows.onnx")["activations"] == "per-row"
+    made = asked or "per-row"
+    assert " ".join(done.stdout.split()).startswith(f"dynamic, {made} activations: ")
+    assert quantization_record(tmp_path / "q.onnx")["activations"] == made
 
 
 def test_tritons_onnxruntime_runs_the_per_row_file_as_this_one_does(text_exports,
@@ -310,7 +324,8 @@ def test_a_miss_says_which_options_to_try(text_exports, tmp_path: Path, monkeypa
     monkeypatch.setattr("attndeploy.quantize.cpu.has_vnni", lambda: vnni)
     source = text_exports.get("standard").path
     missed = quantize_model(source, tmp_path / "q.onnx",
-                            QuantizeOptions(threads=1, max_logit_change=1e-9))
+                            QuantizeOptions(threads=1, max_logit_change=1e-9,
+                                            activations="per-batch"))
     with pytest.raises(QuantizeError) as caught:
         missed.raise_for_failure()
     assert "try --activations per-row" in str(caught.value)
@@ -323,7 +338,7 @@ def test_a_miss_with_every_option_on_suggests_nothing(text_exports, tmp_path: Pa
     monkeypatch.setattr("attndeploy.quantize.cpu.has_vnni", lambda: False)  # would hint all
     tried = quantize_model(text_exports.get("standard").path, tmp_path / "r.onnx",
                            QuantizeOptions(threads=1, max_logit_change=1e-9, exclude_worst=1,
-                                           reduce_range=True, activations="per-row"))
+                                           reduce_range=True))  # per row: the default
     with pytest.raises(QuantizeError) as caught:
         tried.raise_for_failure()
     assert "no int8 model within the tolerances" in str(caught.value)

@@ -246,7 +246,7 @@ PER_BATCH_QUANTIZERS = ("DynamicQuantizeLinear", "DynamicQuantizeMatMul")
 
 def scales_per_batch(model: Any) -> bool:
     """Whether the ONNX graph quantizes activations with one scale over the whole batch
-    (onnxruntime's dynamic int8, whoever made it; `quantize --activations per-row` leaves none):
+    (onnxruntime's dynamic int8, whoever made it; `quantize`'s default per-row scales leave none):
     an answer computed inside a batch then differs from the same request run alone (on the
     MiniLMs, logits by up to 1.12, and 6-14 of 827 held-out labels; benchmarks/README.md,
     `int8_batching.py`), so only a request that ran alone can be checked exactly."""

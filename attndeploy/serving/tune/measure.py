@@ -183,8 +183,8 @@ def unchecked_note(target: TuneTarget, candidate: Candidate, levels: list[LevelP
     why = ""
     if candidate.precision == INT8 and target.int8 is not None and target.int8.scaled_per_batch:
         why = (" (the int8 file scales activations per batch, so a batched answer differs from "
-               "the request run alone; `quantize --activations per-row` makes one that is "
-               "checked at every level)")
+               "the request run alone; `quantize` with its default `--activations per-row` makes "
+               "one that is checked at every level)")
     return (f"answers not compared with onnxruntime at concurrency {', '.join(unchecked)}{why}",)
 
 

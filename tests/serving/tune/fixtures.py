@@ -41,9 +41,10 @@ def tiny_repo(root: Path, *, text: bool = True, hidden: int = 8, **options) -> P
 
 def int8_copy(source: Path, out: Path, *, record: bool = True,
               activations: str = "per-batch") -> Path:
-    """onnxruntime's dynamic int8 quantization of `source` (what `attndeploy quantize` runs by
-    default), its activations scaled per batch or, rewritten, per row (`--activations`), with an
-    `attndeploy.quantization` record as it adds one (`record`)."""
+    """onnxruntime's dynamic int8 quantization of `source`, its activations scaled per batch (as
+    onnxruntime writes it, and `attndeploy quantize --activations per-batch`) or, rewritten, per
+    row (quantize's default), with an `attndeploy.quantization` record as quantize adds one
+    (`record`)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from attndeploy.quantize.per_row import per_row_activations
@@ -56,8 +57,7 @@ def int8_copy(source: Path, out: Path, *, record: bool = True,
         if record:
             entry = model.metadata_props.add()
             entry.key, entry.value = "attndeploy.quantization", json.dumps(
-                {"method": "dynamic"} | ({"activations": "per-row"}
-                                         if activations == "per-row" else {}))
+                {"method": "dynamic", "activations": activations})
         onnx.save(model, str(out))
     return out
 

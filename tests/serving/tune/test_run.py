@@ -221,5 +221,6 @@ def test_a_chosen_int8_file_left_unchecked_under_load_is_said_so(repo, tmp_path,
     else:
         assert said == [f"the chosen {name}: answers not compared with onnxruntime at "
                         "concurrency 4, 16 (the int8 file scales activations per batch, so a "
-                        "batched answer differs from the request run alone; `quantize "
-                        "--activations per-row` makes one that is checked at every level)"]
+                        "batched answer differs from the request run alone; `quantize` with its "
+                        "default `--activations per-row` makes one that is checked at every "
+                        "level)"]
