@@ -3,13 +3,13 @@
     .venv/bin/python benchmarks/int8_batching.py --checkpoint [LABEL=]CKPT [--checkpoint ...]
         [--exclude-worst LABEL=N,...] [--batch 8] [--rounds 30] [--out DIR]
 
-`attndeploy quantize` (dynamic, the default) quantizes each MatMul's activations with one scale
-over the whole input, so a text's int8 logits move with the texts batched with it. Per
-checkpoint (a `train --hf-model` one; LABEL defaults to its folder's name) this exports fp32,
-makes the held-out texts again (`attndeploy.data.held_out`) and quantizes twice (per channel,
-the label's `--exclude-worst`): activations scaled per batch (the default) and per row
-(`--activations per-row`: each token's own scale and zero point). For fp32 and both int8 files
-it measures:
+onnxruntime's dynamic quantization (`attndeploy quantize --activations per-batch`) quantizes each
+MatMul's activations with one scale over the whole input, so a text's int8 logits move with the
+texts batched with it. Per checkpoint (a `train --hf-model` one; LABEL defaults to its folder's
+name) this exports fp32, makes the held-out texts again (`attndeploy.data.held_out`) and
+quantizes twice (per channel, the label's `--exclude-worst`): activations scaled per batch and
+per row (quantize's default since 2026-12-05: each token's own scale and zero point). For
+fp32 and both int8 files it measures:
 - each held-out text alone against inside seeded random batches of `--batch`: the largest and
   99th-percentile logit move, and the labels and GA-Net gates that change;
 - labels equal to fp32 and held-out accuracy (predict's own batching);

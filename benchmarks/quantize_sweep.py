@@ -1,19 +1,21 @@
 """int8 against fp32 over `quantize`'s knobs, on fine-tuned checkpoints and their held-out texts.
 
     .venv/bin/python benchmarks/quantize_sweep.py --checkpoint [LABEL=]CKPT [--checkpoint ...]
-        --data FILE [--n 0,1,2,3,4,5] [--out DIR]
+        --data FILE [--n 0,1,2,3,4,5] [--activations per-batch,per-row] [--bits 8,7] [--out DIR]
 
 Each checkpoint (a `train --hf-model` one, e.g. from `pretrained.py --keep`; LABEL defaults to
 its folder's name) is exported once, then quantized (`quantize_model`: dynamic, per channel) once
-per setting: N worst blocks kept in fp32 (`--exclude-worst N`, each of `--n`), 8- or 7-bit weights
-(`--reduce-range`) and, for GA-Net, its gate network in fp32 (the default) or in int8
+per setting: activations scaled per batch or per row (`--activations`, each of the list), N worst
+blocks kept in fp32 (`--exclude-worst N`, each of `--n`), 8- or 7-bit weights (`--reduce-range`;
+each of `--bits`) and, for GA-Net, its gate network in fp32 (the default) or in int8
 (`--gate-network-int8`). The tolerances are lifted, so every file is written and judged on the
 held-out texts of FILE (split seed 0, 20 %, as `train --hf-model` makes it): labels equal to
 fp32, held-out accuracy, and for GA-Net the hard gates flipped on those texts and on the shape
 grid. Writes `quantize_sweep.json` (with the CPU's vector extensions: whether it has VNNI decides
 whether 8-bit kernels can saturate) and `quantize_sweep.png` (labels equal fp32 against N, one
-panel per checkpoint, 99 % marked), and prints per checkpoint the fewest blocks in fp32 that
-pass `quantize`'s own tolerances. Its work folder (exports, int8 files) is removed at the end.
+panel per checkpoint, 99 % marked), and prints per checkpoint and activation scaling the fewest
+blocks in fp32 that pass `quantize`'s own tolerances. Its work folder (exports, int8 files) is
+removed at the end.
 """
 
 from __future__ import annotations
@@ -47,11 +49,15 @@ MAX_LOGIT_CHANGE = DEFAULTS.max_logit_change
 TRAIN_MAX_SEQ = 128  # `train --hf-model`'s --max-seq, which its held-out split depends on
 
 
-def settings(gated: bool, counts: list[int]) -> list[dict[str, Any]]:
-    """Every combination to quantize with: bits, gate network (GA-Net only), N."""
+def settings(gated: bool, counts: list[int], activations: list[str], bits: list[int]
+             ) -> list[dict[str, Any]]:
+    """Every combination to quantize with: activation scales, bits, gate network (GA-Net
+    only), N."""
     gate_choices = (True, False) if gated else (True,)
-    return [{"reduce_range": reduce_range, "gate_network_fp32": gate_fp32, "exclude_worst": n}
-            for reduce_range in (False, True) for gate_fp32 in gate_choices for n in counts]
+    return [{"activations": scaling, "reduce_range": width == 7,
+             "gate_network_fp32": gate_fp32, "exclude_worst": n}
+            for scaling in activations for width in bits for gate_fp32 in gate_choices
+            for n in counts]
 
 
 def quantize_once(source: Path, target: Path, texts_file: Path, setting: dict[str, Any]
@@ -71,20 +77,23 @@ def quantize_once(source: Path, target: Path, texts_file: Path, setting: dict[st
             "gate_network": chosen.gate_network}
 
 
-def fewest_passing(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The passing setting with the fewest blocks in fp32, 8-bit before 7-bit."""
+def fewest_passing(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+    """Per activation scaling, the passing setting with the fewest blocks in fp32, 8-bit
+    before 7-bit."""
     passing = [r for r in rows if r["label_agreement"] >= MIN_AGREEMENT
                and r["fp32_accuracy"] - r["int8_accuracy"] <= MAX_ACCURACY_DROP
                and r["max_logit_change"] <= MAX_LOGIT_CHANGE]
-    return min(passing, key=lambda r: (r["exclude_worst"], r["reduce_range"],
-                                       not r["gate_network_fp32"]), default=None)
+    return {scaling: min((r for r in passing if r["activations"] == scaling),
+                         key=lambda r: (r["exclude_worst"], r["reduce_range"],
+                                        not r["gate_network_fp32"]), default=None)
+            for scaling in dict.fromkeys(r["activations"] for r in rows)}
 
 
 def setting_name(row: dict[str, Any]) -> str:
-    bits = "7-bit" if row["reduce_range"] else "8-bit"
+    name = f"{row['activations']}, {'7-bit' if row['reduce_range'] else '8-bit'}"
     if row["text_gate_flips"] is None:
-        return bits
-    return f"{bits}, gate network {'fp32' if row['gate_network_fp32'] else 'int8'}"
+        return name
+    return f"{name}, gate network {'fp32' if row['gate_network_fp32'] else 'int8'}"
 
 
 def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
@@ -99,14 +108,17 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path) -> None:
     for axis, (label, rows) in zip(axes[0], results.items(), strict=True):
         for name in dict.fromkeys(setting_name(r) for r in rows):
             mine = [r for r in rows if setting_name(r) == name]
-            # colour: the weights' bits; dashed: GA-Net's gate network in int8
+            # colour: the weights' bits; marker: activation scales; dashed: GA-Net's gate
+            # network in int8
             axis.plot([r["exclude_worst"] for r in mine],
-                      [100 * r["label_agreement"] for r in mine], marker="o", label=name,
+                      [100 * r["label_agreement"] for r in mine], label=name,
+                      marker="s" if mine[0]["activations"] == "per-row" else "o",
                       color="tab:orange" if mine[0]["reduce_range"] else "tab:blue",
                       linestyle="-" if mine[0]["gate_network_fp32"] else "--")
         axis.axhline(100 * MIN_AGREEMENT, color="grey", linestyle=":", linewidth=1)
         axis.set_title(label)
         axis.set_xlabel("blocks kept in fp32 (--exclude-worst N)")
+        axis.set_xticks(sorted({r["exclude_worst"] for r in rows}))
         axis.legend(fontsize=7, loc="lower right")
     axes[0][0].set_ylabel("labels equal fp32 (%)")
     figure.tight_layout()
@@ -119,14 +131,21 @@ def main() -> None:
     parser.add_argument("--checkpoint", action="append", required=True, metavar="[LABEL=]PATH")
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--n", default="0,1,2,3,4,5", help="the --exclude-worst values")
+    parser.add_argument("--activations", default="per-batch,per-row",
+                        help="the --activations scalings")
+    parser.add_argument("--bits", default="8,7", help="weight bits: 8, and 7 (--reduce-range)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     counts = [int(n) for n in args.n.split(",") if n.strip()]
+    activations = [a.strip() for a in args.activations.split(",") if a.strip()]
+    bits = [int(b) for b in args.bits.split(",") if b.strip()]
+    if not set(bits) <= {7, 8}:
+        parser.error(f"--bits takes 8 and 7, got {args.bits}")
     checkpoints = checkpoint_labels(args.checkpoint)
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="attndeploy-quantize-sweep-"))
     try:
-        report = sweep(checkpoints, args.data, counts, work)
+        report = sweep(checkpoints, args.data, counts, activations, bits, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     atomic_write_text(args.out / "quantize_sweep.json", json.dumps(report, indent=1) + "\n")
@@ -137,17 +156,17 @@ def main() -> None:
             flips = ("" if row["text_gate_flips"] is None else
                      f"  gates flipped {row['text_gate_flips']}/{row['text_gates']} texts, "
                      f"{row['grid_gate_flips']} grid")
-            print(f"  {setting_name(row):28s} N={row['exclude_worst']}  labels "
+            print(f"  {setting_name(row):38s} N={row['exclude_worst']}  labels "
                   f"{row['label_agreement']:.2%}  accuracy {row['fp32_accuracy']:.4f} -> "
                   f"{row['int8_accuracy']:.4f}{flips}")
-        best = report["fewest_passing"][label]
-        chosen = f"{setting_name(best)}, N={best['exclude_worst']}" if best else "none"
-        print(f"  fewest that pass: {chosen}")
+        for scaling, best in report["fewest_passing"][label].items():
+            chosen = f"{setting_name(best)}, N={best['exclude_worst']}" if best else "none"
+            print(f"  fewest that pass, {scaling}: {chosen}")
     print(f"wrote {args.out / 'quantize_sweep.json'} and {args.out / 'quantize_sweep.png'}")
 
 
-def sweep(checkpoints: dict[str, Path], data: Path, counts: list[int], work: Path
-          ) -> dict[str, Any]:
+def sweep(checkpoints: dict[str, Path], data: Path, counts: list[int], activations: list[str],
+          bits: list[int], work: Path) -> dict[str, Any]:
     from rich.progress import Progress
 
     from attndeploy.export.exporter import export_checkpoint
@@ -161,7 +180,7 @@ def sweep(checkpoints: dict[str, Path], data: Path, counts: list[int], work: Pat
             source = export_checkpoint(checkpoint, work / f"{label}.onnx").path
             model = InferenceModel(source)
             texts_file = held_out_file(data, work / f"{label}_held_out.jsonl", TRAIN_MAX_SEQ)
-            planned = settings(model.gated, counts)
+            planned = settings(model.gated, counts, activations, bits)
             progress.update(task, total=(progress.tasks[0].total or 0) + len(planned))
             results[label] = []
             for setting in planned:

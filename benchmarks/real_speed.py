@@ -16,7 +16,8 @@ Backends, each at batch 1 x seq 32 and batch 8 x seq 128 (random ids, no padding
 - `torch_int8`: `torch.ao.quantization.quantize_dynamic` on its Linear layers (qint8), what a
   PyTorch user tries first;
 - `ort`: the exported model in onnxruntime 1.32 (CPU, all graph optimizations, spinning on);
-- `ort_int8`: the same after `attndeploy quantize` (dynamic, per channel).
+- `ort_int8`: the same after `attndeploy quantize` (dynamic, per channel; activations per row,
+  quantize's default, or `--activations per-batch`).
 - `ort_int8_kept` (with `--exclude-worst standard=1,ganet=4,...`): `quantize --exclude-worst N`'s
   file, the variant's N worst blocks kept in fp32 (what it takes to keep 99 % of the labels).
 Interleaved rounds: each round runs every configuration in a fresh random order; before each
@@ -66,6 +67,7 @@ from latency import (  # noqa: E402
 )
 
 from attndeploy.fsutil import atomic_write_png, atomic_write_text  # noqa: E402
+from attndeploy.quantize.options import ACTIVATIONS  # noqa: E402
 
 VARIANTS = ("standard", "qvi", "ganet", "evolving")
 SHAPES = ((1, 32), (8, 128))
@@ -111,7 +113,8 @@ def load_models(args: argparse.Namespace, variant: str, work: Path) -> dict[str,
     export_checkpoint(checkpoint, fp32)
     int8 = work / f"{variant}.int8.onnx"
     lax = {"threads": args.threads, "min_agreement": 0, "max_accuracy_drop": 1.0,
-           "max_logit_change": 1e9}  # measured and recorded here, never refused
+           "max_logit_change": 1e9,  # measured and recorded here, never refused
+           "activations": args.activations}
     result = quantize_model(fp32, int8, QuantizeOptions(**lax), data=args.held_out)
     models = {"model": model, "torch_int8": torch_int8, "fp32": fp32, "int8": int8,
               "quantize": result.to_dict()}
@@ -350,6 +353,9 @@ def main() -> None:
     parser.add_argument("--exclude-worst", default="", metavar="VARIANT=N,...",
                         help="also time int8 with each variant's N worst blocks in fp32 "
                              "(quantize --exclude-worst), e.g. standard=1,ganet=4")
+    parser.add_argument("--activations", choices=ACTIVATIONS, default=None,
+                        help="quantize --activations (default: quantize's, per row; the tables "
+                             "before 2026-12-05 were measured per batch)")
     parser.add_argument("--gate-density", type=float, default=0.3)
     parser.add_argument("--no-gate-scaling", action="store_true")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")

@@ -8,7 +8,8 @@ Each checkpoint (a `train --hf-model` one; LABEL defaults to its folder's name, 
 `pretrained.py --keep` names it) is exported, quantized (`attndeploy quantize`, dynamic, per
 channel, `--exclude-worst 1` by default, or per label: `--exclude-worst standard=1,evolving=3`,
 the fewest blocks in fp32 that keep 99 % of the labels; `--reduce-range LABEL,...` quantizes
-those checkpoints' weights in 7 bits) and packaged twice into one repository, python flavour
+those checkpoints' weights in 7 bits; `--activations per-batch` scales activations per batch
+instead of quantize's default per row) and packaged twice into one repository, python flavour
 with text models (`LABEL_fp32_text`, `LABEL_int8_text`; `package` defaults otherwise). One
 `tritonserver` serves them all. Each round load-tests every text model in a fresh random order
 at `--concurrency` (closed loop, one real text per request: the held-out texts of FILE, split
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from real_speed import held_out_file, per_label_counts  # noqa: E402
 
 from attndeploy.fsutil import atomic_write_png, atomic_write_text  # noqa: E402
+from attndeploy.quantize.options import ACTIVATIONS  # noqa: E402
 
 
 def checkpoint_labels(given: list[str]) -> dict[str, Path]:
@@ -173,6 +175,9 @@ def main() -> None:
                              "Evolving Attention 3 with --reduce-range: quantize_sweep.py)")
     parser.add_argument("--reduce-range", default="", metavar="LABEL,...",
                         help="quantize these checkpoints with --reduce-range (7-bit weights)")
+    parser.add_argument("--activations", choices=ACTIVATIONS, default=None,
+                        help="quantize --activations (default: quantize's, per row; the tables "
+                             "before 2026-12-05 were measured per batch)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
     args = parser.parse_args()
     checkpoints = checkpoint_labels(args.checkpoint)
@@ -186,7 +191,7 @@ def main() -> None:
         repo, models, quantized = work / "repo", {}, {}
         for label, checkpoint in checkpoints.items():
             options = {"exclude_worst": exclude_worst_for(args.exclude_worst, label),
-                       "reduce_range": label in reduced}
+                       "reduce_range": label in reduced, "activations": args.activations}
             served, quantized[label] = prepare(label, checkpoint, texts_file, repo, work,
                                                options)
             models.update(served)
