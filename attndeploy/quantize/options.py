@@ -35,12 +35,14 @@ class QuantizeOptions:
       variants.
     - `activations` (dynamic, and `best`'s dynamic file): `per-row` (the default: None) gives
       each token its own activation scale (`per_row.per_row_activations`), so every answer is
-      the same alone or in any batch, and the MiniLMs kept more labels (99.76 % against
-      98.31 % for the standard one); `per-batch` quantizes each MatMul's activations with one
-      scale over the batch (onnxruntime's fused kernel: 1.1-1.6x faster per call in-process,
-      1-8 % more served throughput), so a text's answer moves with the texts batched with it
-      and `loadtest` can check answers under load only at concurrency 1 (benchmarks/README.md,
-      `int8_batching.py`). `static` has fixed calibrated scales, so it takes neither.
+      the same alone or in any batch, and the MiniLMs kept more labels (every variant, two
+      seeds: 99.15-99.88 % with every block in int8, where per batch 1 of 8 kept 99 %;
+      benchmarks/README.md, `quantize_sweep.py`); `per-batch` quantizes each MatMul's
+      activations with one scale over the batch (onnxruntime's fused kernel: 1.1-1.6x faster
+      per call in-process, 1-8 % more served throughput), so a text's answer moves with the
+      texts batched with it and `loadtest` can check answers under load only at concurrency 1
+      (benchmarks/README.md, `int8_batching.py`). `static` has fixed calibrated scales, so it
+      takes neither.
     - Tolerances: the largest |logit change| on the shape grid (`max_logit_change`), and with
       labelled texts the share of equal labels (`min_agreement`) and the held-out accuracy lost
       (`max_accuracy_drop`). Outside any of them nothing is written.

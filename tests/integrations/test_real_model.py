@@ -93,11 +93,12 @@ def test_minilm_trains_exports_validates_packages_serves_and_answers_text(minilm
     assert held["examples"] == trained["metrics"]["examples"]
     quantized = parse_json(run_cli(  # one epoch on 48 texts: the labels are not the point
         "quantize", "minilm.onnx", "--out", "minilm.int8.onnx", "--data", "held_out.jsonl",
-        "--exclude-worst", "3", "--min-agreement", "0", "--max-accuracy-drop", "1", "--json",
+        "--min-agreement", "0", "--max-accuracy-drop", "1", "--json",
         cwd=tmp_path))
     (int8,) = quantized["candidates"]
     assert int8["data"]["texts"] == held["examples"] and int8["data"]["gate_flips"] == 0
     assert len(int8["gate_network"]) == 2
+    assert quantized["options"]["activations"] == "per-row"  # the README's recipe: the default
     grpc, http, metrics = free_ports()
     with TritonServer(tmp_path / "repo", grpc_port=grpc, http_port=http, metrics_port=metrics,
                       models=["minilm", "minilm_text"], log_file=tmp_path / "server.log"
