@@ -6,11 +6,12 @@ concurrency 16, against in-process onnxruntime at the batch sizes the server for
 
 Each checkpoint (a `train --hf-model` one; LABEL defaults to its folder's name, e.g. the variant
 `pretrained.py --keep` names it) is exported, quantized (`attndeploy quantize`, dynamic, per
-channel, `--exclude-worst 1` by default, or per label: `--exclude-worst standard=1,evolving=3`,
-the fewest blocks in fp32 that keep 99 % of the labels; `--reduce-range LABEL,...` quantizes
-those checkpoints' weights in 7 bits; `--activations per-batch` scales activations per batch
-instead of quantize's default per row) and packaged twice into one repository, python flavour
-with text models (`LABEL_fp32_text`, `LABEL_int8_text`; `package` defaults otherwise). One
+channel, every block by default, or `--exclude-worst N` blocks in fp32, or per label:
+`--exclude-worst standard=3,ganet=1`, the fewest blocks in fp32 that keep 99 % of the labels;
+`--reduce-range LABEL,...` quantizes those checkpoints' weights in 7 bits; `--activations
+per-batch` scales activations per batch instead of quantize's default per row) and packaged
+twice into one repository, python flavour with text models (`LABEL_fp32_text`,
+`LABEL_int8_text`; `package` defaults otherwise). One
 `tritonserver` serves them all. Each round load-tests every text model in a fresh random order
 at `--concurrency` (closed loop, one real text per request: the held-out texts of FILE, split
 seed 0, 20 %), then runs in-process onnxruntime (`InferenceModel.predict`: tokenizing and
@@ -56,10 +57,10 @@ def checkpoint_labels(given: list[str]) -> dict[str, Path]:
 
 
 def exclude_worst_for(given: str, label: str) -> int:
-    """`--exclude-worst`'s N for `label`: the one number given, else its LABEL=N, else 1."""
+    """`--exclude-worst`'s N for `label`: the one number given, else its LABEL=N, else 0."""
     if "=" not in given:
         return int(given)
-    return per_label_counts(given).get(label, 1)
+    return per_label_counts(given).get(label, 0)
 
 
 def prepare(label: str, checkpoint: Path, texts_file: Path, repo: Path, work: Path,
@@ -168,11 +169,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--window", type=float, default=5.0)
-    parser.add_argument("--exclude-worst", default="1", metavar="N or LABEL=N,...",
+    parser.add_argument("--exclude-worst", default="0", metavar="N or LABEL=N,...",
                         help="quantize --exclude-worst: one N for every checkpoint, or one per "
-                             "label, 1 where none is named (1 keeps the standard MiniLM's "
-                             "labels at 99 %%; without VNNI GA-Net needs 3, QVI 4 and "
-                             "Evolving Attention 3 with --reduce-range: quantize_sweep.py)")
+                             "label, 0 where none is named (per-row scales keep 99 %% of every "
+                             "MiniLM variant's labels with N = 0 on a CPU with VNNI; per batch "
+                             "needs 1-4: quantize_sweep.py)")
     parser.add_argument("--reduce-range", default="", metavar="LABEL,...",
                         help="quantize these checkpoints with --reduce-range (7-bit weights)")
     parser.add_argument("--activations", choices=ACTIVATIONS, default=None,
