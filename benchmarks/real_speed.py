@@ -14,7 +14,8 @@ Backends, each at batch 1 x seq 32 and batch 8 x seq 128 (random ids, no padding
   (OpenMP spinning, as a user runs it);
 - `compile`: `torch.compile` of it (inductor), where it compiles (recorded either way);
 - `torch_int8`: `torch.ao.quantization.quantize_dynamic` on its Linear layers (qint8), what a
-  PyTorch user tries first;
+  PyTorch user tries first (with `--data`, also judged on the held-out texts as `quantize`
+  judges onnxruntime's int8: labels equal to eager, accuracy);
 - `ort`: the exported model in onnxruntime 1.32 (CPU, all graph optimizations, spinning on);
 - `ort_int8`: the same after `attndeploy quantize` (dynamic, per channel; activations per row,
   quantize's default, or `--activations per-batch`).
@@ -125,6 +126,32 @@ def load_models(args: argparse.Namespace, variant: str, work: Path) -> dict[str,
             fp32, models["int8_kept"], QuantizeOptions(exclude_worst=kept, **lax),
             data=args.held_out).to_dict()
     return models
+
+
+def torch_int8_on_texts(models: dict[str, Any], held_out: Path) -> dict[str, Any]:
+    """PyTorch's dynamic int8 against eager on the held-out texts, tokenized as `predict` does
+    (padded batches of 32): labels equal and accuracy, as `quantize` judges onnxruntime's."""
+    from attndeploy.quantize.check import read_labelled
+    from attndeploy.runtime import InferenceModel
+    from attndeploy.runtime.text import encode_texts
+    from attndeploy.runtime.tokenizer import pad_sequences
+
+    reader = InferenceModel(models["fp32"])  # the export's tokenizer, labels and max_seq
+    texts, gold = read_labelled(held_out, reader.labels)
+    encoded = encode_texts(reader.tokenizer, texts, max_seq=reader.max_seq, truncate=True)
+    eager: list[int] = []
+    int8: list[int] = []
+    with torch.inference_mode():
+        for start in range(0, len(encoded), 32):
+            ids, mask = pad_sequences([e.ids for e in encoded[start:start + 32]])  # [B, T] each
+            ids, mask = torch.from_numpy(ids), torch.from_numpy(mask)
+            eager += models["model"](ids, mask)["logits"].argmax(-1).tolist()  # [B]
+            int8 += models["torch_int8"](ids, mask)["logits"].argmax(-1).tolist()  # [B]
+    n = len(texts)
+    return {"texts": n,
+            "labels_equal_eager": sum(a == b for a, b in zip(eager, int8, strict=True)) / n,
+            "eager_accuracy": sum(a == g for a, g in zip(eager, gold, strict=True)) / n,
+            "int8_accuracy": sum(b == g for b, g in zip(int8, gold, strict=True)) / n}
 
 
 def fresh_checkpoint(model_dir: Path, variant: str, work: Path) -> Path:
@@ -385,6 +412,13 @@ def measure_and_report(args: argparse.Namespace, variants: list[str], work: Path
         models = load_models(args, variant, work)
         records[variant] = {"quantize": models["quantize"],
                             "quantize_kept": models.get("quantize_kept")}
+        if args.held_out is not None:
+            texts = records[variant]["torch_int8_texts"] = torch_int8_on_texts(models,
+                                                                               args.held_out)
+            console.print(f"{variant}: torch int8 labels equal eager on "
+                          f"{texts['labels_equal_eager']:.2%} of {texts['texts']} held-out "
+                          f"texts, accuracy {texts['eager_accuracy']:.4f} -> "
+                          f"{texts['int8_accuracy']:.4f}")
         configs += variant_configs(variant, models, args, records[variant])
     if not args.no_gate_scaling:
         configs += gate_scaling_configs(args)
