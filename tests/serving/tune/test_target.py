@@ -49,7 +49,8 @@ def test_an_int8_model_is_read_with_its_quantization_record(tmp_path):
     repo = tiny_repo(tmp_path)
     int8 = int8_copy(tmp_path / "tiny.onnx", tmp_path / "tiny.int8.onnx")
     target = read_target(repo, TEXT, int8)
-    assert target.int8 is not None and target.int8.quantization == '{"method": "dynamic"}'
+    assert target.int8 is not None
+    assert target.int8.quantization == '{"method": "dynamic", "activations": "per-batch"}'
     assert target.onnx_for("int8") == int8
 
 
