@@ -130,21 +130,19 @@ def load_models(args: argparse.Namespace, variant: str, work: Path) -> dict[str,
 
 def torch_int8_on_texts(models: dict[str, Any], held_out: Path) -> dict[str, Any]:
     """PyTorch's dynamic int8 against eager on the held-out texts, tokenized as `predict` does
-    (padded batches of 32): labels equal and accuracy, as `quantize` judges onnxruntime's."""
+    (`quantizer.text_feeds`): labels equal and accuracy, as `quantize` judges onnxruntime's."""
+    from attndeploy.interface import ATTENTION_MASK, INPUT_IDS
     from attndeploy.quantize.check import read_labelled
+    from attndeploy.quantize.quantizer import text_feeds
     from attndeploy.runtime import InferenceModel
-    from attndeploy.runtime.text import encode_texts
-    from attndeploy.runtime.tokenizer import pad_sequences
 
     reader = InferenceModel(models["fp32"])  # the export's tokenizer, labels and max_seq
     texts, gold = read_labelled(held_out, reader.labels)
-    encoded = encode_texts(reader.tokenizer, texts, max_seq=reader.max_seq, truncate=True)
     eager: list[int] = []
     int8: list[int] = []
     with torch.inference_mode():
-        for start in range(0, len(encoded), 32):
-            ids, mask = pad_sequences([e.ids for e in encoded[start:start + 32]])  # [B, T] each
-            ids, mask = torch.from_numpy(ids), torch.from_numpy(mask)
+        for feed in text_feeds(reader, texts):
+            ids, mask = torch.from_numpy(feed[INPUT_IDS]), torch.from_numpy(feed[ATTENTION_MASK])
             eager += models["model"](ids, mask)["logits"].argmax(-1).tolist()  # [B]
             int8 += models["torch_int8"](ids, mask)["logits"].argmax(-1).tolist()  # [B]
     n = len(texts)

@@ -295,17 +295,24 @@ def _matmuls_on(model: onnx.ModelProto, second_inputs: set[str]) -> list[onnx.No
 
 def _calibration_feeds(model: InferenceModel, texts: list[str], options: QuantizeOptions
                        ) -> list[dict[str, Any]]:
-    """Batches of up to 32 of the first `calibration_texts` texts, tokenized as predict does."""
+    """The first `calibration_texts` texts as `text_feeds`."""
+    return text_feeds(model, texts[: options.calibration_texts])
+
+
+def text_feeds(model: InferenceModel, texts: list[str], batch: int = 32
+               ) -> list[dict[str, Any]]:
+    """`texts` tokenized as predict does (truncated at the model's max_seq), in right-padded
+    batches of up to `batch`: the model's feeds, for static calibration and for anything else
+    that runs the labelled texts outside `predict`."""
     from attndeploy.interface import ATTENTION_MASK, INPUT_IDS
     from attndeploy.runtime.text import encode_texts
     from attndeploy.runtime.tokenizer import pad_sequences
 
     if model.tokenizer is None:
         raise DataError(f"{model.path} holds no vocabulary, so it cannot read --data texts")
-    chosen = texts[: options.calibration_texts]
-    encoded = encode_texts(model.tokenizer, chosen, max_seq=model.max_seq, truncate=True)
+    encoded = encode_texts(model.tokenizer, texts, max_seq=model.max_seq, truncate=True)
     feeds = []
-    for start in range(0, len(encoded), 32):
-        ids, mask = pad_sequences([e.ids for e in encoded[start:start + 32]])  # [B, T] each
+    for start in range(0, len(encoded), batch):
+        ids, mask = pad_sequences([e.ids for e in encoded[start:start + batch]])  # [B, T] each
         feeds.append({INPUT_IDS: ids, ATTENTION_MASK: mask})
     return feeds
