@@ -40,6 +40,7 @@ from served_int8 import checkpoint_labels  # noqa: E402
 
 from attndeploy.fsutil import atomic_write_png, atomic_write_text  # noqa: E402
 from attndeploy.quantize import QuantizeOptions, quantize_model  # noqa: E402
+from attndeploy.quantize.options import ACTIVATIONS  # noqa: E402
 
 # quantize's own tolerances: what the sweep is read against
 DEFAULTS = QuantizeOptions()
@@ -141,6 +142,8 @@ def main() -> None:
     bits = [int(b) for b in args.bits.split(",") if b.strip()]
     if not set(bits) <= {7, 8}:
         parser.error(f"--bits takes 8 and 7, got {args.bits}")
+    if not set(activations) <= set(ACTIVATIONS):
+        parser.error(f"--activations takes {', '.join(ACTIVATIONS)}, got {args.activations}")
     checkpoints = checkpoint_labels(args.checkpoint)
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="attndeploy-quantize-sweep-"))
