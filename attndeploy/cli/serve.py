@@ -52,6 +52,12 @@ def command(
         bool, typer.Option("--background", help="Start detached; stop with `attndeploy stop`.")
     ] = False,
     state_file: StateFileOption = None,
+    guard: Annotated[
+        bool,
+        typer.Option("--guard/--no-guard",
+                     help="Front tritonserver with the request guard, which answers the single "
+                          "requests known to end it (see 'Serving safely')."),
+    ] = _default("guard"),
     json_output: JsonFlag = False,
 ) -> None:
     """Start tritonserver on the repository, wait for every model, serve until stopped.
@@ -70,7 +76,7 @@ def command(
         for name, reason in skipped.items():
             console.print(f"[yellow]not serving[/] {name}: {reason}")
     common = dict(grpc_port=grpc_port, http_port=http_port, metrics_port=metrics_port,
-                  host=host, log_file=log_file, binary=tritonserver, models=models)
+                  host=host, log_file=log_file, binary=tritonserver, models=models, guard=guard)
     if background:
         state = start_background(repo, timeout_s=ready_timeout, state_path=state_file, **common)
         if json_output:

@@ -45,7 +45,7 @@ LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
     "serve": {
         "grpc_port": _server("grpc_port"), "http_port": _server("http_port"),
         "metrics_port": _server("metrics_port"), "host": _server("host"),
-        "ready_timeout": _server("ready_timeout_s"),
+        "ready_timeout": _server("ready_timeout_s"), "guard": _server("guard"),
     },
     "infer": {"timeout": parameter_default(infer_request, "timeout_s")},
     "deploy": {
@@ -98,7 +98,7 @@ def test_cli_defaults_are_the_library_defaults(command: str) -> None:
 def test_serve_background_waits_as_long_as_the_foreground_server() -> None:
     """`serve --ready-timeout` feeds both; their defaults must agree for the option's one
     default."""
-    for name in ("grpc_port", "http_port", "metrics_port", "host"):
+    for name in ("grpc_port", "http_port", "metrics_port", "host", "guard"):
         assert parameter_default(start_background, name) == _server(name)
     assert parameter_default(start_background, "timeout_s") == _server("ready_timeout_s")
 

@@ -77,11 +77,13 @@ def start_background(
     extra_args: Sequence[str] = (),
     timeout_s: float = 120.0,
     models: Sequence[str] | None = None,
+    guard: bool = True,
 ) -> dict[str, Any]:
     """Start a detached server on `repo`, wait until it is ready, record it; return the record.
 
     The record (JSON, `"format": "attndeploy-server-state"`: pid, host, ports, URLs, repo,
-    repository view, shm prefix, log path, binary, start time) is written atomically with mode
+    repository view, shm prefix, log path, binary, start time, whether the request guard fronts
+    the server and the server's own ports behind it) is written atomically with mode
     0600 to `state_path`, by default `default_state_path(repo)` = `<repo>/.attndeploy-server.json`;
     the log defaults to the same path with suffix `.log`. An existing file there that is not such
     a record is an error and left alone; a live recorded server is an error; a stale record is
@@ -110,6 +112,7 @@ def start_background(
         extra_args=extra_args,
         models=models,
         die_with_parent=False,  # it must outlive this process
+        guard=guard,
     )
     server.start()
     server.wait_ready(timeout_s)  # stops the server itself on failure
@@ -129,6 +132,9 @@ def start_background(
         "binary": str(find_tritonserver(binary)),
         "started_at": time.time(),
         "models": list(models) if models is not None else None,
+        "guard": guard,  # the ports above are then the guard's; the server's are behind it
+        "upstream_grpc_port": server.upstream_grpc_port,
+        "upstream_http_port": server.upstream_http_port,
     }
     try:
         _write_state(state_path, state)

@@ -101,8 +101,12 @@ def _new_shm_prefix() -> str:
     return f"attndeploy_{secrets.token_hex(6)}_"
 
 
+GUARD_MODULE = b"attndeploy.serving.server.guard"  # on the request guard's command line
+
+
 def _leftover_processes(pgid: int, marker: str) -> list[int]:
-    """Live processes of group `pgid` whose command line holds `marker` (the server, its stubs).
+    """Live processes of group `pgid` whose command line holds `marker` (the server, its stubs),
+    and the server's request guard (a session of its own, `--marker=<marker>` on its line).
 
     The marker (the server's shm prefix: on the server's `--backend-config` and in each stub's
     region name) keeps a group that reused the pid out of it. Empty without /proc.
@@ -117,13 +121,14 @@ def _leftover_processes(pgid: int, marker: str) -> list[int]:
         if not entry.name.isdigit():
             continue
         proc_stat = _proc_stat(int(entry.name))
-        if proc_stat is None or proc_stat[1] != pgid or proc_stat[0] == "Z":
+        if proc_stat is None or proc_stat[0] == "Z":
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if needle in cmdline:
+        in_group = proc_stat[1] == pgid and needle in cmdline
+        if in_group or (GUARD_MODULE in cmdline and b"--marker=" + needle in cmdline):
             found.append(int(entry.name))
     return found
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -13,8 +14,10 @@ from types import TracebackType
 from typing import Any
 
 from attndeploy.errors import ServerError
+from attndeploy.fsutil import current_umask
 from attndeploy.serving.server.binary import _backend_dir_for, find_tritonserver
-from attndeploy.serving.server.ports import _client_host, _port_is_free
+from attndeploy.serving.server.guard import guard_command
+from attndeploy.serving.server.ports import _client_host, _port_is_free, free_ports
 from attndeploy.serving.server.processes import (
     _die_with_parent_hook,
     _end_leftovers,
@@ -51,6 +54,24 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(kept[-lines:])
 
 
+def open_fresh_log(path: Path) -> int:
+    """A new, empty log file at `path` for appending, as a file descriptor: made under a
+    temporary name (never through a link: O_EXCL | O_NOFOLLOW) and renamed over `path`, so a
+    symlink planted at `path` is replaced, never followed, and its target is left alone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+             | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(tmp, flags, 0o666 & ~current_umask())
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    return fd
+
+
 class TritonServer:
     """One `tritonserver` process serving `repo`; a context manager that starts it and waits.
 
@@ -64,6 +85,11 @@ class TritonServer:
     up after it. With `die_with_parent` (the default) Linux sends the server SIGTERM when the
     thread that called `start()` dies, so start it from a thread that outlives it (the main one);
     a server meant to outlive this process (`start_background`) passes False.
+
+    With `guard` (the default) the ports asked for are the request guard's (`guard`), and
+    tritonserver itself listens on free loopback ports behind it (`upstream_grpc_port`,
+    `upstream_http_port`); the metrics port is the server's own. The log is replaced at each
+    start, never written through a symlink.
     """
 
     def __init__(
@@ -81,6 +107,7 @@ class TritonServer:
         stop_grace_s: float = 15.0,
         models: Sequence[str] | None = None,
         die_with_parent: bool = True,
+        guard: bool = True,
     ) -> None:
         self.repo = Path(repo)
         self.models = list(models) if models is not None else None
@@ -102,7 +129,10 @@ class TritonServer:
         self._ready_timeout_s = ready_timeout_s
         self._stop_grace_s = stop_grace_s
         self._die_with_parent = die_with_parent
+        self.guard = guard
+        self.upstream_grpc_port, self.upstream_http_port = grpc_port, http_port
         self._proc: subprocess.Popen[bytes] | None = None
+        self._guard_proc: subprocess.Popen[bytes] | None = None
         self.repository_view: Path | None = None  # the folder the server reads, while it runs
         self.shm_prefix: str | None = None  # the python backend's shared-memory prefix
         self.admin_key: str | None = None  # opens the restricted APIs, while it runs
@@ -134,14 +164,15 @@ class TritonServer:
     def _command(self, binary: Path, view: Path, shm_prefix: str, admin_key: str) -> list[str]:
         # --exit-timeout-secs bounds the drain of in-flight requests on SIGTERM (default 30 s).
         exit_timeout = max(1, int(self._stop_grace_s) - 5)
+        inner = "127.0.0.1" if self.guard else self.host  # behind the guard: loopback only
         command = [
             str(binary),
             f"--model-repository={view}",
             "--model-control-mode=none",  # no load/unload/replace through the repository API
-            f"--grpc-address={self.host}",
-            f"--grpc-port={self.grpc_port}",
-            f"--http-address={self.host}",
-            f"--http-port={self.http_port}",
+            f"--grpc-address={inner}",
+            f"--grpc-port={self.upstream_grpc_port}",
+            f"--http-address={inner}",
+            f"--http-port={self.upstream_http_port}",
             f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
             "--allow-gpu-metrics=false",  # quiets the NVML/DCGM warnings of CPU-only machines
@@ -186,6 +217,10 @@ class TritonServer:
             raise ServerError(f"Model repository {self.repo} is not a directory; build it first.")
         self._check_ports()
         self._cleanup()  # what an earlier run of this object left
+        if self.guard:  # tritonserver behind the guard, on loopback ports no one asked for
+            taken = {self.grpc_port, self.http_port, self.metrics_port}
+            self.upstream_grpc_port, self.upstream_http_port = [
+                port for port in free_ports(5) if port not in taken][:2]
         view = make_repository_view(self.repo, self.models)
         shm_prefix, admin_key = _new_shm_prefix(), new_admin_key()
         command = self._command(binary, view, shm_prefix, admin_key)
@@ -194,22 +229,40 @@ class TritonServer:
             os.close(fd)
             self._log_file = Path(name)
         try:
-            self._log_file.parent.mkdir(parents=True, exist_ok=True)
-            with open(self._log_file, "wb") as log:  # one run per log file
-                self._proc = subprocess.Popen(
-                    command,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=self._environment(),
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent_hook() if self._die_with_parent else None,
-                )
+            log = open_fresh_log(self._log_file)  # one run per log file
         except OSError as exc:
             remove_repository_view(view)
-            raise ServerError(f"Could not run {binary}: {exc}.") from exc
+            raise ServerError(f"Could not write the server log {self._log_file}: "
+                              f"{exc.strerror or exc}.") from exc
+        try:
+            self._proc = self._spawn(command, log)
+            if self.guard:
+                self._guard_proc = self._spawn(guard_command(
+                    host=self.host, grpc_port=self.grpc_port, http_port=self.http_port,
+                    upstream_grpc_port=self.upstream_grpc_port,
+                    upstream_http_port=self.upstream_http_port, server_pid=self._proc.pid,
+                    marker=shm_prefix), log)
+        except OSError as exc:
+            if self._proc is not None:
+                _terminate(self._proc.pid, self._stop_grace_s)
+            remove_repository_view(view)
+            raise ServerError(f"Could not run {command[0]}: {exc}.") from exc
+        finally:
+            os.close(log)
         self.repository_view, self.shm_prefix, self.admin_key = view, shm_prefix, admin_key
         return self
+
+    def _spawn(self, command: list[str], log: int) -> subprocess.Popen[bytes]:
+        """One process of this server, in a session of its own, writing to the log."""
+        return subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self._environment(),
+            start_new_session=True,
+            preexec_fn=_die_with_parent_hook() if self._die_with_parent else None,
+        )
 
     def _failure(self, headline: str) -> ServerError:
         """Stop the server and build an error carrying the log tail (read before stopping)."""
@@ -238,6 +291,11 @@ class TritonServer:
                 if code is not None:
                     raise self._failure(
                         f"tritonserver exited with code {code} before it was ready."
+                    )
+                if self._guard_proc is not None and self._guard_proc.poll() is not None:
+                    raise self._failure(
+                        f"the request guard exited with code {self._guard_proc.returncode} "
+                        "before the server was ready."
                     )
                 try:
                     failed = self._failed_models(client, self.models, self.admin_headers())
@@ -291,12 +349,13 @@ class TritonServer:
         Clean-up (also when the server had already exited): the rest of its process group, its
         shared-memory regions and its repository view. Safe to call again.
         """
-        if self._proc is not None and self._proc.poll() is None:
-            _terminate(self._proc.pid, self._stop_grace_s)
-            try:
-                self._proc.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:  # reaped by _terminate already; no zombie kept
-                pass
+        for proc in (self._guard_proc, self._proc):  # the guard first: no request gets in
+            if proc is not None and proc.poll() is None:
+                _terminate(proc.pid, self._stop_grace_s)
+                try:
+                    proc.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:  # reaped by _terminate already
+                    pass
         self._cleanup()
 
     def _cleanup(self) -> None:
