@@ -66,7 +66,10 @@ def instructions(repo: Path, out: Path, plan: mf.Plan, images: dict[str, str]) -
         "repository API, trace and log settings) answer only requests that carry the header "
         "`attndeploy-admin-key` with the pod's UID; inference, health, metadata and statistics "
         "stay open. The Service is ClusterIP: put an authenticating proxy in front of it before "
-        "exposing it.", "",
+        "exposing it. That proxy must also refuse two requests that end this tritonserver (the "
+        "local `attndeploy serve` refuses them with its request guard): JSON nested more than "
+        "64 levels deep over HTTP, and the classification extension on a BYTES output (a text "
+        "model's `label`, `tokens`, `attended`) over gRPC or HTTP.", "",
     ]
     step = 1
     if options.namespace:  # first: the secret, the PVC loader and the objects go into it
