@@ -439,3 +439,37 @@ def test_check_repo_reports_hidden_folders_and_skips_hidden_files(packaged: Path
     assert any(m.startswith("hidden folder .cache is not a model folder") and "remove it" in m
                for m in found)
     assert any(f"process {os.getpid()} is still writing cls" in m for m in found)
+
+
+@pytest.mark.parametrize("target", ["file", "folder", "nothing"])
+@pytest.mark.parametrize("written", ["state", "log"])
+def test_check_repo_reports_a_link_where_the_background_server_writes(
+    packaged: Path, tmp_path: Path, written: str, target: str
+) -> None:
+    from attndeploy.serving.server.state import default_log_path, default_state_path
+
+    repo = packaged.parent
+    link = (default_state_path if written == "state" else default_log_path)(repo)
+    victim = tmp_path / "victim"
+    if target == "file":
+        victim.write_text("not the server's\n")
+    elif target == "folder":
+        victim.mkdir()
+    link.symlink_to(victim)
+    report = check_repository(repo)
+    assert not report
+    (finding,) = report.errors
+    assert finding.model == "" and "\n" not in finding.message
+    assert finding.message.startswith(f"{link.name} is a symbolic link")
+    assert str(victim) in finding.message and "remove the link" in finding.message
+    assert victim.exists() == (target != "nothing")  # reported, never followed or removed
+
+
+def test_check_repo_passes_the_background_servers_own_state_and_log_files(
+    packaged: Path,
+) -> None:
+    from attndeploy.serving.server.state import default_log_path, default_state_path
+
+    default_state_path(packaged.parent).write_text('{"format": "attndeploy-server-state"}')
+    default_log_path(packaged.parent).write_text("I1205 server started\n")
+    assert check_repository(packaged.parent)

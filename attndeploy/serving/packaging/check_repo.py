@@ -10,6 +10,8 @@ labels file has one line per label; parameters and warm-up data agree with the m
 (`text_model.py`) is checked against the id model it calls, and a warning says when its tokenizer
 needs a Python package (`tokenizers` for WordPiece) that this Python cannot import: the local
 server's python backend runs this Python (`attndeploy serve`), so it would fail to load the model.
+In the repository itself, a symbolic link where `attndeploy serve --background` writes its state
+file or log is an error: the server would write through it, to wherever it points.
 
 Findings are collected, never raised one at a time: the `RepoReport` is truthy when no finding
 is an error, and `raise_for_errors()` turns a failed report into one `RepositoryError`.
@@ -17,6 +19,7 @@ is an error, and `raise_for_errors()` turns a failed report into one `Repository
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -61,6 +64,7 @@ from attndeploy.serving.packaging.text_model_checks import (  # noqa: F401  (re-
     check_text_model,
     text_model_requirement,
 )
+from attndeploy.serving.server.state import default_log_path, default_state_path
 
 Severity = Literal["error", "warning"]
 
@@ -178,8 +182,10 @@ def check_repository(repo: Path) -> RepoReport:
     if not repo.is_dir():
         raise RepositoryError(f"Model repository {repo} is not a directory.")
     report = RepoReport(repo=repo)
+    links = _server_file_links(repo)
+    report.findings.extend(Finding("", "error", message) for message in links.values())
     for path in sorted(repo.iterdir()):
-        if not path.is_dir():
+        if path in links or not path.is_dir():
             continue
         if is_staging_name(path.name):
             report.findings.append(Finding("", "error", _hidden_folder_message(path.name)))
@@ -191,6 +197,30 @@ def check_repository(repo: Path) -> RepoReport:
     if not report.models:
         report.findings.append(Finding("", "error", "the repository holds no model folder"))
     return report
+
+
+# what `attndeploy serve --background` writes into the repository when told no other path
+SERVER_FILES = (("state file", default_state_path), ("log", default_log_path))
+
+
+def _server_file_links(repo: Path) -> dict[Path, str]:
+    """A message for each of the background server's files in `repo` that is a symbolic link
+    (dangling or not): the server would write through it, to wherever the link points."""
+    found: dict[Path, str] = {}
+    for what, where in SERVER_FILES:
+        path = where(repo)
+        if not path.is_symlink():
+            continue
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        found[path] = (
+            f"{path.name} is a symbolic link (to {target}); `attndeploy serve --background` "
+            f"writes its {what} there, so the link would redirect the server's writes to its "
+            "target: remove the link"
+        )
+    return found
 
 
 def _hidden_folder_message(name: str) -> str:
