@@ -473,3 +473,44 @@ def test_check_repo_passes_the_background_servers_own_state_and_log_files(
     default_state_path(packaged.parent).write_text('{"format": "attndeploy-server-state"}')
     default_log_path(packaged.parent).write_text("I1205 server started\n")
     assert check_repository(packaged.parent)
+
+
+HUGE = "z" * 600_000
+
+
+def _huge_output(cfg: mc.ModelConfig) -> None:
+    cfg.output.add(name=HUGE, data_type=mc.TYPE_FP32, dims=[1])
+
+
+def _huge_warmup(cfg: mc.ModelConfig) -> None:
+    cfg.model_warmup[0].name = HUGE
+    cfg.model_warmup[0].inputs["attention_mask"].zero_data = True  # so that it is named
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (lambda cfg: setattr(cfg, "name", HUGE), "config name 'zzz"),
+    (lambda cfg: cfg.parameters["HEAD"].MergeFrom(mc.ModelParameter(string_value=HUGE)),
+     "parameter HEAD is 'zzz"),
+    (lambda cfg: cfg.parameters["MAX_SEQ"].MergeFrom(mc.ModelParameter(string_value=HUGE)),
+     "parameter MAX_SEQ is 'zzz"),
+    (_huge_output, "config has an unexpected output 'zzz"),
+    (_huge_warmup, "warm-up 'zzz"),
+])
+def test_check_repo_cuts_every_quoted_value_to_a_bounded_length(
+    packaged: Path, edit: Callable[[mc.ModelConfig], None], fragment: str
+) -> None:
+    edit_config(packaged, edit)
+    report = check_repository(packaged.parent)
+    found = [m for m in messages(report) if fragment in m]
+    assert found, messages(report)
+    for message in found:
+        assert len(message) < 600 and f"... ({len(HUGE) + 2} characters)" in message, message
+    assert len(report.summary()) < 2_000
+
+
+def test_a_finding_is_one_bounded_line_whatever_it_quotes() -> None:
+    from attndeploy.serving.packaging.check_repo import FINDING_LIMIT, Finding
+
+    finding = Finding("m", "error", "line one\n" + "x" * 100_000)
+    assert "\n" not in finding.message and len(finding.message) < FINDING_LIMIT + 40
+    assert finding.message.startswith("line one\\nxxx")

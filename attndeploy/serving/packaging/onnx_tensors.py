@@ -20,6 +20,7 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from attndeploy.echo import echo
 from attndeploy.errors import RepositoryError
 
 # bits per element as onnxruntime lays them out in raw_data (4-bit types: two per byte); a type
@@ -52,15 +53,17 @@ def _graph_tensors(graph: onnx.GraphProto, where: str) -> Iterator[tuple[str, Te
 def _node_tensors(nodes: Iterable[onnx.NodeProto], where: str
                   ) -> Iterator[tuple[str, TensorProto]]:
     for node in nodes:
-        owner = f"{node.op_type} node {node.output[0] if node.output else node.name!r} in {where}"
+        shown = echo(repr(node.output[0] if node.output else node.name))
+        owner = f"{echo(node.op_type)} node {shown} in {where}"
         for attr in node.attribute:
+            place = f"attribute {echo(attr.name)} of {owner}"
             if attr.HasField("t"):
-                yield f"attribute {attr.name} of {owner}", attr.t
+                yield place, attr.t
             for tensor in attr.tensors:
-                yield f"attribute {attr.name} of {owner}", tensor
+                yield place, tensor
             if attr.HasField("sparse_tensor"):
-                yield f"attribute {attr.name} of {owner}", attr.sparse_tensor.values
-                yield f"attribute {attr.name} of {owner}", attr.sparse_tensor.indices
+                yield place, attr.sparse_tensor.values
+                yield place, attr.sparse_tensor.indices
             for graph in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
                 yield from _graph_tensors(graph, f"a subgraph of {owner}")
 
@@ -69,7 +72,8 @@ def stored_tensors(model: onnx.ModelProto) -> Iterator[tuple[str, TensorProto]]:
     """(where it is, tensor) for every tensor stored in `model`: graph, subgraphs, functions."""
     yield from _graph_tensors(model.graph, "the graph")
     for function in model.functions:
-        yield from _node_tensors(function.node, f"function {function.domain}::{function.name}")
+        name = echo(f"{function.domain}::{function.name}")
+        yield from _node_tensors(function.node, f"function {name}")
 
 
 def _type_name(data_type: int) -> str:
@@ -110,25 +114,27 @@ def _external_problem(tensor: TensorProto, model_path: Path) -> str | None:
     """What is wrong with an external tensor's data, said after its dims; None when nothing."""
     info = {entry.key: entry.value for entry in tensor.external_data}
     location = info.get("location", "")
+    shown = echo(repr(location))
     if not location:
         return ", with its data in an external file, but names none"
     folder = model_path.parent.resolve()
     target = (folder / location).resolve()
     if Path(location).is_absolute() or not target.is_relative_to(folder):
-        return (f", with its data in {location!r}, outside the folder of {model_path.name} "
+        return (f", with its data in {shown}, outside the folder of {model_path.name} "
                 "(onnxruntime reads external data only from the model's own folder)")
     try:
         file_size = target.stat().st_size if target.is_file() else None
     except OSError:
         file_size = None
     if file_size is None:
-        return f", with its data in {location!r}, which is not a file beside {model_path.name}"
+        return f", with its data in {shown}, which is not a file beside {model_path.name}"
     numbers: dict[str, int] = {}
     for key in ("offset", "length"):
         raw = info.get(key)
         if raw is not None:
             if not raw.isdigit():
-                return f", with its data at an external {key} of {raw!r}, not a byte count"
+                return (f", with its data at an external {key} of {echo(repr(raw))}, not a "
+                        "byte count")
             numbers[key] = int(raw)
     _, size = _declared(tensor)
     if size is None:
@@ -137,7 +143,7 @@ def _external_problem(tensor: TensorProto, model_path: Path) -> str | None:
         return f" ({size} bytes) but its external length is {numbers['length']} bytes"
     offset = numbers.get("offset", 0)
     if offset + size > file_size:
-        return f" ({size} bytes from offset {offset}) but {location!r} holds {file_size} bytes"
+        return f" ({size} bytes from offset {offset}) but {shown} holds {file_size} bytes"
     return None
 
 
@@ -156,9 +162,9 @@ def tensor_problems(model: onnx.ModelProto, path: Path) -> list[str]:
         else:
             problem = _embedded_problem(tensor, file_size)
         if problem is not None:
-            label = f"tensor {tensor.name!r}" if tensor.name else "unnamed tensor"
+            label = f"tensor {echo(repr(tensor.name))}" if tensor.name else "unnamed tensor"
             problems.append(
-                f"{path}: {label} ({where}) declares dims {dims} of "
+                f"{path}: {label} ({where}) declares dims {echo(str(dims))} of "
                 f"{_type_name(tensor.data_type)}{problem}; onnxruntime would refuse to load it: "
                 "re-export the model"
             )
