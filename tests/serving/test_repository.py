@@ -514,3 +514,27 @@ def test_a_finding_is_one_bounded_line_whatever_it_quotes() -> None:
     finding = Finding("m", "error", "line one\n" + "x" * 100_000)
     assert "\n" not in finding.message and len(finding.message) < FINDING_LIMIT + 40
     assert finding.message.startswith("line one\\nxxx")
+
+
+LONG_NAME = "f" * 5_000  # longer than any file name may be (ENAMETOOLONG)
+
+
+def _long_label_file(cfg: mc.ModelConfig) -> None:
+    cfg.output[0].label_filename = LONG_NAME
+
+
+def _long_warmup_file(cfg: mc.ModelConfig) -> None:
+    cfg.model_warmup[0].inputs["attention_mask"].input_data_file = LONG_NAME
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (lambda cfg: setattr(cfg, "default_model_filename", LONG_NAME), "1/fff"),
+    (_long_label_file, "label file fff"),
+    (_long_warmup_file, "data file warmup/fff"),
+])
+def test_check_repo_reports_a_file_name_too_long_to_exist_as_missing(
+    packaged: Path, edit: Callable[[mc.ModelConfig], None], fragment: str
+) -> None:
+    edit_config(packaged, edit)
+    found = [m for m in messages(check_repository(packaged.parent)) if fragment in m]
+    assert found and all("is missing" in m and len(m) < 600 for m in found), found

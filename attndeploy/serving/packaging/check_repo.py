@@ -365,7 +365,7 @@ def _check_labels(model: _Model, cfg: mc.ModelConfig, info: ModelInfo) -> None:
         names.add(cfgmod.LABELS_FILE)
     for name in sorted(names):
         path = model.path / name
-        if not path.is_file():
+        if not os.path.isfile(path):  # False for a name too long to exist
             model.error(f"label file {echo(name)} (label_filename) is missing")
             continue
         count = len(path.read_text(encoding="utf-8", errors="replace").splitlines())
@@ -386,7 +386,7 @@ def _check_warmup(model: _Model, cfg: mc.ModelConfig) -> None:
             if not entry.input_data_file:
                 continue
             path = model.path / cfgmod.WARMUP_DIR / entry.input_data_file
-            if not path.is_file():
+            if not os.path.isfile(path):
                 model.error(f"{label}: data file warmup/{echo(entry.input_data_file)} is missing")
                 continue
             itemsize = 1 if entry.data_type == mc.TYPE_BOOL else (
@@ -444,7 +444,7 @@ def _check_model(model: _Model) -> None:
         version_dir = model.path / str(version)
         onnx_path = version_dir / model_file
         where = f"{version}/{echo(model_file)}"
-        if not onnx_path.is_file():
+        if not os.path.isfile(onnx_path):
             model.error(f"{where} is missing")
             continue
         checked = _check_onnx(model, onnx_path, where)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,7 +53,7 @@ def _id_model_source(model: _Findings, cfg: mc.ModelConfig
     id_name = id_model_of(cfg) or ""
     shown = echo(repr(id_name))
     folder = model.path.parent / id_name
-    if not id_name or "/" in id_name or not (folder / cfgmod.CONFIG_FILE).is_file():
+    if not id_name or "/" in id_name or not os.path.isfile(folder / cfgmod.CONFIG_FILE):
         model.error(f"its id model {shown} (parameter {PARAM_ID_MODEL}) is not a model of "
                     "this repository; re-package the model (the text model calls it)")
         return None
