@@ -147,6 +147,8 @@ def test_check_repo_accepts_external_data_beside_the_model(tmp_path: Path) -> No
     ({"data": b""}, "in 'weights.bin', which is not a file beside model.onnx"),
     ({"location": "../weights.bin"}, "in '../weights.bin', outside the folder of model.onnx"),
     ({"location": "/etc/passwd", "data": b""}, "in '/etc/passwd', outside the folder of"),
+    ({"location": "w" * 5_000, "data": b""}, "(5002 characters), which is not a file beside"),
+    ({"location": "a\0b", "data": b""}, "in 'a\\x00b', which is not a file beside"),
 ])
 def test_check_repo_reports_external_data_onnxruntime_cannot_read(
     case: dict, fragment: str, tmp_path: Path

@@ -39,6 +39,8 @@ _BITS = {
 _COMPLEX = {TensorProto.COMPLEX64, TensorProto.COMPLEX128}  # two typed entries per element
 _TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
                  "uint64_data")
+_A = onnx.AttributeProto
+_HOLDING = {_A.TENSOR, _A.TENSORS, _A.SPARSE_TENSOR, _A.SPARSE_TENSORS, _A.GRAPH, _A.GRAPHS}
 
 
 def _graph_tensors(graph: onnx.GraphProto, where: str) -> Iterator[tuple[str, TensorProto]]:
@@ -53,17 +55,20 @@ def _graph_tensors(graph: onnx.GraphProto, where: str) -> Iterator[tuple[str, Te
 def _node_tensors(nodes: Iterable[onnx.NodeProto], where: str
                   ) -> Iterator[tuple[str, TensorProto]]:
     for node in nodes:
-        shown = echo(repr(node.output[0] if node.output else node.name))
-        owner = f"{echo(node.op_type)} node {shown} in {where}"
         for attr in node.attribute:
+            if attr.type not in _HOLDING:
+                continue
+            shown = echo(repr(node.output[0] if node.output else node.name))
+            owner = f"{echo(node.op_type)} node {shown} in {where}"
             place = f"attribute {echo(attr.name)} of {owner}"
             if attr.HasField("t"):
                 yield place, attr.t
             for tensor in attr.tensors:
                 yield place, tensor
-            if attr.HasField("sparse_tensor"):
-                yield place, attr.sparse_tensor.values
-                yield place, attr.sparse_tensor.indices
+            for sparse in (*([attr.sparse_tensor] if attr.HasField("sparse_tensor") else []),
+                           *attr.sparse_tensors):
+                yield place, sparse.values
+                yield place, sparse.indices
             for graph in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
                 yield from _graph_tensors(graph, f"a subgraph of {owner}")
 
@@ -118,14 +123,15 @@ def _external_problem(tensor: TensorProto, model_path: Path) -> str | None:
     if not location:
         return ", with its data in an external file, but names none"
     folder = model_path.parent.resolve()
-    target = (folder / location).resolve()
-    if Path(location).is_absolute() or not target.is_relative_to(folder):
+    try:
+        target = (folder / location).resolve()
+        inside = not Path(location).is_absolute() and target.is_relative_to(folder)
+        file_size = target.stat().st_size if inside and target.is_file() else None
+    except (OSError, ValueError):  # a name too long to exist, a NUL byte
+        inside, file_size = True, None
+    if not inside:
         return (f", with its data in {shown}, outside the folder of {model_path.name} "
                 "(onnxruntime reads external data only from the model's own folder)")
-    try:
-        file_size = target.stat().st_size if target.is_file() else None
-    except OSError:
-        file_size = None
     if file_size is None:
         return f", with its data in {shown}, which is not a file beside {model_path.name}"
     numbers: dict[str, int] = {}
