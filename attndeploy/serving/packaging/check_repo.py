@@ -3,13 +3,15 @@
 Per model folder: `config.pbtxt` parses with Triton's schema; its I/O blocks and the ONNX graph's
 inputs/outputs both match the model-level interface recorded in the model's metadata (names,
 dtypes, dims: batch implicit, `seq` -1 in the config and symbolic in ONNX), or for a generic model
-(a user's model, `generic.py`) the config matches the graph's declared tensors; every
+(a user's model, `generic.py`) the config matches the graph's declared tensors; every stored
+tensor holds the data its dims declare, external data included (`onnx_tensors.py`); every
 custom-domain (`attndeploy`) node has a model-local function; the served versions and their files
 exist; the python flavour's `model.py` is exactly what this attndeploy version generates; the
 labels file has one line per label; parameters and warm-up data agree with the model. A text model
 (`text_model.py`) is checked against the id model it calls, and a warning says when its tokenizer
 needs a Python package (`tokenizers` for WordPiece) that this Python cannot import: the local
 server's python backend runs this Python (`attndeploy serve`), so it would fail to load the model.
+Every quote of a file's content in a finding is cut to a bounded length (`attndeploy.echo`).
 In the repository itself, a symbolic link where `attndeploy serve --background` writes its state
 file or log is an error: the server would write through it, to wherever it points.
 
