@@ -538,3 +538,9 @@ def test_check_repo_reports_a_file_name_too_long_to_exist_as_missing(
     edit_config(packaged, edit)
     found = [m for m in messages(check_repository(packaged.parent)) if fragment in m]
     assert found and all("is missing" in m and len(m) < 600 for m in found), found
+
+
+def test_check_repo_reports_a_config_that_is_not_utf8(packaged: Path) -> None:
+    (packaged / "config.pbtxt").write_bytes(b'name: "cls"\n\xff\xfe\n')
+    (message,) = messages(check_repository(packaged.parent))
+    assert message == f"{packaged / 'config.pbtxt'} is not UTF-8 text (byte 12 is 0xff)"

@@ -429,6 +429,10 @@ def _check_model(model: _Model) -> None:
     except RepositoryError as exc:
         model.error(str(exc))
         return
+    except UnicodeDecodeError as exc:
+        model.error(f"{config_path} is not UTF-8 text (byte {exc.start} is "
+                    f"0x{exc.object[exc.start]:02x})")
+        return
     if cfg.name and cfg.name != model.name:
         model.error(f"config name {echo(repr(cfg.name))} differs from the folder name")
     if is_text_config(cfg):  # `<name>_text`: checked against the id model it calls
