@@ -137,6 +137,39 @@ def _foreign_onnx(tmp: Path, work: Path) -> None:
     onnx.save(helper.make_model(graph), tmp / "foreign.onnx")
 
 
+def _tampered_onnx(tmp: Path, work: Path) -> None:
+    """{tmp}/tampered.onnx: the export, its largest weight declaring 2^31 x 2^20 over no data."""
+    import onnx
+
+    model = onnx.load(work / "model.onnx")
+    tensor = max(model.graph.initializer, key=lambda t: len(t.raw_data))
+    tensor.ClearField("raw_data")
+    tensor.dims[:] = [2**31, 2**20]
+    onnx.save(model, tmp / "tampered.onnx")
+
+
+def _copied_repo(tmp: Path, work: Path) -> Path:
+    shutil.copytree(work / "repo", tmp / "repo")
+    return tmp / "repo"
+
+
+def _server_log_link(tmp: Path, work: Path) -> None:
+    """A link where `serve --background` writes its log, to a file of someone else's."""
+    (tmp / "victim").write_text("not the server's\n")
+    (_copied_repo(tmp, work) / ".attndeploy-server.log").symlink_to(tmp / "victim")
+
+
+def _tampered_served_model(tmp: Path, work: Path) -> None:
+    repo = _copied_repo(tmp, work)
+    _tampered_onnx(tmp, work)
+    shutil.copyfile(tmp / "tampered.onnx", repo / "standard" / "1" / "model.onnx")
+
+
+def _junk_config_line(tmp: Path, work: Path) -> None:
+    config = _copied_repo(tmp, work) / "standard" / "config.pbtxt"
+    config.write_text(config.read_text() + "x" * 600_000 + "\n")
+
+
 def _hf_model(weights: bytes, name: str = "model.safetensors") -> Callable[[Path, Path], None]:
     """A `save_pretrained` folder {tmp}/bert: a tiny BERT config and `weights` as `name`."""
 
@@ -426,6 +459,18 @@ CASES: dict[str, BadInput] = {
                                    prepare=_foreign_onnx),
     "check-repo missing": case("check-repo", "--repo", "{tmp}/absent", stage="repository",
                                fragment="absent"),
+    "package a tampered onnx": case("package", "{tmp}/tampered.onnx", "--repo", "{tmp}/r",
+                                    stage="repository", fragment="declares dims [2147483648, "
+                                    "1048576] of FLOAT", prepare=_tampered_onnx),
+    "check-repo tampered onnx": case("check-repo", "--repo", "{tmp}/repo", stage="repository",
+                                     fragment="declares dims [2147483648, 1048576] of FLOAT",
+                                     prepare=_tampered_served_model),
+    "check-repo link where the server logs": case(
+        "check-repo", "--repo", "{tmp}/repo", stage="repository",
+        fragment=".attndeploy-server.log is a symbolic link", prepare=_server_log_link),
+    "check-repo huge junk line": case("check-repo", "--repo", "{tmp}/repo", stage="repository",
+                                      fragment="config.pbtxt does not parse as a Triton",
+                                      prepare=_junk_config_line),
     "check-repo staging folder": case("check-repo", "--repo", "{tmp}/repo", stage="repository",
                                       fragment=".standard.999999.abcd.tmp",
                                       prepare=_staging_folder),

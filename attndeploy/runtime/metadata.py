@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from attndeploy.echo import echo
 from attndeploy.errors import DataError, ModelError
 from attndeploy.runtime.shipping import TOKENIZER_TYPES
 from attndeploy.runtime.tokenizer import TextTokenizer
@@ -73,8 +74,8 @@ class ModelMetadata:
 
 def _positive_int(value: Any, what: str, source: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ModelError(f"{source}: {what} must be a positive integer, got {value!r}; "
-                          "re-export the model.")
+        raise ModelError(f"{source}: {what} must be a positive integer, got "
+                         f"{echo(repr(value))}; re-export the model.")
     return value
 
 
@@ -91,7 +92,8 @@ def tokenizer_from_record(record: Any) -> TextTokenizer:
     record."""
     kind = record.get("type") if isinstance(record, dict) else None
     if kind not in TOKENIZER_TYPES:
-        what = f"type {kind!r}" if isinstance(record, dict) else f"a {type(record).__name__}"
+        what = (f"type {echo(repr(kind))}" if isinstance(record, dict)
+                else f"a {type(record).__name__}")
         raise DataError(f"unknown tokenizer {what}; this attndeploy reads "
                         f"{', '.join(sorted(TOKENIZER_TYPES))}")
     entry = TOKENIZER_TYPES[kind]
@@ -146,17 +148,18 @@ def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
             f"{source}: {len(labels)} label names in {META_LABELS} but num_labels = {num_labels}."
         )
     if config["head"] not in HEADS:
-        raise ModelError(f"{source}: unknown head {config['head']!r} in the model config.")
+        raise ModelError(f"{source}: unknown head {echo(repr(config['head']))} in the model "
+                         "config.")
     if config["variant"] != meta[META_VARIANT]:
-        raise ModelError(f"{source}: {META_VARIANT} = {meta[META_VARIANT]!r} but the model "
-                          f"config says {config['variant']!r}.")
+        raise ModelError(f"{source}: {META_VARIANT} = {echo(repr(meta[META_VARIANT]))} but the "
+                         f"model config says {echo(repr(config['variant']))}.")
     config_max_seq = _positive_int(config["max_seq"], "the config's max_seq", source)
     max_seq = config_max_seq
     raw_max_seq = meta.get(META_MAX_SEQ)
     if raw_max_seq is not None:  # export --max-seq may lower it
         if not raw_max_seq.isdigit() or not 1 <= int(raw_max_seq) <= config_max_seq:
-            raise ModelError(f"{source}: {META_MAX_SEQ} = {raw_max_seq!r} must be an integer "
-                              f"in [1, {config_max_seq}] (the config's max_seq); re-export.")
+            raise ModelError(f"{source}: {META_MAX_SEQ} = {echo(repr(raw_max_seq))} must be an "
+                             f"integer in [1, {config_max_seq}] (the config's max_seq); re-export.")
         max_seq = int(raw_max_seq)
     vocab_size = _positive_int(config["vocab_size"], "the config's vocab_size", source)
     tokenizer = None

@@ -251,6 +251,24 @@ def test_package_then_check_repo_clean_up_after_a_killed_packager(
     assert code == 0 and json.loads(out)["passed"] is True, (out, err)
 
 
+def test_check_repo_cuts_a_huge_unparsable_line_and_still_names_file_and_line(
+    monkeypatch, capsys, tmp_path, onnx_file
+):
+    repo = tmp_path / "repo"
+    code, _, err = run_main(monkeypatch, capsys, "package", onnx_file, "--repo", repo)
+    assert code == 0, err
+    config = repo / "cls" / "config.pbtxt"
+    config.write_text(config.read_text() + "x" * 600_000 + "\n")  # one 600 KB junk line
+    line = len(config.read_text().splitlines())
+    code, out, err = run_main(monkeypatch, capsys, "check-repo", "--repo", repo)
+    assert code == 1 and len(out) + len("".join(err)) < 2_000, (len(out), len("".join(err)))
+    assert len(err) == 1 and f"{config} does not parse" in err[0] and f"{line}:1 :" in err[0]
+    assert "x" * 100 in err[0] and "characters)" in err[0]  # the start, then its length
+    code, out, _ = run_main(monkeypatch, capsys, "check-repo", "--repo", repo, "--json")
+    (finding,) = json.loads(out)["findings"]
+    assert len(out) < 2_000 and f"{line}:1 :" in finding["message"]
+
+
 # --------------------------------------------------------------------------- validate
 
 

@@ -439,3 +439,108 @@ def test_check_repo_reports_hidden_folders_and_skips_hidden_files(packaged: Path
     assert any(m.startswith("hidden folder .cache is not a model folder") and "remove it" in m
                for m in found)
     assert any(f"process {os.getpid()} is still writing cls" in m for m in found)
+
+
+@pytest.mark.parametrize("target", ["file", "folder", "nothing"])
+@pytest.mark.parametrize("written", ["state", "log"])
+def test_check_repo_reports_a_link_where_the_background_server_writes(
+    packaged: Path, tmp_path: Path, written: str, target: str
+) -> None:
+    from attndeploy.serving.server.state import default_log_path, default_state_path
+
+    repo = packaged.parent
+    link = (default_state_path if written == "state" else default_log_path)(repo)
+    victim = tmp_path / "victim"
+    if target == "file":
+        victim.write_text("not the server's\n")
+    elif target == "folder":
+        victim.mkdir()
+    link.symlink_to(victim)
+    report = check_repository(repo)
+    assert not report
+    (finding,) = report.errors
+    assert finding.model == "" and "\n" not in finding.message
+    assert finding.message.startswith(f"{link.name} is a symbolic link")
+    assert str(victim) in finding.message and "remove the link" in finding.message
+    assert victim.exists() == (target != "nothing")  # reported, never followed or removed
+
+
+def test_check_repo_passes_the_background_servers_own_state_and_log_files(
+    packaged: Path,
+) -> None:
+    from attndeploy.serving.server.state import default_log_path, default_state_path
+
+    default_state_path(packaged.parent).write_text('{"format": "attndeploy-server-state"}')
+    default_log_path(packaged.parent).write_text("I1205 server started\n")
+    assert check_repository(packaged.parent)
+
+
+HUGE = "z" * 600_000
+
+
+def _huge_output(cfg: mc.ModelConfig) -> None:
+    cfg.output.add(name=HUGE, data_type=mc.TYPE_FP32, dims=[1])
+
+
+def _huge_warmup(cfg: mc.ModelConfig) -> None:
+    cfg.model_warmup[0].name = HUGE
+    cfg.model_warmup[0].inputs["attention_mask"].zero_data = True  # so that it is named
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (lambda cfg: setattr(cfg, "name", HUGE), "config name 'zzz"),
+    (lambda cfg: cfg.parameters["HEAD"].MergeFrom(mc.ModelParameter(string_value=HUGE)),
+     "parameter HEAD is 'zzz"),
+    (lambda cfg: cfg.parameters["MAX_SEQ"].MergeFrom(mc.ModelParameter(string_value=HUGE)),
+     "parameter MAX_SEQ is 'zzz"),
+    (_huge_output, "config has an unexpected output 'zzz"),
+    (_huge_warmup, "warm-up 'zzz"),
+])
+def test_check_repo_cuts_every_quoted_value_to_a_bounded_length(
+    packaged: Path, edit: Callable[[mc.ModelConfig], None], fragment: str
+) -> None:
+    edit_config(packaged, edit)
+    report = check_repository(packaged.parent)
+    found = [m for m in messages(report) if fragment in m]
+    assert found, messages(report)
+    for message in found:
+        assert len(message) < 600 and f"... ({len(HUGE) + 2} characters)" in message, message
+    assert len(report.summary()) < 2_000
+
+
+def test_a_finding_is_one_bounded_line_whatever_it_quotes() -> None:
+    from attndeploy.serving.packaging.check_repo import FINDING_LIMIT, Finding
+
+    finding = Finding("m", "error", "line one\n" + "x" * 100_000)
+    assert "\n" not in finding.message and len(finding.message) < FINDING_LIMIT + 40
+    assert finding.message.startswith("line one\\nxxx")
+
+
+LONG_NAME = "f" * 5_000  # longer than any file name may be (ENAMETOOLONG)
+
+
+def _long_label_file(cfg: mc.ModelConfig) -> None:
+    cfg.output[0].label_filename = LONG_NAME
+
+
+def _long_warmup_file(cfg: mc.ModelConfig) -> None:
+    cfg.model_warmup[0].inputs["attention_mask"].input_data_file = LONG_NAME
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (lambda cfg: setattr(cfg, "default_model_filename", LONG_NAME), "1/fff"),
+    (_long_label_file, "label file fff"),
+    (_long_warmup_file, "data file warmup/fff"),
+])
+def test_check_repo_reports_a_file_name_too_long_to_exist_as_missing(
+    packaged: Path, edit: Callable[[mc.ModelConfig], None], fragment: str
+) -> None:
+    edit_config(packaged, edit)
+    found = [m for m in messages(check_repository(packaged.parent)) if fragment in m]
+    assert found and all("is missing" in m and len(m) < 600 for m in found), found
+
+
+def test_check_repo_reports_a_config_that_is_not_utf8(packaged: Path) -> None:
+    (packaged / "config.pbtxt").write_bytes(b'name: "cls"\n\xff\xfe\n')
+    (message,) = messages(check_repository(packaged.parent))
+    assert message == f"{packaged / 'config.pbtxt'} is not UTF-8 text (byte 12 is 0xff)"

@@ -45,6 +45,9 @@ BREAKAGES = {
     "missing runtime copy": (lambda r: (r / "gated_text/1/attndeploy/errors.py").unlink(),
                              "errors.py is missing"),
     "missing id model": (lambda r: shutil.rmtree(r / "gated"), "id model 'gated'"),
+    "id model name too long to exist": (
+        lambda r: set_param(r / "gated_text", "ID_MODEL", "g" * 5_000),
+        r"its id model 'g{199}\.\.\. \(5002 characters\) \(parameter ID_MODEL\) is not a model"),
     "other tokenizer": (lambda r: (r / "gated_text/tokenizer.json").write_text(
         json.dumps({"type": "word", "vocab": VOCAB[:-1]})), "tokenizer.json differs"),
     "other labels": (lambda r: (r / "gated_text/labels.txt").write_text("a\nb\nc\n"),

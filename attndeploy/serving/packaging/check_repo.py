@@ -3,13 +3,17 @@
 Per model folder: `config.pbtxt` parses with Triton's schema; its I/O blocks and the ONNX graph's
 inputs/outputs both match the model-level interface recorded in the model's metadata (names,
 dtypes, dims: batch implicit, `seq` -1 in the config and symbolic in ONNX), or for a generic model
-(a user's model, `generic.py`) the config matches the graph's declared tensors; every
+(a user's model, `generic.py`) the config matches the graph's declared tensors; every stored
+tensor holds the data its dims declare, external data included (`onnx_tensors.py`); every
 custom-domain (`attndeploy`) node has a model-local function; the served versions and their files
 exist; the python flavour's `model.py` is exactly what this attndeploy version generates; the
 labels file has one line per label; parameters and warm-up data agree with the model. A text model
 (`text_model.py`) is checked against the id model it calls, and a warning says when its tokenizer
 needs a Python package (`tokenizers` for WordPiece) that this Python cannot import: the local
 server's python backend runs this Python (`attndeploy serve`), so it would fail to load the model.
+Every quote of a file's content in a finding is cut to a bounded length (`attndeploy.echo`).
+In the repository itself, a symbolic link where `attndeploy serve --background` writes its state
+file or log is an error: the server would write through it, to wherever it points.
 
 Findings are collected, never raised one at a time: the `RepoReport` is truthy when no finding
 is an error, and `raise_for_errors()` turns a failed report into one `RepositoryError`.
@@ -17,6 +21,7 @@ is an error, and `raise_for_errors()` turns a failed report into one `Repository
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +31,7 @@ import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy import __version__
+from attndeploy.echo import ECHO_LIMIT, echo
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import is_staging_name, is_stale_temporary, parse_temporary_name
 from attndeploy.interface import ATTENTION_MASK, default_opset
@@ -61,6 +67,7 @@ from attndeploy.serving.packaging.text_model_checks import (  # noqa: F401  (re-
     check_text_model,
     text_model_requirement,
 )
+from attndeploy.serving.server.state import default_log_path, default_state_path
 
 Severity = Literal["error", "warning"]
 
@@ -91,13 +98,22 @@ TRITON_RELEASE = TRITON_RELEASES["24.10"]  # the release check-repo's opset chec
 TRITON_ORT_MAX_OPSET = TRITON_RELEASE.max_opset
 
 
+# the most characters of one finding: each quote of a file's content in it is cut to
+# ECHO_LIMIT already (`echo`), so this bounds what the readers' own errors may add
+FINDING_LIMIT = 10 * ECHO_LIMIT
+
+
 @dataclass(frozen=True)
 class Finding:
-    """One problem found in one model folder (`model` "" = the repository itself)."""
+    """One problem found in one model folder (`model` "" = the repository itself), said on one
+    line of at most FINDING_LIMIT characters."""
 
     model: str
     severity: Severity
     message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", echo(self.message, FINDING_LIMIT))
 
     def to_dict(self) -> dict[str, str]:
         return {"model": self.model, "severity": self.severity, "message": self.message}
@@ -178,8 +194,10 @@ def check_repository(repo: Path) -> RepoReport:
     if not repo.is_dir():
         raise RepositoryError(f"Model repository {repo} is not a directory.")
     report = RepoReport(repo=repo)
+    links = _server_file_links(repo)
+    report.findings.extend(Finding("", "error", message) for message in links.values())
     for path in sorted(repo.iterdir()):
-        if not path.is_dir():
+        if path in links or not path.is_dir():
             continue
         if is_staging_name(path.name):
             report.findings.append(Finding("", "error", _hidden_folder_message(path.name)))
@@ -193,18 +211,42 @@ def check_repository(repo: Path) -> RepoReport:
     return report
 
 
+# what `attndeploy serve --background` writes into the repository when told no other path
+SERVER_FILES = (("state file", default_state_path), ("log", default_log_path))
+
+
+def _server_file_links(repo: Path) -> dict[Path, str]:
+    """A message for each of the background server's files in `repo` that is a symbolic link
+    (dangling or not): the server would write through it, to wherever the link points."""
+    found: dict[Path, str] = {}
+    for what, where in SERVER_FILES:
+        path = where(repo)
+        if not path.is_symlink():
+            continue
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        found[path] = (
+            f"{path.name} is a symbolic link (to {echo(target)}); `attndeploy serve --background` "
+            f"writes its {what} there, so the link would redirect the server's writes to its "
+            "target: remove the link"
+        )
+    return found
+
+
 def _hidden_folder_message(name: str) -> str:
     staged = parse_temporary_name(name)
     if staged is None:
-        return (f"hidden folder {name} is not a model folder (Triton would try to load it); "
+        return (f"hidden folder {echo(name)} is not a model folder (Triton would try to load it); "
                 "remove it or move it out of the repository")
     model, pid = staged
     if is_stale_temporary(name):
-        return (f"staging folder {name} was left by an interrupted write of {model} (process "
-                f"{pid} no longer runs); remove it, or re-run `attndeploy package`, which "
-                "removes it")
-    return (f"staging folder {name}: process {pid} is still writing {model}; check again when "
-            "it has finished (if it hangs, stop it and remove the folder)")
+        return (f"staging folder {echo(name)} was left by an interrupted write of "
+                f"{echo(model)} (process {pid} no longer runs); remove it, or re-run "
+                "`attndeploy package`, which removes it")
+    return (f"staging folder {echo(name)}: process {pid} is still writing {echo(model)}; check "
+            "again when it has finished (if it hangs, stop it and remove the folder)")
 
 
 # --------------------------------------------------------------------------- one model
@@ -256,9 +298,9 @@ def _check_model_py(model: _Model, version_dir: Path, generic: bool) -> None:
         model.error(f"{where} was not generated by attndeploy; re-package the model")
     elif header.version != __version__ or header.digest != template_digest(resource):
         model.error(
-            f"{where} was generated by attndeploy {header.version} (template {header.digest}), "
-            f"not by this version {__version__} (template {template_digest(resource)}); "
-            "re-package"
+            f"{where} was generated by attndeploy {echo(header.version)} (template "
+            f"{echo(header.digest)}), not by this version {__version__} (template "
+            f"{template_digest(resource)}); re-package"
         )
     else:
         model.error(f"{where} was edited by hand; re-package the model to regenerate it")
@@ -280,7 +322,8 @@ def _check_onnx(
         return None
     for op in missing_functions(onnx_model):
         model.error(
-            f"{where}: custom node {op} has no model-local function; onnxruntime cannot run it"
+            f"{where}: custom node {echo(op)} has no model-local function; onnxruntime cannot "
+            "run it"
         )
     if isinstance(info, ModelInfo):
         for problem in onnx_mismatches(onnx_model, info.interface):
@@ -298,16 +341,18 @@ def _check_parameters(model: _Model, cfg: mc.ModelConfig, info: ModelInfo) -> No
     }
     for key, want in expected.items():
         if params.get(key) != want:
-            model.error(f"parameter {key} is {params.get(key)!r}, the model needs {want!r}")
+            model.error(f"parameter {key} is {echo(repr(params.get(key)))}, the model needs "
+                        f"{want!r}")
     raw = params.get(cfgmod.PARAM_MAX_SEQ)
     if raw is None or not raw.isdigit() or not 1 <= int(raw) <= info.max_seq:
         model.error(
-            f"parameter {cfgmod.PARAM_MAX_SEQ} is {raw!r}; it must be an integer in "
+            f"parameter {cfgmod.PARAM_MAX_SEQ} is {echo(repr(raw))}; it must be an integer in "
             f"[1, {info.max_seq}] (the model's max_seq)"
         )
     threads = params.get(cfgmod.PARAM_ORT_THREADS, "1")
     if not threads.isdigit() or int(threads) < 1:
-        model.error(f"parameter {cfgmod.PARAM_ORT_THREADS} is {threads!r}; it must be >= 1")
+        model.error(f"parameter {cfgmod.PARAM_ORT_THREADS} is {echo(repr(threads))}; it must be "
+                    ">= 1")
     if cfg.HasField("dynamic_batching") and not all(i.allow_ragged_batch for i in cfg.input):
         model.warning(
             "inputs are not allow_ragged_batch: requests of different lengths will not be "
@@ -322,28 +367,29 @@ def _check_labels(model: _Model, cfg: mc.ModelConfig, info: ModelInfo) -> None:
         names.add(cfgmod.LABELS_FILE)
     for name in sorted(names):
         path = model.path / name
-        if not path.is_file():
-            model.error(f"label file {name} (label_filename) is missing")
+        if not os.path.isfile(path):  # False for a name too long to exist
+            model.error(f"label file {echo(name)} (label_filename) is missing")
             continue
         count = len(path.read_text(encoding="utf-8", errors="replace").splitlines())
         if count != info.num_labels:
-            model.error(f"{name} has {count} line(s), the model has {info.num_labels} labels")
+            model.error(f"{echo(name)} has {count} line(s), the model has {info.num_labels} labels")
 
 
 def _check_warmup(model: _Model, cfg: mc.ModelConfig) -> None:
     inputs = {i.name: i for i in cfg.input}
     for warmup in cfg.model_warmup:
-        label = f"warm-up {warmup.name!r}"
+        label = f"warm-up {echo(repr(warmup.name))}"
         if set(warmup.inputs) != set(inputs):
-            model.error(f"{label} feeds {sorted(warmup.inputs)}, the model takes {sorted(inputs)}")
+            model.error(f"{label} feeds {echo(str(sorted(warmup.inputs)))}, the model takes "
+                        f"{echo(str(sorted(inputs)))}")
         for name, entry in warmup.inputs.items():
             if name == ATTENTION_MASK and entry.zero_data:
                 model.error(f"{label}: an all-zero attention_mask is invalid input")
             if not entry.input_data_file:
                 continue
             path = model.path / cfgmod.WARMUP_DIR / entry.input_data_file
-            if not path.is_file():
-                model.error(f"{label}: data file warmup/{entry.input_data_file} is missing")
+            if not os.path.isfile(path):
+                model.error(f"{label}: data file warmup/{echo(entry.input_data_file)} is missing")
                 continue
             itemsize = 1 if entry.data_type == mc.TYPE_BOOL else (
                 8 if entry.data_type in (mc.TYPE_INT64, mc.TYPE_FP64) else 4
@@ -351,8 +397,8 @@ def _check_warmup(model: _Model, cfg: mc.ModelConfig) -> None:
             size = max(warmup.batch_size, 1) * int(np.prod(list(entry.dims))) * itemsize
             if path.stat().st_size != size:
                 model.error(
-                    f"{label}: warmup/{entry.input_data_file} has {path.stat().st_size} bytes, "
-                    f"expected {size}"
+                    f"{label}: warmup/{echo(entry.input_data_file)} has "
+                    f"{path.stat().st_size} bytes, expected {size}"
                 )
             elif name == ATTENTION_MASK and entry.data_type == mc.TYPE_INT64:
                 mask = np.frombuffer(path.read_bytes(), dtype=np.int64)
@@ -367,7 +413,8 @@ def _check_generic(model: _Model, cfg: mc.ModelConfig, info: GenericInfo) -> Non
     threads = cfg.parameters[cfgmod.PARAM_ORT_THREADS].string_value \
         if cfgmod.PARAM_ORT_THREADS in cfg.parameters else "1"
     if not threads.isdigit() or int(threads) < 1:
-        model.error(f"parameter {cfgmod.PARAM_ORT_THREADS} is {threads!r}; it must be >= 1")
+        model.error(f"parameter {cfgmod.PARAM_ORT_THREADS} is {echo(repr(threads))}; it must be "
+                    ">= 1")
     if cfg.model_warmup:
         _check_warmup(model, cfg)
 
@@ -382,15 +429,19 @@ def _check_model(model: _Model) -> None:
     except RepositoryError as exc:
         model.error(str(exc))
         return
+    except UnicodeDecodeError as exc:
+        model.error(f"{config_path} is not UTF-8 text (byte {exc.start} is "
+                    f"0x{exc.object[exc.start]:02x})")
+        return
     if cfg.name and cfg.name != model.name:
-        model.error(f"config name {cfg.name!r} differs from the folder name")
+        model.error(f"config name {echo(repr(cfg.name))} differs from the folder name")
     if is_text_config(cfg):  # `<name>_text`: checked against the id model it calls
         check_text_model(model, cfg, _served_versions(model, cfg))
         check_server_python(model)
         return
     flavor = _flavor(cfg)
     if flavor is None:
-        what = cfg.backend or cfg.platform or "no backend"
+        what = echo(cfg.backend or cfg.platform or "no backend")
         model.warning(f"not an attndeploy model ({what}); not checked")
         return
     info: ModelInfo | GenericInfo | None = None
@@ -398,10 +449,11 @@ def _check_model(model: _Model) -> None:
     for version in _served_versions(model, cfg):
         version_dir = model.path / str(version)
         onnx_path = version_dir / model_file
-        if not onnx_path.is_file():
-            model.error(f"{version}/{model_file} is missing")
+        where = f"{version}/{echo(model_file)}"
+        if not os.path.isfile(onnx_path):
+            model.error(f"{where} is missing")
             continue
-        checked = _check_onnx(model, onnx_path, f"{version}/{model_file}")
+        checked = _check_onnx(model, onnx_path, where)
         if flavor == "python":
             generic = checked is not None and isinstance(checked[1], GenericInfo)
             _check_model_py(model, version_dir, generic)
@@ -411,7 +463,7 @@ def _check_model(model: _Model) -> None:
         opset = default_opset(onnx_model)
         if flavor == "onnxruntime" and opset is not None and opset > TRITON_ORT_MAX_OPSET:
             model.warning(
-                f"{version}/{model_file} uses opset {opset}; Triton 2.51's onnxruntime backend "
+                f"{where} uses opset {opset}; Triton 2.51's onnxruntime backend "
                 f"runs opsets up to {TRITON_ORT_MAX_OPSET}: check your Triton version"
             )
     if info is None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
+from attndeploy.echo import echo
 from attndeploy.errors import RepositoryError
 
 # ONNX element type -> Triton DataType name (the types numpy and both backends carry)
@@ -76,16 +77,16 @@ class GenericInfo:
 
 def _tensor(value: onnx.ValueInfoProto, kind: str, source: str) -> GraphTensor:
     tensor = value.type.tensor_type
+    what = f"{source}: {kind} {echo(repr(value.name))}"
     if not value.type.HasField("tensor_type"):
-        raise RepositoryError(f"{source}: {kind} {value.name!r} is not a tensor; Triton serves "
-                              "tensors only")
+        raise RepositoryError(f"{what} is not a tensor; Triton serves tensors only")
     if tensor.elem_type not in TRITON_TYPES:
         name = onnx.TensorProto.DataType.Name(tensor.elem_type)
-        raise RepositoryError(f"{source}: {kind} {value.name!r} has type {name}, which the "
-                              "served model cannot carry; use a numeric or bool type")
+        raise RepositoryError(f"{what} has type {name}, which the served model cannot carry; "
+                              "use a numeric or bool type")
     if not tensor.HasField("shape") or not tensor.shape.dim:
-        raise RepositoryError(f"{source}: {kind} {value.name!r} has no declared dims (a scalar "
-                              "or an unknown rank); Triton needs at least one dim")
+        raise RepositoryError(f"{what} has no declared dims (a scalar or an unknown rank); "
+                              "Triton needs at least one dim")
     dims: list[int | str] = []
     for axis, dim in enumerate(tensor.shape.dim):
         if dim.HasField("dim_value"):
@@ -126,7 +127,7 @@ def generic_config_mismatches(cfg: mc.ModelConfig, info: GenericInfo) -> list[st
     problems: list[str] = []
     if info.batched and cfg.max_batch_size < 1:
         problems.append(f"max_batch_size is {cfg.max_batch_size}; the graph's first dim "
-                        f"{info.batch_dim!r} is a batch dim, so it must be >= 1")
+                        f"{echo(repr(info.batch_dim))} is a batch dim, so it must be >= 1")
     if not info.batched and cfg.max_batch_size != 0:
         problems.append(f"max_batch_size is {cfg.max_batch_size}; the graph has no shared "
                         "batch dim, so it must be 0")
@@ -135,18 +136,18 @@ def generic_config_mismatches(cfg: mc.ModelConfig, info: GenericInfo) -> list[st
         for tensor in tensors:
             entry = entries.get(tensor.name)
             if entry is None:
-                problems.append(f"config has no {kind} {tensor.name!r} (its {kind}s: "
-                                f"{sorted(entries)})")
+                problems.append(f"config has no {kind} {echo(repr(tensor.name))} (its "
+                                f"{kind}s: {echo(str(sorted(entries)))})")
                 continue
             if entry.data_type != mc.DataType.Value(tensor.triton_type):
-                problems.append(f"config {kind} {tensor.name!r} has data_type "
+                problems.append(f"config {kind} {echo(repr(tensor.name))} has data_type "
                                 f"{mc.DataType.Name(entry.data_type)}, expected "
                                 f"{tensor.triton_type}")
             want = tensor.triton_dims(info.batched)
             if list(entry.dims) != want:
-                problems.append(f"config {kind} {tensor.name!r} has dims {list(entry.dims)}, "
-                                f"expected {want}")
+                problems.append(f"config {kind} {echo(repr(tensor.name))} has dims "
+                                f"{echo(str(list(entry.dims)))}, expected {echo(str(want))}")
         names = {t.name for t in tensors}
-        problems.extend(f"config has an unexpected {kind} {name!r}"
+        problems.extend(f"config has an unexpected {kind} {echo(repr(name))}"
                         for name in sorted(set(entries) - names))
     return problems

@@ -14,6 +14,7 @@ import numpy as np
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from attndeploy.echo import echo
 from attndeploy.errors import RepositoryError
 from attndeploy.interface import (
     ATTENTION_MASK,
@@ -236,7 +237,9 @@ def parse_config(text: str, source: str = "config.pbtxt") -> mc.ModelConfig:
     try:
         text_format.Parse(text, cfg)
     except text_format.ParseError as exc:
-        raise RepositoryError(f"{source} does not parse as a Triton ModelConfig: {exc}") from exc
+        raise RepositoryError(
+            f"{source} does not parse as a Triton ModelConfig: {echo(str(exc))}"
+        ) from exc
     return cfg
 
 

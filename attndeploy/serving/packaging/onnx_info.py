@@ -35,6 +35,7 @@ from attndeploy.runtime.metadata import (  # noqa: F401  (the keys, re-exported 
     REQUIRED_CONFIG_KEYS,
     parse_metadata,
 )
+from attndeploy.serving.packaging.onnx_tensors import check_tensors
 
 CUSTOM_DOMAIN = "attndeploy"
 
@@ -65,13 +66,17 @@ class ModelInfo:
 
 
 def load_onnx_graph(path: Path) -> onnx.ModelProto:
-    """Parse `path` without external tensor data (enough for metadata and the graph signature)."""
+    """Parse `path` without external tensor data (enough for metadata and the graph signature),
+    and vet the size of every stored tensor (`onnx_tensors.check_tensors`): RepositoryError for
+    one that onnxruntime would refuse to load, so every reader refuses what a server would."""
     try:
-        return onnx.load(str(path), load_external_data=False)
+        model = onnx.load(str(path), load_external_data=False)
+        check_tensors(model, Path(path))
     except OSError as exc:
         raise RepositoryError(f"Could not read ONNX model {path}: {exc}") from exc
     except DecodeError as exc:
         raise RepositoryError(f"{path} is not an ONNX model: {exc}") from exc
+    return model
 
 
 def uses_external_data(model: onnx.ModelProto) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
+from attndeploy.echo import echo
 from attndeploy.interface import ModelInterface, TensorSpec
 
 
@@ -43,7 +44,7 @@ def _compare_onnx_value(
         return problems
     if len(dims) != len(spec.dims):
         problems.append(
-            f"ONNX {kind} {spec.name!r} has rank {len(dims)} {dims}, expected "
+            f"ONNX {kind} {spec.name!r} has rank {len(dims)} {echo(str(dims))}, expected "
             f"{len(spec.dims)} {list(spec.dims)}"
         )
         return problems
@@ -55,7 +56,8 @@ def _compare_onnx_value(
             )
         elif isinstance(want_dim, int) and got_dim != want_dim:
             problems.append(
-                f"ONNX {kind} {spec.name!r} dim {axis} is {got_dim}, expected {want_dim}"
+                f"ONNX {kind} {spec.name!r} dim {axis} is {echo(str(got_dim))}, expected "
+                f"{want_dim}"
             )
     return problems
 
@@ -74,12 +76,14 @@ def onnx_mismatches(model: onnx.ModelProto, interface: ModelInterface) -> list[s
         for spec in specs:
             if spec.name not in values:
                 problems.append(
-                    f"ONNX graph has no {kind} {spec.name!r} (its {kind}s: {sorted(values)})"
+                    f"ONNX graph has no {kind} {spec.name!r} (its {kind}s: "
+                    f"{echo(str(sorted(values)))})"
                 )
             else:
                 problems.extend(_compare_onnx_value(kind, values[spec.name], spec))
         problems.extend(
-            f"ONNX graph has an unexpected {kind} {name!r}" for name in sorted(set(values) - wanted)
+            f"ONNX graph has an unexpected {kind} {echo(repr(name))}"
+            for name in sorted(set(values) - wanted)
         )
     return problems
 
@@ -95,7 +99,7 @@ def _compare_config_entry(
                         f"{spec.triton_type}")
     if list(entry.dims) != spec.triton_dims:
         problems.append(
-            f"config {kind} {spec.name!r} has dims {list(entry.dims)}, expected "
+            f"config {kind} {spec.name!r} has dims {echo(str(list(entry.dims)))}, expected "
             f"{spec.triton_dims} (batch implicit, seq -1)"
         )
     if entry.HasField("reshape"):
@@ -119,10 +123,11 @@ def config_mismatches(cfg: mc.ModelConfig, interface: ModelInterface) -> list[st
         for spec in specs:
             if spec.name not in entries:
                 problems.append(f"config has no {kind} {spec.name!r} (its {kind}s: "
-                                f"{sorted(entries)})")
+                                f"{echo(str(sorted(entries)))})")
             else:
                 problems.extend(_compare_config_entry(kind, entries[spec.name], spec))
         problems.extend(
-            f"config has an unexpected {kind} {name!r}" for name in sorted(set(entries) - wanted)
+            f"config has an unexpected {kind} {echo(repr(name))}"
+            for name in sorted(set(entries) - wanted)
         )
     return problems

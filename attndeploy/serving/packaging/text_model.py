@@ -64,6 +64,7 @@ from typing import Any
 import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
+from attndeploy.echo import echo
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import write_files
 from attndeploy.interface import CLASSIFICATION, TAGGING
@@ -178,9 +179,9 @@ def check_tokenizer_record(record: dict[str, Any], info: ModelInfo, source: str)
     kind = record.get("type")
     if kind not in TOKENIZER_TYPES:
         raise RepositoryError(
-            f"{source}: its tokenizer type {kind!r} has no served text model in this attndeploy "
-            f"(it serves {', '.join(sorted(TOKENIZER_TYPES))}); package with --no-text-model to "
-            "write the id model alone"
+            f"{source}: its tokenizer type {echo(repr(kind))} has no served text model in this "
+            f"attndeploy (it serves {', '.join(sorted(TOKENIZER_TYPES))}); package with "
+            "--no-text-model to write the id model alone"
         )
     entry = TOKENIZER_TYPES[kind]
     if entry.requires is not None:

@@ -25,6 +25,12 @@ def default_state_path(repo: Path) -> Path:
     return Path(repo) / STATE_FILE_NAME
 
 
+def default_log_path(repo: Path) -> Path:
+    """`<repo>/.attndeploy-server.log`: the default state file's path with suffix `.log`, where
+    the background server's log goes when no log file is given."""
+    return default_state_path(repo).with_suffix(".log")
+
+
 def _not_ours(path: Path, why: str) -> ServerError:
     return ServerError(
         f"{path} is not an attndeploy server state file ({why}); left it untouched. Pass the "
