@@ -36,6 +36,7 @@ from attndeploy.serving.server import (
     start_background,
     stop_background,
 )
+from attndeploy.serving.server.state import default_log_path
 from tests.runtime.conftest import TextExports
 
 pytestmark = pytest.mark.integration
@@ -114,7 +115,7 @@ def planted(repo: Path) -> Path:
     """A file that a symlink at the background server's log points to."""
     target = repo.parent / "precious.txt"
     target.write_text("not a log\n")
-    log = default_state_path(repo).with_suffix(".log")
+    log = default_log_path(repo)
     log.symlink_to(target)
     return target
 
@@ -131,7 +132,7 @@ def served(repo: Path, planted: Path) -> Iterator[Endpoints]:
 
 def test_a_symlink_at_the_servers_log_is_replaced_and_its_target_left_alone(
         served: Endpoints, repo: Path, planted: Path) -> None:
-    log = default_state_path(repo).with_suffix(".log")
+    log = default_log_path(repo)
     assert not log.is_symlink() and log.is_file()
     assert "Started GRPCInferenceService" in log.read_text()
     assert planted.read_text() == "not a log\n"

@@ -38,7 +38,7 @@ INFER, STREAM_INFER, METADATA = (SERVICE + name for name in
 _RESERVED_METADATA = ("user-agent", "te", "content-type", "grpc-", ":")
 # Headers of one hop (RFC 9110 7.6.1), which a proxy never forwards; and the ones aiohttp sets.
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-               "trailer", "transfer-encoding", "upgrade", "host", "content-length"}
+               "trailer", "transfer-encoding", "upgrade", "host", "content-length", "expect"}
 _INFER_PATH = re.compile(r"^/v2/models/(?P<model>[^/]+)(?:/versions/(?P<version>[^/]+))?/infer$")
 SERVER_POLL_S = 0.5
 
