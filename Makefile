@@ -5,12 +5,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# onnxruntime as Triton 24.10 (server 2.51) bundles it (serving/check_repo.py TRITON_RELEASES),
-# in its own environment: tests/interop runs every exported model there; numpy<2 as in the
-# main environment (nvidia-pytriton pins it). ORT_PYTHON: a Python it has a wheel for (3.8-3.12).
-TRITON_ORT := 1.19.2
+# onnxruntime as the Triton release `deploy kubernetes` pins bundles it (26.05, server 2.69:
+# serving/packaging/check_repo.py TRITON_RELEASE), in its own environment: tests/interop runs
+# every exported model there; numpy<2 as in the main environment (nvidia-pytriton pins it).
+# ORT_PYTHON: a Python it has a wheel for (3.11 here).
+TRITON_ORT := 1.24.4
 ORT_PYTHON ?= $(PYTHON)
-ORT_VENV := $(VENV)/ort119
+ORT_VENV := $(VENV)/ort-triton
 ORT_STAMP := $(ORT_VENV)/.installed
 # TORCH_INDEX: the package index torch alone is installed from; empty (the default) is pip's
 # own. Where PyPI serves the CUDA build (Linux x86_64, gigabytes), the CPU build comes from

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from attndeploy import __version__
 from attndeploy.deploy import manifests as mf
+from attndeploy.serving.packaging.check_repo import TRITON_RELEASE
 
 # The folder's files other than the top-level manifests.
 MODELS_DOCKERFILE = "images/models.Dockerfile"
@@ -66,10 +67,12 @@ def instructions(repo: Path, out: Path, plan: mf.Plan, images: dict[str, str]) -
         "repository API, trace and log settings) answer only requests that carry the header "
         "`attndeploy-admin-key` with the pod's UID; inference, health, metadata and statistics "
         "stay open. The Service is ClusterIP: put an authenticating proxy in front of it before "
-        "exposing it. That proxy must also refuse two requests that end this tritonserver (the "
-        "local `attndeploy serve` refuses them with its request guard): JSON nested more than "
-        "64 levels deep over HTTP, and the classification extension on a BYTES output (a text "
-        "model's `label`, `tokens`, `attended`) over gRPC or HTTP.", "",
+        "exposing it." + (
+            f" That proxy must also refuse what ends Triton {options.release.ngc}'s server with "
+            "one request (the local `attndeploy serve` refuses it with its request guard; "
+            f"{TRITON_RELEASE.ngc}, the default image, has neither): "
+            + "; ".join(options.release.ended_by) + "." if options.release.ended_by else ""),
+        "",
     ]
     step = 1
     if options.namespace:  # first: the secret, the PVC loader and the objects go into it

@@ -278,7 +278,9 @@ def server_dockerfile(options: KubernetesOptions, packages: tuple[str, ...] = ()
                 f"({release.onnxruntime}), for the python flavour's model.py (the NGC image has "
                 f"no onnxruntime for Python){what}. Build context: any folder."),
         f"FROM {options.image}",
-        "RUN python3 -m pip install --no-cache-dir "
+        # Newer releases' Python is marked externally managed (PEP 668); the variable lets pip
+        # install into it there, and older pips ignore it.
+        "RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir "
         + " ".join(f'"{requirement}"' for requirement in requirements),
     ]) + "\n"
 

@@ -9,7 +9,7 @@ one kernel); `static` writes QDQ pairs whose activation ranges were calibrated o
 their bodies multiply activations by activations (Q·Kᵀ, P·V), which per-tensor int8 serves
 worst, and their own small weights (QVI's per-head maps, EA's 3×3 convs) are a few percent of
 the work (benchmarks/README.md, `quantize.py`). Every op written is standard ONNX (opset 10/13
-quantization ops), which Triton's onnxruntime 1.19 runs.
+quantization ops), which Triton's onnxruntime runs (1.19 in 24.10, 1.24 in 26.05).
 """
 
 from __future__ import annotations

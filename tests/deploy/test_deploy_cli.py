@@ -102,3 +102,19 @@ def test_a_repository_that_check_repo_rejects_is_refused(workdir: Path) -> None:
 def test_an_unknown_target_is_a_usage_error(workdir: Path) -> None:
     result = run_cli("deploy", "nomad", cwd=workdir)
     one_line_error(result, "usage", "nomad", code=2)
+
+
+def test_the_readme_names_the_requests_that_end_an_older_release_and_only_then(
+        workdir: Path) -> None:
+    """The default image (26.05) has neither crash of 2.51; with `--image ...:24.10-py3` the
+    README tells what the proxy in front of the pods must refuse."""
+    default = run_cli("deploy", "kubernetes", "--repo", "repo", "--out", "newest", cwd=workdir)
+    assert default.returncode == 0, default.stderr
+    readme = (workdir / "newest" / "README.md").read_text()
+    assert "tritonserver:26.05-py3" in readme and "classification extension" not in readme
+    older = run_cli("deploy", "kubernetes", "--repo", "repo", "--out", "older", "--image",
+                    "nvcr.io/nvidia/tritonserver:24.10-py3", cwd=workdir)
+    assert older.returncode == 0, older.stderr
+    readme = (workdir / "older" / "README.md").read_text()
+    assert "JSON nested more than 64 levels deep over HTTP" in readme
+    assert "the classification extension on a BYTES output" in readme

@@ -2,19 +2,22 @@
 
 Rows: one float32 and one float16 case per registered variant (every `attndeploy` op among
 them, the BiLSTM family too) and one export with the functions inlined; each at opsets 18 (the
-exporter's default) and 21 (the highest Triton 24.10's onnxruntime runs), and two rows at 23 (the
-exporter's highest; SDPA becomes one `Attention` node), which Triton's onnxruntime must refuse.
+exporter's default) and the highest that both the exporter (23: SDPA becomes one `Attention`
+node) and Triton's onnxruntime run (25 for 26.05's); test_matrix.py checks that Triton's
+onnxruntime refuses a model of one op above its highest.
 
 Runtimes, each compared with the current onnxruntime's plain run (`Artifacts.current`):
-- `triton`: onnxruntime 1.19.2 as Triton 24.10 bundles it, in its own virtualenv (`make venv`
-  builds `.venv/ort119`), run through `ort_runner.py` in a subprocess;
+- `triton`: onnxruntime as the release `deploy kubernetes` pins bundles it (1.24.4 in Triton
+  26.05), in its own virtualenv (`make venv` builds `.venv/ort-triton`), run through
+  `ort_runner.py` in a subprocess;
 - `optimizer`: `onnxruntime.transformers.optimizer.optimize_model(path, "bert", num_heads,
   hidden_size)` (Optimum's ORTOptimizer), the optimized model run in both onnxruntimes;
 - `reference`: `onnx.reference.ReferenceEvaluator` on the shipped file (functions not inlined);
 - `saved`: onnxruntime's saved optimized graph (basic, extended, all), reloaded, in both.
 
 Tolerances (Polygraphy's rule: an element fails only beyond both atol and rtol·|b|), with the
-largest differences measured on this matrix (onnxruntime 1.32 and 1.19.2, CPU):
+largest differences measured on this matrix (onnxruntime 1.32 and 1.19.2, CPU; 1.24.4 stays
+within the same tolerances):
 - a saved optimized graph vs the plain run, same onnxruntime: 6e-8 (1e-6).
 - onnxruntime 1.19.2 vs current: fp32 2.4e-7 (1e-6); fp16 2.1e-4 on logits below 1.5: the
   versions run different float16 kernels natively or around Casts, so intermediate roundings to
@@ -39,6 +42,7 @@ import numpy as np
 import onnx
 import pytest
 
+from attndeploy.opspec.spec import SUPPORTED_OPSETS
 from attndeploy.serving.packaging.check_repo import TRITON_ORT_MAX_OPSET
 from attndeploy.validate.compare import CompareResult, Tolerance, compare_outputs
 from attndeploy.validate.grid import Shape, make_inputs, valid_mask
@@ -47,11 +51,10 @@ from tests.export.conftest import Exported, Exports
 from tests.interop import ort_runner
 
 REPO = Path(__file__).resolve().parents[2]
-# The onnxruntime Triton 24.10 (server 2.51) bundles; check_repo.TRITON_RELEASE names 1.19.
-TRITON_ORT_VERSION = "1.19.2"
-TRITON_ORT_PYTHON = Path(
-    os.environ.get("ATTNDEPLOY_TRITON_ORT_PYTHON", REPO / ".venv" / "ort119" / "bin" / "python")
-)
+# The onnxruntime Triton 26.05 (server 2.69) bundles; check_repo.TRITON_RELEASE names 1.24.
+TRITON_ORT_VERSION = "1.24.4"
+TRITON_ORT_PYTHON = Path(os.environ.get("ATTNDEPLOY_TRITON_ORT_PYTHON",
+                                        REPO / ".venv" / "ort-triton" / "bin" / "python"))
 RUNNER = Path(ort_runner.__file__)
 
 FP16_ULP_AT_1 = 2.0 ** -10
@@ -91,12 +94,9 @@ ROWS = (
     Row("evolving_leaky", "float32"), Row("evolving", "float16"),
     Row("evolving_leaky", "float32", inline=True),
 )
-OPSETS = (18, TRITON_ORT_MAX_OPSET)
-ABOVE_TRITON = 23  # the exporter's highest opset
-ENTRIES = (
-    *((row, opset) for row in ROWS for opset in OPSETS),
-    (ROWS[0], ABOVE_TRITON), (ROWS[7], ABOVE_TRITON),
-)
+EXPORTER_MAX_OPSET = max(SUPPORTED_OPSETS)
+OPSETS = (18, min(EXPORTER_MAX_OPSET, TRITON_ORT_MAX_OPSET))
+ENTRIES = tuple((row, opset) for row in ROWS for opset in OPSETS)
 
 
 def entry_params(runnable_in_triton: bool | None = None) -> list[Any]:
@@ -113,7 +113,7 @@ def triton_python() -> Path:
     if not TRITON_ORT_PYTHON.exists():
         pytest.fail(
             f"{TRITON_ORT_PYTHON} is missing: the onnxruntime {TRITON_ORT_VERSION} environment "
-            "(Triton 24.10's onnxruntime) is built by `make venv`; run `make venv` (or set "
+            "(Triton's onnxruntime) is built by `make venv`; run `make venv` (or set "
             "ATTNDEPLOY_TRITON_ORT_PYTHON to a Python with onnxruntime=="
             f"{TRITON_ORT_VERSION} and numpy<2)"
         )
@@ -214,7 +214,7 @@ class Artifacts:
 
     @functools.cached_property
     def triton(self) -> dict[str, Any]:
-        """onnxruntime 1.19.2 on the shipped model and the optimized one:
+        """Triton's onnxruntime on the shipped model and the optimized one:
         {"version", "shipped"/"optimized": outputs or {"error": message}}."""
         models = [self.path] + ([self.optimized_path] if self.opset <= TRITON_ORT_MAX_OPSET
                                 else [])

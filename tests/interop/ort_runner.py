@@ -1,5 +1,5 @@
 """Run models in the onnxruntime of the interpreter that runs this file: in-process for the
-current onnxruntime, as a script for the one Triton bundles (`.venv/ort119`, `make venv`).
+current onnxruntime, as a script for the one Triton bundles (`.venv/ort-triton`, `make venv`).
 
 It needs numpy and onnxruntime only (no attndeploy), so the same code runs in both environments.
 For each model it runs every feed in a plain session (all graph optimizations, CPU provider),
