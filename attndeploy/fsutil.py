@@ -8,9 +8,13 @@ folder, such as a model repository). What is written gets the modes the umask gi
 `mkdir` do), not the 0600/0700 of `mkstemp`/`mkdtemp`: a server running as another user (an
 NGC container) must be able to read a model repository.
 
+One rule for what is at an output path (`output_exists`): a file, a folder or a symbolic link,
+dangling or not, is an existing output, replaced only with --force (`check_replaceable`); a link
+is then replaced itself, never the file or folder it points at (every write ends in a rename).
+
 Every OS error becomes an `OutputError` naming the path and the reason; `check_output_file`,
-`check_output_dir` and `check_not_an_input` let a command refuse an unusable output (or one that
-would overwrite its own input) before it starts its work.
+`check_output_dir`, `check_output_container` and `check_not_an_input` let a command refuse an
+unusable output (or one that would overwrite its own input) before it starts its work.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from attndeploy.errors import OutputError
+from attndeploy.errors import AttnDeployError, OutputError
 
 NAME_MAX = 255  # bytes in one path component on Linux, macOS and Windows file systems
 
@@ -177,9 +181,23 @@ def _check_writable(path: Path, folder: Path) -> None:
         os.unlink(probe)
 
 
+def _dangling(path: Path) -> str | None:
+    """Where the symbolic link `path` points, when that is missing; None for anything else."""
+    if path.is_symlink() and not path.exists():
+        try:
+            return os.readlink(path)
+        except OSError:
+            return "?"
+    return None
+
+
 def _check_parent(path: Path) -> None:
     parent = path.parent
     for ancestor in [parent, *parent.parents]:
+        missing = _dangling(ancestor)
+        if missing is not None:  # a folder cannot be made there without replacing the link
+            raise OutputError(f"cannot write {path}: {ancestor} is a symbolic link to "
+                              f"{missing}, which does not exist")
         if ancestor.exists():
             if not ancestor.is_dir():
                 raise OutputError(f"cannot write {path}: {ancestor} is not a folder")
@@ -197,12 +215,22 @@ def check_output_file(path: Path) -> Path:
     return path
 
 
-def check_replaceable(path: Path, *, force: bool) -> None:
-    """The command line's rule for every output: one that exists is replaced only with
-    --force (`force`). Checked after `check_output_file` and `check_not_an_input`, whose
-    messages say more."""
-    if not force and (Path(path).exists() or Path(path).is_symlink()):
-        raise OutputError(already_exists(Path(path)))
+def output_exists(path: Path) -> bool:
+    """Whether an output at `path` exists: a file, a folder or a symbolic link, dangling or not.
+
+    The one rule of every writer: a link is an output like any other (refused without --force,
+    then replaced itself, never followed), so that a link left at an output path, or one laid
+    there by someone else, never sends a write elsewhere."""
+    return os.path.lexists(path)
+
+
+def check_replaceable(path: Path, *, force: bool,
+                      error: type[AttnDeployError] = OutputError) -> None:
+    """The command line's rule for every output: one that exists (`output_exists`) is replaced
+    only with --force (`force`); else `error` (the command's stage) says so. Checked after
+    `check_output_file` / `check_output_dir` and `check_not_an_input`, whose messages say more."""
+    if not force and output_exists(Path(path)):
+        raise error(already_exists(Path(path)))
 
 
 def already_exists(path: Path) -> str:
@@ -220,6 +248,19 @@ def check_output_dir(path: Path) -> Path:
     if path.is_dir():  # files are written inside it (a repository) as well as beside it
         _check_writable(path, path)
     return path
+
+
+def check_output_container(path: Path) -> Path:
+    """Refuse, before any work, a folder that outputs are written into and that is never replaced
+    itself (a model repository): `check_output_dir`'s checks, and a symbolic link there is
+    followed (a repository may live elsewhere), so a dangling one is refused: a folder cannot
+    be made there without replacing the link. Return it."""
+    path = Path(path)
+    missing = _dangling(path)
+    if missing is not None:
+        raise OutputError(f"cannot write into {path}: it is a symbolic link to {missing}, which "
+                          "does not exist; create that folder or give another path")
+    return check_output_dir(path)
 
 
 def same_path(a: Path, b: Path) -> bool:
@@ -286,7 +327,8 @@ def atomic_write_png(figure: Any, path: Path, **savefig_kwargs: Any) -> Path:
 def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
     """Yield a fresh temp folder beside `target`; on success it becomes `target`.
 
-    With `replace`, an existing `target` is swapped out only after the new one is complete.
+    With `replace`, an existing `target` (`output_exists`: a link too, replaced itself) is
+    swapped out only after the new one is complete.
     The caller checks whether `target` may be overwritten before entering. A parent folder this
     call creates is removed again when the write fails (no empty folders left behind).
     """
@@ -304,7 +346,7 @@ def atomic_directory(target: Path, *, replace: bool = False) -> Iterator[Path]:
         raise output_error(target, exc) from exc
     try:
         yield staging
-        if target.exists():
+        if output_exists(target):
             if not replace:
                 raise FileExistsError(target)
             trash = Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".old",

@@ -241,3 +241,67 @@ def test_checking_a_writable_output_leaves_nothing_behind(tmp_path: Path):
     assert check_output_file(tmp_path / "new" / "report.json") == tmp_path / "new" / "report.json"
     assert [p.name for p in tmp_path.iterdir()] == ["repo"]
     assert list((tmp_path / "repo").iterdir()) == []
+
+
+# --------------------------------------------------------------------------- symbolic links
+
+
+@pytest.fixture
+def links(tmp_path: Path) -> dict[str, Path]:
+    """`live`: a link to a file; `dangling`: a link to nothing; `pointed`: the live one's file."""
+    pointed = tmp_path / "pointed.txt"
+    pointed.write_text("not to be touched")
+    (tmp_path / "live").symlink_to(pointed)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    return {"live": tmp_path / "live", "dangling": tmp_path / "dangling", "pointed": pointed}
+
+
+@pytest.mark.parametrize("kind", ["live", "dangling"])
+def test_a_link_at_an_output_path_is_an_existing_output(links, kind: str):
+    from attndeploy.errors import CheckpointError, OutputError
+    from attndeploy.fsutil import check_replaceable, output_exists
+
+    link = links[kind]
+    assert output_exists(link)
+    with pytest.raises(OutputError, match=f"{link} already exists; pass --force"):
+        check_replaceable(link, force=False)
+    with pytest.raises(CheckpointError, match="already exists"):  # in the command's own stage
+        check_replaceable(link, force=False, error=CheckpointError)
+    check_replaceable(link, force=True)
+
+
+@pytest.mark.parametrize("kind", ["live", "dangling"])
+def test_a_replaced_link_is_replaced_itself_never_followed(links, tmp_path: Path, kind: str):
+    from attndeploy.fsutil import atomic_directory
+
+    link = links[kind]  # a file, a folder written over it
+    atomic_write_bytes(link, b"written")
+    assert not link.is_symlink() and link.read_bytes() == b"written"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "theirs").write_text("kept")
+    link.unlink()
+    link.symlink_to(folder if kind == "live" else tmp_path / "nowhere")
+    with atomic_directory(link, replace=True) as staging:
+        (staging / "inside").write_text("x")
+    assert not link.is_symlink() and [p.name for p in link.iterdir()] == ["inside"]
+    assert [p.name for p in folder.iterdir()] == ["theirs"]
+    assert links["pointed"].read_text() == "not to be touched"
+    assert not (tmp_path / "nowhere").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "folder", "live",
+                                                          "pointed.txt"]
+
+
+def test_a_dangling_link_on_the_way_to_an_output_is_named(links, tmp_path: Path):
+    from attndeploy.errors import OutputError
+    from attndeploy.fsutil import check_output_container, check_output_dir, check_output_file
+
+    missing = f"is a symbolic link to {tmp_path / 'nowhere'}, which does not exist"
+    for check in (check_output_file, check_output_dir, check_output_container):
+        with pytest.raises(OutputError, match=f"{links['dangling']} {missing}"):
+            check(links["dangling"] / "deeper" / "out")
+    with pytest.raises(OutputError, match=f"cannot write into {links['dangling']}: it {missing}"):
+        check_output_container(links["dangling"])  # a repository is filled, never replaced
+    (tmp_path / "real").mkdir()
+    (tmp_path / "repo").symlink_to(tmp_path / "real")
+    assert check_output_container(tmp_path / "repo") == tmp_path / "repo"  # followed

@@ -12,10 +12,10 @@ import onnx
 
 from attndeploy.errors import DataError, QuantizeError
 from attndeploy.fsutil import (
-    already_exists,
     atomic_write_bytes,
     check_not_an_input,
     check_output_file,
+    check_replaceable,
 )
 from attndeploy.quantize import check, methods
 from attndeploy.quantize.options import QuantizeOptions
@@ -167,8 +167,7 @@ def quantize_model(
     fp32 = InferenceModel(source, threads=options.threads)  # refuses what is not our export
     check_output_file(out)
     check_not_an_input(out, [source] + ([Path(data)] if data is not None else []))
-    if out.exists() and not options.force:
-        raise QuantizeError(already_exists(out))
+    check_replaceable(out, force=options.force, error=QuantizeError)
     texts = gold = None
     if data is not None:
         texts, gold = check.read_labelled(Path(data), fp32.labels)

@@ -21,7 +21,7 @@ calls the python flavour when that is written, else the onnxruntime one.
 Every model folder is built in a temp folder beside it and renamed into place; the folders of
 one source (both flavours, the text model) are committed only after all are complete, so a
 failure leaves neither a half-written folder nor one model without the others. An existing
-folder is replaced only with `force`.
+folder (or a symbolic link) is replaced only with `force`.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from typing import Any
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import (
     atomic_directory,
-    check_output_dir,
+    check_output_container,
     file_sha256,
+    output_exists,
     remove_stale_temporaries_in,
     write_files,
 )
@@ -217,7 +218,8 @@ def package_model(
     """
     options = options if options is not None else PackageOptions()
     source, repo = Path(source), Path(repo)
-    check_output_dir(repo)  # before exporting a checkpoint: a repo that is a file, read-only...
+    check_output_container(repo)  # before exporting a checkpoint: a file, read-only, a dangling
+    # link...
     # A packager killed while staging (any model) leaves `.<model>.<pid>.<random>.tmp`, which
     # Triton and check-repo would take for a broken model folder.
     remove_stale_temporaries_in(repo)
@@ -235,7 +237,7 @@ def package_model(
         if text_target is not None:
             call = text_call(options, calls_python_flavor=Flavor.PYTHON in targets)
         everything = [*targets.values(), *([text_target] if text_target else [])]
-        existing = [str(path) for path in everything if path.exists()]
+        existing = [str(path) for path in everything if output_exists(path)]
         if existing and not options.force:
             raise RepositoryError(
                 f"model folder(s) {', '.join(existing)} already exist; pass --force to replace "
