@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 from attndeploy import __version__, checkpoint_formats
 from attndeploy.config import ModelConfig
 from attndeploy.errors import AttnDeployError, CheckpointError
-from attndeploy.fsutil import already_exists, atomic_directory, file_sha256
+from attndeploy.fsutil import atomic_directory, check_replaceable, file_sha256
 from attndeploy.models import AttnModel, build_model
 from attndeploy.variants.registry import variant_specs
 
@@ -142,8 +142,7 @@ def write_checkpoint(
     section); with `vocab_size`, a tokenizer larger than the model's vocabulary is refused.
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and not force:
-        raise CheckpointError(already_exists(out_dir))
+    check_replaceable(out_dir, force=force, error=CheckpointError)
     if len(label_names) != num_labels:
         raise CheckpointError(
             f"{len(label_names)} label names for a model with {num_labels} labels"

@@ -19,6 +19,15 @@ class OutputError(AttnDeployError):
     stage = "output"
 
 
+class ConcurrentWriteError(OutputError):
+    """An output that another process wrote while this one was writing it: this one kept
+    nothing (`path` names the output)."""
+
+    def __init__(self, message: str, path: object) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class ConfigError(AttnDeployError):
     """A configuration or hyperparameter that cannot work (says what to change)."""
 

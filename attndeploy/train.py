@@ -34,7 +34,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
-from attndeploy.fsutil import already_exists
+from attndeploy.fsutil import check_replaceable
 from attndeploy.models import AttnModel, build_model
 from attndeploy.training import distill as distillation
 from attndeploy.training.averaging import WeightAverage
@@ -371,8 +371,7 @@ def train_checkpoint(
     from attndeploy.errors import CheckpointError
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and not force:  # refuse before spending the training time
-        raise CheckpointError(already_exists(out_dir))
+    check_replaceable(out_dir, force=force, error=CheckpointError)  # before the training time
     if not variant_spec(model_config.variant).gated:
         config = replace(config, density_target=None)  # only GA-Net has gates to steer
     result = train(model_config, data.train_set, data.eval_set, config, progress=progress,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -70,6 +71,17 @@ def _write(relative: str, content: str | bytes) -> Callable[[Path, Path], None]:
             target.write_bytes(content)
         else:
             target.write_text(content)
+
+    return prepare
+
+
+def _dangling(relative: str) -> Callable[[Path, Path], None]:
+    """A symbolic link {tmp}/`relative` to {tmp}/nowhere, which does not exist."""
+
+    def prepare(tmp: Path, work: Path) -> None:
+        link = tmp / relative
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(tmp / "nowhere")
 
     return prepare
 
@@ -611,6 +623,59 @@ CASES: dict[str, BadInput] = {
     "debug compare missing onnx": case("debug", "compare", "{ckpt}", "{tmp}/absent.onnx",
                                        stage="validation", fragment="absent.onnx"),
     "debug unknown action": case("debug", "explain", stage="usage", fragment="explain"),
+    # ---- a symbolic link at an output path, even a dangling one, is an existing output
+    "train over a dangling link": case("train", *TINY, "--out", "{tmp}/link", stage="checkpoint",
+                                       fragment="{tmp}/link already exists; pass --force",
+                                       prepare=_dangling("link")),
+    "train hf over a dangling link": case(
+        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/link",
+        stage="checkpoint", fragment="{tmp}/link already exists; pass --force",
+        prepare=_dangling("link")),
+    "export over a dangling link": case("export", "{ckpt}", "--out", "{tmp}/link",
+                                        stage="output", fragment="{tmp}/link already exists",
+                                        prepare=_dangling("link")),
+    "export factory over a dangling link": case(
+        "export", "--factory", "my_models:build", "--out", "{tmp}/link",
+        stage="output", fragment="{tmp}/link already exists", prepare=_dangling("link")),
+    "optimize over a dangling link": case("optimize", "{onnx}", "--out", "{tmp}/link",
+                                          stage="output", fragment="{tmp}/link already exists",
+                                          prepare=_dangling("link")),
+    "quantize over a dangling link": case("quantize", "{onnx}", "--out", "{tmp}/link",
+                                          stage="quantize", fragment="{tmp}/link already exists",
+                                          prepare=_dangling("link")),
+    "held-out over a dangling link": case("held-out", "{ckpt}", "--out", "{tmp}/link",
+                                          stage="output", fragment="{tmp}/link already exists",
+                                          prepare=_dangling("link")),
+    "validate json over a dangling link": case("validate", "{ckpt}", "{onnx}", "--json-out",
+                                               "{tmp}/link", stage="output",
+                                               fragment="{tmp}/link already exists",
+                                               prepare=_dangling("link")),
+    "debug compare plot over a dangling link": case(
+        "debug", "compare", "{ckpt}", "{onnx}", "--plot", "{tmp}/link", stage="output",
+        fragment="{tmp}/link already exists", prepare=_dangling("link")),
+    "loadtest csv over a dangling link": case(
+        "loadtest", "--model", "standard", "--repo", "{repo}", "--url", "127.0.0.1:{port}",
+        "--csv", "{tmp}/link", stage="output", fragment="{tmp}/link already exists",
+        prepare=_dangling("link")),
+    "tune json over a dangling link": case("tune", "--model", "standard", "--repo", "{repo}",
+                                           "--json-out", "{tmp}/link", stage="output",
+                                           fragment="{tmp}/link already exists",
+                                           prepare=_dangling("link")),
+    "deploy over a dangling link": case("deploy", "kubernetes", "--repo", "{repo}", "--out",
+                                        "{tmp}/link", stage="output",
+                                        fragment="{tmp}/link already exists",
+                                        prepare=_dangling("link")),
+    "package model folder a dangling link": case(
+        "package", "{onnx}", "--repo", "{tmp}/repo", "--model", "m", stage="repository",
+        fragment="{tmp}/repo/m already exist; pass --force", prepare=_dangling("repo/m")),
+    "package repo a dangling link": case(
+        "package", "{onnx}", "--repo", "{tmp}/link", "--force", stage="output",
+        fragment="cannot write into {tmp}/link: it is a symbolic link to {tmp}/nowhere, which "
+                 "does not exist", prepare=_dangling("link")),
+    "export under a dangling link": case(
+        "export", "{ckpt}", "--out", "{tmp}/link/m.onnx", "--force", stage="output",
+        fragment="{tmp}/link is a symbolic link to {tmp}/nowhere, which does not exist",
+        prepare=_dangling("link")),
     # ---- tune (refused before any server starts)
     "tune unknown model": case("tune", "--model", "nope", "--repo", "{repo}",
                                stage="repository", fragment="no model 'nope' in"),
@@ -641,7 +706,12 @@ def snapshot(*folders: Path) -> dict[str, str]:
     for folder in folders:
         for path in sorted(folder.rglob("*")):
             key = str(path)
-            found[key] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+            if path.is_symlink():  # a link is kept as a link, never followed
+                found[key] = f"link to {os.readlink(path)}"
+            elif path.is_dir():
+                found[key] = "dir"
+            else:
+                found[key] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found
 
 

@@ -241,3 +241,179 @@ def test_checking_a_writable_output_leaves_nothing_behind(tmp_path: Path):
     assert check_output_file(tmp_path / "new" / "report.json") == tmp_path / "new" / "report.json"
     assert [p.name for p in tmp_path.iterdir()] == ["repo"]
     assert list((tmp_path / "repo").iterdir()) == []
+
+
+# --------------------------------------------------------------------------- symbolic links
+
+
+@pytest.fixture
+def links(tmp_path: Path) -> dict[str, Path]:
+    """`live`: a link to a file; `dangling`: a link to nothing; `pointed`: the live one's file."""
+    pointed = tmp_path / "pointed.txt"
+    pointed.write_text("not to be touched")
+    (tmp_path / "live").symlink_to(pointed)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    return {"live": tmp_path / "live", "dangling": tmp_path / "dangling", "pointed": pointed}
+
+
+@pytest.mark.parametrize("kind", ["live", "dangling"])
+def test_a_link_at_an_output_path_is_an_existing_output(links, kind: str):
+    from attndeploy.errors import CheckpointError, OutputError
+    from attndeploy.fsutil import check_replaceable, output_exists
+
+    link = links[kind]
+    assert output_exists(link)
+    with pytest.raises(OutputError, match=f"{link} already exists; pass --force"):
+        check_replaceable(link, force=False)
+    with pytest.raises(CheckpointError, match="already exists"):  # in the command's own stage
+        check_replaceable(link, force=False, error=CheckpointError)
+    check_replaceable(link, force=True)
+
+
+@pytest.mark.parametrize("kind", ["live", "dangling"])
+def test_a_replaced_link_is_replaced_itself_never_followed(links, tmp_path: Path, kind: str):
+    from attndeploy.fsutil import atomic_directory, atomic_outputs
+
+    link = links[kind]  # a file, a set's file, a folder written over it
+    atomic_write_bytes(link, b"written")
+    assert not link.is_symlink() and link.read_bytes() == b"written"
+    link.unlink()
+    link.symlink_to(links["pointed"] if kind == "live" else tmp_path / "nowhere")
+    with atomic_outputs(replace=True) as outputs:
+        outputs.file(link).write_bytes(b"again")
+    assert not link.is_symlink() and link.read_bytes() == b"again"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "theirs").write_text("kept")
+    link.unlink()
+    link.symlink_to(folder if kind == "live" else tmp_path / "nowhere")
+    with atomic_directory(link, replace=True) as staging:
+        (staging / "inside").write_text("x")
+    assert not link.is_symlink() and [p.name for p in link.iterdir()] == ["inside"]
+    assert [p.name for p in folder.iterdir()] == ["theirs"]
+    assert links["pointed"].read_text() == "not to be touched"
+    assert not (tmp_path / "nowhere").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "folder", "live",
+                                                          "pointed.txt"]
+
+
+def test_a_dangling_link_on_the_way_to_an_output_is_named(links, tmp_path: Path):
+    from attndeploy.errors import OutputError
+    from attndeploy.fsutil import check_output_container, check_output_dir, check_output_file
+
+    missing = f"is a symbolic link to {tmp_path / 'nowhere'}, which does not exist"
+    for check in (check_output_file, check_output_dir, check_output_container):
+        with pytest.raises(OutputError, match=f"{links['dangling']} {missing}"):
+            check(links["dangling"] / "deeper" / "out")
+    with pytest.raises(OutputError, match=f"cannot write into {links['dangling']}: it {missing}"):
+        check_output_container(links["dangling"])  # a repository is filled, never replaced
+    (tmp_path / "real").mkdir()
+    (tmp_path / "repo").symlink_to(tmp_path / "real")
+    assert check_output_container(tmp_path / "repo") == tmp_path / "repo"  # followed
+
+
+# --------------------------------------------------------------------------- all or none
+
+
+def test_outputs_of_a_set_appear_together_at_the_end(tmp_path: Path):
+    from attndeploy.fsutil import atomic_outputs
+
+    with atomic_outputs() as outputs:
+        atomic_write_bytes(outputs.file(tmp_path / "a" / "report.json"), b"{}")
+        (outputs.folder(tmp_path / "model") / "config.pbtxt").write_text("name: 'm'")
+        outputs.file(tmp_path / "not-written.png")  # its writer had nothing to write
+        assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["a"]
+        assert list((tmp_path / "a").iterdir())[0].name.startswith(".report.json.")
+    assert (tmp_path / "a" / "report.json").read_bytes() == b"{}"
+    assert (tmp_path / "model" / "config.pbtxt").read_text() == "name: 'm'"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "model"]
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["report.json"]
+
+
+def test_an_interrupted_set_leaves_nothing_and_keeps_what_was_there(tmp_path: Path):
+    from attndeploy.fsutil import atomic_outputs
+
+    (tmp_path / "old.json").write_text("old")
+    with pytest.raises(KeyboardInterrupt), atomic_outputs(replace=True) as outputs:
+        atomic_write_bytes(outputs.file(tmp_path / "old.json"), b"new")
+        atomic_write_bytes(outputs.file(tmp_path / "new" / "deeper" / "plot.png"), b"png")
+        raise KeyboardInterrupt
+    assert [p.name for p in tmp_path.iterdir()] == ["old.json"]
+    assert (tmp_path / "old.json").read_text() == "old"
+
+
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, OSError])
+def test_a_rename_that_fails_undoes_those_done_and_puts_back_what_they_replaced(
+    tmp_path: Path, monkeypatch, interruption
+):
+    import attndeploy.fsutil as fsutil
+    from attndeploy.errors import OutputError
+
+    (tmp_path / "a.json").write_text("old a")
+    real = fsutil._rename_new
+    calls = []
+
+    def rename_new(source: Path, target: Path) -> None:
+        calls.append(target.name)
+        if target.name == "b.png":  # the second, in the order of their paths
+            raise interruption(5, "Input/output error")
+        real(source, target)
+
+    monkeypatch.setattr(fsutil, "_rename_new", rename_new)
+    expected = KeyboardInterrupt if interruption is KeyboardInterrupt else OutputError
+    with pytest.raises(expected), fsutil.atomic_outputs(replace=True) as outputs:
+        atomic_write_bytes(outputs.file(tmp_path / "b.png"), b"new b")
+        atomic_write_bytes(outputs.file(tmp_path / "a.json"), b"new a")
+    assert calls == ["a.json", "b.png"]
+    assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+    assert (tmp_path / "a.json").read_text() == "old a"
+
+
+def test_an_output_another_process_wrote_meanwhile_is_kept_and_nothing_of_this_set(
+    tmp_path: Path
+):
+    from attndeploy.errors import ConcurrentWriteError
+    from attndeploy.fsutil import atomic_outputs
+
+    with pytest.raises(ConcurrentWriteError, match="another process wrote it") as caught, \
+            atomic_outputs() as outputs:
+        (outputs.folder(tmp_path / "m") / "f").write_text("mine")
+        (outputs.folder(tmp_path / "m_text") / "f").write_text("mine")
+        atomic_write_bytes(outputs.file(tmp_path / "z.json"), b"mine")
+        (tmp_path / "m_text").mkdir()  # the other writer's, between the check and the rename
+        (tmp_path / "m_text" / "f").write_text("theirs")
+    assert caught.value.path == tmp_path / "m_text"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m_text"]
+    assert (tmp_path / "m_text" / "f").read_text() == "theirs"
+
+
+def test_a_file_another_process_wrote_meanwhile_is_not_replaced(tmp_path: Path, monkeypatch):
+    import attndeploy.fsutil as fsutil
+    from attndeploy.errors import ConcurrentWriteError
+
+    real = fsutil._rename_new
+
+    def rename_new(source: Path, target: Path) -> None:
+        target.write_bytes(b"theirs")  # the other writer, between the check and the rename
+        real(source, target)
+
+    monkeypatch.setattr(fsutil, "_rename_new", rename_new)
+    with pytest.raises(ConcurrentWriteError), fsutil.atomic_outputs() as outputs:
+        atomic_write_bytes(outputs.file(tmp_path / "r.json"), b"mine")
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    assert (tmp_path / "r.json").read_bytes() == b"theirs"
+
+
+def test_an_os_error_while_writing_a_set_names_the_output_not_its_temporary(tmp_path: Path):
+    import errno
+
+    from attndeploy.errors import OutputError
+    from attndeploy.fsutil import atomic_outputs
+
+    with pytest.raises(OutputError) as caught, atomic_outputs() as outputs:
+        outputs.file(tmp_path / "r.json")
+        folder = outputs.folder(tmp_path / "model")
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "1" / "model.onnx"))
+    assert str(caught.value) == (f"cannot write {tmp_path / 'model' / '1' / 'model.onnx'}: "
+                                 "No space left on device")
+    assert list(tmp_path.iterdir()) == []

@@ -95,10 +95,7 @@ def command(
             providers=tuple(p.strip() for p in providers.split(",")) if providers else None,
         )
         report = _run(checkpoint, model, against, user_model, weights, shapes, seed, options)
-    if json_path is not None:
-        report.write_json(json_path)
-    if plot is not None:
-        report.write_plot(plot)
+    _write_reports(report, json_path, plot, force=force)
     if json_output:
         print_json(report.to_json())
     else:
@@ -161,6 +158,19 @@ def _check_outputs(inputs: list[Path], outputs: list[Path | None], *, force: boo
         if any(same_path(path, other) for other in written):
             raise OutputError(f"cannot write {path}: --json-out and --plot name the same file")
         written.append(path)
+
+
+def _write_reports(report: Any, json_path: Path | None, plot: Path | None, *,
+                   force: bool) -> None:
+    """--json-out and --plot, both or neither: an error or a Ctrl-C between the two leaves none
+    (so a rerun needs no --force)."""
+    from attndeploy.fsutil import atomic_outputs
+
+    with atomic_outputs(replace=force) as outputs:
+        if json_path is not None:
+            report.write_json(outputs.file(json_path))
+        if plot is not None:
+            report.write_plot(outputs.file(plot))
 
 
 # ----------------------------------------------------------------------------- the work

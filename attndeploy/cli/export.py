@@ -120,7 +120,7 @@ def check_user_target(target: Path, weights: Path | None, *, force: bool) -> Non
     """Refuse an ONNX output of `export --factory` that cannot be written, is the weights file,
     lies inside a checkpoint directory, or exists (unless `force`)."""
     from attndeploy.errors import OutputError
-    from attndeploy.fsutil import already_exists, check_not_an_input, check_output_file
+    from attndeploy.fsutil import check_not_an_input, check_output_file, check_replaceable
 
     check_output_file(target)
     if weights is not None:
@@ -129,8 +129,7 @@ def check_user_target(target: Path, weights: Path | None, *, force: bool) -> Non
     if holder is not None:
         raise OutputError(f"cannot write {target}: it lies inside the checkpoint directory "
                           f"{holder}, whose files `attndeploy train` owns; give --out outside it")
-    if target.exists() and not force:
-        raise OutputError(already_exists(target))
+    check_replaceable(target, force=force)
 
 
 def check_target(checkpoint: Path, target: Path, *, force: bool) -> None:
@@ -144,7 +143,12 @@ def check_target(checkpoint: Path, target: Path, *, force: bool) -> None:
     - an existing file, unless `force`.
     """
     from attndeploy.errors import OutputError
-    from attndeploy.fsutil import already_exists, check_not_an_input, check_output_file, same_path
+    from attndeploy.fsutil import (
+        check_not_an_input,
+        check_output_file,
+        check_replaceable,
+        same_path,
+    )
 
     check_output_file(target)
     check_not_an_input(target, [checkpoint, *_checkpoint_files(checkpoint)])
@@ -158,8 +162,7 @@ def check_target(checkpoint: Path, target: Path, *, force: bool) -> None:
                 "whose files `attndeploy train` owns; give --out outside it (or leave --out "
                 f"out to write {Path(checkpoint) / DEFAULT_NAME})"
             )
-    if target.exists() and not force:
-        raise OutputError(already_exists(target))
+    check_replaceable(target, force=force)
 
 
 def _checkpoint_files(checkpoint: Path) -> list[Path]:

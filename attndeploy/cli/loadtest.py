@@ -146,7 +146,7 @@ def command(
     part-way, both, --csv and --plot still receive what was measured (the JSON marked
     "partial": true with the reason), and the command exits 1 (130 for Ctrl-C).
     """
-    from attndeploy.fsutil import check_output_file, check_replaceable
+    from attndeploy.fsutil import atomic_outputs, check_output_file, check_replaceable
     from attndeploy.serving.loadtest import parse_number_list, run_load_test
     from attndeploy.serving.server.launch import find_model_onnx
 
@@ -169,14 +169,15 @@ def command(
             check_replaceable(path, force=force)
 
     def write_reports(report) -> None:
-        if json_out is not None:
-            report.write_json(json_out)
+        with atomic_outputs(replace=force) as outputs:  # every report file or none
+            if json_out is not None:
+                report.write_json(outputs.file(json_out))
+            if csv_path is not None:
+                report.write_csv(outputs.file(csv_path))
+            if plot_path is not None:
+                report.write_plot(outputs.file(plot_path))
         if json_output:
             print_json(report.to_dict())
-        if csv_path is not None:
-            report.write_csv(csv_path)
-        if plot_path is not None:
-            report.write_plot(plot_path)
 
     def write_partial(report) -> None:
         try:

@@ -81,7 +81,7 @@ def command(
     """Package models into a Triton repository (config.pbtxt, model.onnx, model.py, labels),
     and for a model with a tokenizer the text model NAME_text that takes raw text."""
     from attndeploy.errors import RepositoryError
-    from attndeploy.fsutil import check_output_dir
+    from attndeploy.fsutil import check_output_container
     from attndeploy.serving.packaging.options import PackageOptions
     from attndeploy.serving.packaging.repository import check_source_exists, package_model
     from attndeploy.serving.packaging.text_model_names import CALL_ONNXRUNTIME
@@ -91,7 +91,7 @@ def command(
                               "--model")
     for source in sources:  # all of them, before the first is packaged
         check_source_exists(source)
-    check_output_dir(repo)  # a file or read-only folder fails now, not after exporting
+    check_output_container(repo)  # a file or read-only folder fails now, not after exporting
     written = []
     for source in sources:
         options = PackageOptions(  # `--model ''` is refused there, not taken for "no name"

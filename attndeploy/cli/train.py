@@ -292,14 +292,15 @@ def command(
     """
     from attndeploy.config import EvolvingConfig, GANetConfig, ModelConfig, QVIConfig
     from attndeploy.configbase import with_options
-    from attndeploy.errors import ConfigError
-    from attndeploy.fsutil import check_output_dir
+    from attndeploy.errors import CheckpointError, ConfigError
+    from attndeploy.fsutil import check_output_dir, check_replaceable
     from attndeploy.train import load_training_data, train_checkpoint
     from attndeploy.variants.registry import variant_spec
 
     if task is not None and data is not None:
         raise ConfigError("give either --task or --data, not both")
     check_output_dir(out)  # a file in the way, a read-only place: refused before training
+    check_replaceable(out, force=force, error=CheckpointError)
     defaults = _DATA if data is not None else _TASK  # what an option left out means
     if hf_model is not None:
         from attndeploy.integrations.hf_data import holds_weights

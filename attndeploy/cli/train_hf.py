@@ -73,8 +73,8 @@ def train_hf_command(
     then learn from its soft predictions with this weight; 0 or None (the preset's) is off.
     """
     from attndeploy.cli.output import summary_lines
-    from attndeploy.errors import ConfigError
-    from attndeploy.fsutil import check_output_dir
+    from attndeploy.errors import CheckpointError, ConfigError
+    from attndeploy.fsutil import check_output_dir, check_replaceable
     from attndeploy.integrations.hf_data import load_source
     from attndeploy.integrations.hf_train import train_hf_checkpoint
     from attndeploy.training.config import defaults_for
@@ -82,6 +82,7 @@ def train_hf_command(
     if task is not None and data is not None:
         raise ConfigError("give either --task or --data, not both")
     check_output_dir(out)  # a file in the way, a read-only place: refused before training
+    check_replaceable(out, force=force, error=CheckpointError)
     options = dataclasses.asdict(variant_config) if variant_config is not None else {}
     source = load_source(Path(hf_model))
     pretrained = source.weights is not None

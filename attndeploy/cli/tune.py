@@ -117,7 +117,7 @@ def command(
     get it, marked partial; exit 130); nothing is applied then, nor when no candidate meets the
     budget.
     """
-    from attndeploy.fsutil import check_output_file, check_replaceable
+    from attndeploy.fsutil import atomic_outputs, check_output_file, check_replaceable
     from attndeploy.serving.tune import apply_candidate, run_tune
     from attndeploy.serving.tune.report import write_plot
 
@@ -133,10 +133,11 @@ def command(
             check_replaceable(path, force=force)
 
     def write(result: Any) -> None:
-        if json_out is not None:
-            result.write_json(json_out)
-        if plot_path is not None:
-            write_plot(result, plot_path)
+        with atomic_outputs(replace=force) as outputs:  # both files or neither
+            if json_out is not None:
+                result.write_json(outputs.file(json_out))
+            if plot_path is not None:
+                write_plot(result, outputs.file(plot_path))
         if json_output:
             print_json(result.to_dict())
 

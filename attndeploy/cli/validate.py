@@ -56,6 +56,7 @@ def command(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attndeploy.errors import ValidationError
+    from attndeploy.fsutil import atomic_outputs
 
     checkpoint, model = _sources(checkpoint, onnx_file, user_model, weights, shapes)
     inputs = [weights] if weights is not None else [checkpoint / n for n in _checkpoint_files()]
@@ -78,10 +79,11 @@ def command(
             report = validate_user_model(user_model, weights, model, options)
         else:
             report = validate_model(checkpoint, model, options)
-    if json_path is not None:
-        report.write_json(json_path)
-    if markdown is not None:
-        report.write_markdown(markdown)
+    with atomic_outputs(replace=force) as outputs:  # both reports or neither
+        if json_path is not None:
+            report.write_json(outputs.file(json_path))
+        if markdown is not None:
+            report.write_markdown(outputs.file(markdown))
     if json_output:
         print_json(report.to_json())
         if not report.passed:

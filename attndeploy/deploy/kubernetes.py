@@ -46,9 +46,9 @@ from attndeploy.deploy.instructions import (  # noqa: F401  (the folder's files,
 from attndeploy.deploy.options import SERVER_PACKAGES, KubernetesOptions
 from attndeploy.errors import DeployError, OutputError, RepositoryError
 from attndeploy.fsutil import (
-    already_exists,
     atomic_directory,
     check_output_dir,
+    check_replaceable,
     file_sha256,
     same_path,
 )
@@ -98,8 +98,7 @@ def check_output(repo: Path, out: Path, *, force: bool) -> None:
     if out_abs in repo_abs.parents:
         raise OutputError(f"cannot write {out}: it holds the repository {repo}, which --force "
                           "would delete; give another --out")
-    if out.exists() and not force:
-        raise OutputError(already_exists(out))
+    check_replaceable(out, force=force)
 
 
 def _flavor_of(config: Any) -> str | None:

@@ -12,10 +12,10 @@ import onnx
 
 from attndeploy.errors import DataError, QuantizeError
 from attndeploy.fsutil import (
-    already_exists,
     atomic_write_bytes,
     check_not_an_input,
     check_output_file,
+    check_replaceable,
 )
 from attndeploy.quantize import check, methods
 from attndeploy.quantize.options import QuantizeOptions
@@ -167,8 +167,7 @@ def quantize_model(
     fp32 = InferenceModel(source, threads=options.threads)  # refuses what is not our export
     check_output_file(out)
     check_not_an_input(out, [source] + ([Path(data)] if data is not None else []))
-    if out.exists() and not options.force:
-        raise QuantizeError(already_exists(out))
+    check_replaceable(out, force=options.force, error=QuantizeError)
     texts = gold = None
     if data is not None:
         texts, gold = check.read_labelled(Path(data), fp32.labels)
@@ -184,11 +183,12 @@ def quantize_model(
     wanted = ["dynamic", "static"] if options.method == "best" else [options.method]
     candidates: list[tuple[Candidate, bytes]] = []
     with tempfile.TemporaryDirectory(prefix="attndeploy-quantize-") as scratch:
+        private = _private_copy(proto, Path(scratch))
         for method in wanted:
             target = Path(scratch) / f"{method}.onnx"
             calibration = (_calibration_feeds(fp32, texts or [], options)
                            if method == "static" else None)
-            _quantize(method, source, target, kept, calibration)
+            _quantize(method, private, target, kept, calibration, shown=source)
             ranking: list[dict[str, Any]] = []
             worst: list[str] = []
             used = kept
@@ -197,7 +197,7 @@ def quantize_model(
                                                _weight_matmuls(proto))
                 worst = [name for name in worst if name not in kept.exclude]
                 used = replace(kept, exclude=_joined(kept.exclude, worst))
-                _quantize(method, source, target, used, calibration)
+                _quantize(method, private, target, used, calibration, shown=source)
             record = {"method": method, "per_channel": options.per_channel,
                       "reduce_range": options.reduce_range,
                       "activations": (options.dynamic_activations if method == "dynamic"
@@ -246,8 +246,34 @@ def _joined(names: tuple[str, ...], more: list[str]) -> tuple[str, ...]:
     return tuple(names) + tuple(name for name in more if name not in names)
 
 
+# onnx.save writes one protobuf of at most 2 GiB; a model near that keeps its weights beside it
+EXTERNAL_DATA_BYTES = 1 << 30
+PRIVATE_SOURCE = "source.onnx"
+
+
+def _private_copy(proto: onnx.ModelProto, scratch: Path) -> Path:
+    """The source model saved in the scratch folder, for onnxruntime.quantization to read.
+
+    onnxruntime writes `<model>-inferred.onnx` beside the model it is given (its shape-inferred
+    copy, deleted at the end): beside the user's model, that would replace a file of that name
+    (or the target of a link of that name) without --force, and a Ctrl-C would leave it behind.
+    Given this copy, everything it writes stays in the scratch folder. `proto` is loaded with
+    its external data, so a model whose weights lie in other files is copied whole."""
+    from onnx.external_data_helper import load_external_data_for_model
+
+    private = scratch / PRIVATE_SOURCE
+    if proto.ByteSize() <= EXTERNAL_DATA_BYTES:
+        onnx.save(proto, str(private))
+        return private
+    onnx.save(proto, str(private), save_as_external_data=True,
+              location=PRIVATE_SOURCE + ".data")
+    load_external_data_for_model(proto, str(scratch))  # onnx.save moved the weights out of it
+    return private
+
+
 def _quantize(method: str, source: Path, target: Path, options: QuantizeOptions,
-              calibration: list[dict[str, Any]] | None) -> None:
+              calibration: list[dict[str, Any]] | None, *, shown: Path) -> None:
+    """Quantize `source` (the private copy) into `target`; errors name `shown` (the user's)."""
     try:
         if method == "dynamic":
             methods.quantize_dynamic_file(source, target, options)
@@ -258,7 +284,7 @@ def _quantize(method: str, source: Path, target: Path, options: QuantizeOptions,
         else:
             methods.quantize_static_file(source, target, options, calibration or [])
     except Exception as exc:  # onnxruntime.quantization raises many types
-        raise QuantizeError(f"{method} quantization of {source} failed: {exc}") from exc
+        raise QuantizeError(f"{method} quantization of {shown} failed: {exc}") from exc
 
 
 def _worst_layers(source: Path, quantized: Path, feeds: list[dict[str, Any]],

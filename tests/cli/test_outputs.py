@@ -346,21 +346,29 @@ REPORT_OPTIONS = {
 }
 
 
+@pytest.mark.parametrize("existing", ["file", "dangling link"])
 @pytest.mark.parametrize("command, option", [
     (command, option) for command, (_, options) in REPORT_OPTIONS.items() for option in options])
 def test_an_existing_report_is_replaced_only_with_force(monkeypatch, capsys, tmp_path, command,
-                                                        option):
+                                                        option, existing):
     """Every file a command writes obeys --force, as checkpoints, ONNX files and repositories
-    do: an existing report is refused before the work starts, and left as it was."""
+    do: an existing report (a symbolic link too, even one to nothing) is refused before the
+    work starts, and left as it was."""
     ckpt = fake_checkpoint(tmp_path / "ckpt")
     (tmp_path / "model.onnx").write_bytes(b"onnx")
     report = tmp_path / "old-report"
-    report.write_text("kept")
+    if existing == "file":
+        report.write_text("kept")
+    else:
+        report.symlink_to(tmp_path / "nowhere")
     values = {"ckpt": str(ckpt), "onnx": str(tmp_path / "model.onnx"), "tmp": str(tmp_path)}
     line = [arg.format(**values) for arg in REPORT_OPTIONS[command][0]]
     result = run_main(monkeypatch, capsys, *line, option, report)
     assert_refused(result, "output", f"{report} already exists; pass --force to replace it")
-    assert report.read_text() == "kept"
+    if existing == "file":
+        assert report.read_text() == "kept"
+    else:
+        assert report.is_symlink() and not (tmp_path / "nowhere").exists()
     code, _, err = run_main(monkeypatch, capsys, *line, option, report, "--force")
     assert not any("already exists" in line for line in err), err  # past the check (it fails
     # later for want of a real model or server, which is not this test's business)

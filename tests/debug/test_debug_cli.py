@@ -55,6 +55,25 @@ def test_a_planted_bug_exits_1_with_the_verdict_after_writing_json_and_plot(
     assert (tmp_path / "r.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_ctrl_c_while_writing_the_reports_leaves_neither_and_a_rerun_needs_no_force(
+        work, tmp_path, monkeypatch, capsys):
+    from attndeploy.debug.report import DebugReport
+
+    argv = ["debug", "compare", str(work["ckpt"]), str(work["onnx"]), "--json-out",
+            str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")]
+    with monkeypatch.context() as patch:
+        def ctrl_c(self, path):  # after the JSON, before the plot
+            raise KeyboardInterrupt
+
+        patch.setattr(DebugReport, "write_plot", ctrl_c)
+        code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 130 and err == ["error (attndeploy): interrupted"]
+    assert list(tmp_path.iterdir()) == []
+    code, _, err = run_main(monkeypatch, capsys, *argv)
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.png"]
+
+
 def test_a_clean_export_exits_0_and_json_is_the_only_thing_on_stdout(work, monkeypatch,
                                                                       capsys):
     code, out, err = run_main(monkeypatch, capsys, "debug", "compare", str(work["ckpt"]),

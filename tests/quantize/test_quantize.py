@@ -364,3 +364,97 @@ def test_a_miss_whose_int8_gates_flipped_suggests_the_gate_network_in_fp32(
     with pytest.raises(QuantizeError) as caught:
         result.raise_for_failure()
     assert ("try --gate-network-fp32" in str(caught.value)) is hinted
+
+
+def _alone(text_exports, case: str, folder: Path) -> Path:
+    """A copy of a text export alone in `folder`, so that anything written beside it shows."""
+    import shutil
+
+    folder.mkdir()
+    return Path(shutil.copyfile(text_exports.get(case).path, folder / "model.onnx"))
+
+
+def _record_shape_inference(monkeypatch, then=None) -> list[Path]:
+    """The files onnxruntime.quantization has onnx's shape inference write (its
+    `<model>-inferred.onnx`), each call then running `then` (an interruption)."""
+    import onnx.shape_inference
+
+    written: list[Path] = []
+    real = onnx.shape_inference.infer_shapes_path
+
+    def infer_shapes_path(model_path, output_path="", *args, **kwargs):
+        real(model_path, output_path, *args, **kwargs)
+        written.append(Path(output_path or model_path))
+        if then is not None:
+            then()
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes_path", infer_shapes_path)
+    return written
+
+
+@pytest.mark.parametrize("method", ["dynamic", "best"])
+def test_nothing_is_written_beside_the_input_model(text_exports, tmp_path: Path, monkeypatch,
+                                                   method: str):
+    # onnxruntime writes `<model>-inferred.onnx` beside the model it is given
+    source = _alone(text_exports, "standard", tmp_path / "in")
+    data = labelled_texts(tmp_path / "held_out.jsonl", source, wrong=4)
+    before = {p.name: p.read_bytes() for p in source.parent.iterdir()}
+    written = _record_shape_inference(monkeypatch)
+    result = quantize_model(source, tmp_path / "int8.onnx",
+                            QuantizeOptions(method=method, threads=1, min_agreement=0,
+                                            max_accuracy_drop=1), data=data)
+    assert result.passed
+    assert [c.method for c in result.candidates] == (
+        ["dynamic"] if method == "dynamic" else ["dynamic", "static"])
+    assert written and not [p for p in written if p.parent in (source.parent, tmp_path)]
+    assert {p.name: p.read_bytes() for p in source.parent.iterdir()} == before
+
+
+def test_a_ctrl_c_inside_onnxruntime_leaves_nothing_beside_the_input(text_exports,
+                                                                      tmp_path: Path,
+                                                                      monkeypatch):
+    source = _alone(text_exports, "standard", tmp_path / "in")
+
+    def ctrl_c() -> None:
+        raise KeyboardInterrupt
+
+    _record_shape_inference(monkeypatch, then=ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        quantize_model(source, tmp_path / "int8.onnx", QuantizeOptions(threads=1))
+    assert [p.name for p in source.parent.iterdir()] == ["model.onnx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_a_file_named_like_onnxruntimes_scratch_beside_the_input_is_left_alone(
+    text_exports, tmp_path: Path
+):
+    source = _alone(text_exports, "standard", tmp_path / "in")
+    mine = source.parent / "model-inferred.onnx"
+    mine.write_bytes(b"the user's own file")
+    target = tmp_path / "elsewhere.txt"
+    target.write_bytes(b"what a link points at")
+    link = source.parent / "int8-inferred.onnx"  # a second run quantizes the first's output
+    link.symlink_to(target)
+    quantize_model(source, tmp_path / "in" / "int8.onnx", QuantizeOptions(threads=1))
+    quantize_model(source.parent / "int8.onnx", tmp_path / "in" / "again.onnx",
+                   QuantizeOptions(threads=1, max_logit_change=100))
+    assert mine.read_bytes() == b"the user's own file"
+    assert link.is_symlink() and target.read_bytes() == b"what a link points at"
+    assert sorted(p.name for p in source.parent.iterdir()) == [
+        "again.onnx", "int8-inferred.onnx", "int8.onnx", "model-inferred.onnx", "model.onnx"]
+
+
+def test_a_model_with_external_data_is_copied_whole(text_exports, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr("attndeploy.quantize.quantizer.EXTERNAL_DATA_BYTES", 0)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    source = folder / "model.onnx"
+    onnx.save(onnx.load(str(text_exports.get("standard").path)), str(source),
+              save_as_external_data=True, location="weights.data")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    written = _record_shape_inference(monkeypatch)
+    result = quantize_model(source, tmp_path / "int8.onnx", QuantizeOptions(threads=1))
+    assert result.passed and result.chosen.quantized_nodes > 0
+    assert written[0].name == "source-inferred.onnx"  # the private copy, weights beside it
+    assert not [p for p in written if p.parent == folder]
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before

@@ -19,7 +19,7 @@ from attndeploy.serving.packaging.check_repo import RepoReport, check_repository
 from attndeploy.serving.packaging.model_template import generate_model_py
 from attndeploy.serving.packaging.repository import Flavor, PackageOptions, package_model
 
-from .onnx_fixtures import build_model, save_model
+from .onnx_fixtures import build_model, fixture_vocab, save_model
 
 
 @pytest.fixture
@@ -134,6 +134,58 @@ def test_a_failed_forced_rebuild_keeps_the_old_model(
     assert (repo / "cls" / "config.pbtxt").read_text() == before
     assert no_hidden_leftovers(repo)
     assert check_repository(repo)
+
+
+@pytest.mark.parametrize("theirs", [["same", "same_text"], ["same_text"]],
+                         ids=["every-folder", "the-text-model-only"])
+def test_a_run_that_loses_a_race_for_a_model_says_so_and_keeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, theirs: list[str]
+) -> None:
+    """Two runs packaging one model at once: both pass the up-front check, and the other one
+    renames its folders into place while this one is still writing (some or all of them)."""
+    source = save_model(build_model(vocab=fixture_vocab()), tmp_path / "src" / "same.onnx")
+    repo = tmp_path / "repo"
+    real = repository.write_text_model
+
+    def racing(staging: Path, *args: object, **kwargs: object) -> None:
+        real(staging, *args, **kwargs)
+        for name in theirs:  # the other run, between this one's check and its commit
+            (repo / name).mkdir(parents=True)
+            (repo / name / "config.pbtxt").write_text("the other run's")
+
+    monkeypatch.setattr(repository, "write_text_model", racing)
+    with pytest.raises(RepositoryError) as caught:
+        package_model(source, repo, PackageOptions(name="same"))
+    assert str(caught.value) == (f"another run wrote model {theirs[0]} in {repo} at the same "
+                                 "time; nothing of this run was kept")
+    assert sorted(p.name for p in repo.iterdir()) == theirs  # this run's `same` taken back
+    assert all((repo / name / "config.pbtxt").read_text() == "the other run's" for name in theirs)
+
+
+def test_two_package_runs_at_once_into_one_model_write_it_once_whole(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    source = save_model(build_model(vocab=fixture_vocab()), tmp_path / "same.onnx")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for attempt in range(2):
+        repo = tmp_path / f"repo{attempt}"
+        argv = [sys.executable, "-m", "attndeploy", "package", str(source), "--repo", str(repo),
+                "--model", "same"]
+        runs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=env) for _ in range(2)]
+        done = [(run.wait(timeout=120), run.stderr.read()) for run in runs]  # type: ignore[union-attr]
+        for run in runs:
+            run.stdout.close()  # type: ignore[union-attr]
+            run.stderr.close()  # type: ignore[union-attr]
+        assert sorted(code for code, _ in done) == [0, 1], done
+        (error,) = [err.strip().splitlines() for code, err in done if code]
+        assert len(error) == 1 and error[0].startswith("error (repository): "), error
+        assert ("already exist; pass --force" in error[0]
+                or "at the same time; nothing of this run was kept" in error[0]), error
+        assert sorted(p.name for p in repo.iterdir()) == ["same", "same_text"]
+        assert check_repository(repo)
 
 
 @pytest.mark.parametrize("key", ["attndeploy.variant", "attndeploy.config", "attndeploy.labels"])

@@ -19,9 +19,11 @@ label out; its files are listed in `text_model.py`), unless `PackageOptions.text
 calls the python flavour when that is written, else the onnxruntime one.
 
 Every model folder is built in a temp folder beside it and renamed into place; the folders of
-one source (both flavours, the text model) are committed only after all are complete, so a
-failure leaves neither a half-written folder nor one model without the others. An existing
-folder is replaced only with `force`.
+one source (both flavours, the text model) are committed only after all are complete, all or
+none (`fsutil.atomic_outputs`), so a failure or a Ctrl-C leaves neither a half-written folder nor
+one model without the others. An existing folder (or a symbolic link) is replaced only with
+`force`. Of two runs writing one model at the same time, one writes every folder and the other
+none, and says so.
 """
 
 from __future__ import annotations
@@ -34,11 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attndeploy.errors import RepositoryError
+from attndeploy.errors import ConcurrentWriteError, RepositoryError
 from attndeploy.fsutil import (
-    atomic_directory,
-    check_output_dir,
+    atomic_outputs,
+    check_output_container,
     file_sha256,
+    output_exists,
     remove_stale_temporaries_in,
     write_files,
 )
@@ -217,7 +220,8 @@ def package_model(
     """
     options = options if options is not None else PackageOptions()
     source, repo = Path(source), Path(repo)
-    check_output_dir(repo)  # before exporting a checkpoint: a repo that is a file, read-only...
+    check_output_container(repo)  # before exporting a checkpoint: a file, read-only, a dangling
+    # link...
     # A packager killed while staging (any model) leaves `.<model>.<pid>.<random>.tmp`, which
     # Triton and check-repo would take for a broken model folder.
     remove_stale_temporaries_in(repo)
@@ -235,22 +239,25 @@ def package_model(
         if text_target is not None:
             call = text_call(options, calls_python_flavor=Flavor.PYTHON in targets)
         everything = [*targets.values(), *([text_target] if text_target else [])]
-        existing = [str(path) for path in everything if path.exists()]
+        existing = [str(path) for path in everything if output_exists(path)]
         if existing and not options.force:
             raise RepositoryError(
                 f"model folder(s) {', '.join(existing)} already exist; pass --force to replace "
                 "them, or choose another name."
             )
         sha256 = file_sha256(onnx_path)
-        with contextlib.ExitStack() as stack:  # commit every flavour only when all are written
-            for flavor, target in targets.items():
-                staging = stack.enter_context(atomic_directory(target, replace=options.force))
-                _write_model(staging, onnx_path, info, options, name=target.name, flavor=flavor)
-            if text_target is not None and record is not None:
-                staging = stack.enter_context(
-                    atomic_directory(text_target, replace=options.force))
-                write_text_model(staging, info, record, options, name=text_target.name,
-                                 id_model=id_model.name, call=call)
+        try:  # commit every flavour only when all are written
+            with atomic_outputs(replace=options.force) as outputs:
+                for flavor, target in targets.items():
+                    _write_model(outputs.folder(target), onnx_path, info, options,
+                                 name=target.name, flavor=flavor)
+                if text_target is not None and record is not None:
+                    write_text_model(outputs.folder(text_target), info, record, options,
+                                     name=text_target.name, id_model=id_model.name, call=call)
+        except ConcurrentWriteError as exc:
+            raise RepositoryError(
+                f"another run wrote model {Path(exc.path).name} in {repo} at the same time; "
+                "nothing of this run was kept") from exc
     written = [
         PackagedModel(
             name=target.name,

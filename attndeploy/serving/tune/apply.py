@@ -34,7 +34,7 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
-from attndeploy.fsutil import atomic_directory, atomic_write_text
+from attndeploy.fsutil import atomic_directory, atomic_write_text, output_exists
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.check_repo import RepoReport, check_repository
 from attndeploy.serving.tune.configs import id_config, served_version, text_config
@@ -149,7 +149,7 @@ def apply_candidate(target: TuneTarget, candidate: Candidate) -> dict[str, Any]:
         return {"candidate": candidate.name, "configs": {}, "previous": {}, "new_version": None,
                 "served_version": plan.version, "check_repo": "unchanged"}
     if plan.new_version is not None:
-        if plan.new_version.exists():
+        if output_exists(plan.new_version):
             raise RepositoryError(f"{plan.new_version} appeared while tuning; nothing was "
                                   "written: run tune again")
         with atomic_directory(plan.new_version) as staging:

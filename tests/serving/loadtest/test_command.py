@@ -93,6 +93,26 @@ def test_a_test_ended_part_way_writes_its_csv_plot_and_json_with_what_was_measur
     assert (tmp_path / "out" / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_report_files_are_written_all_or_none(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    from attndeploy.serving.loadtest.report import LoadTestReport
+
+    def full_disk(self: LoadTestReport, path: Path) -> Path:
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(LoadTestReport, "write_plot", full_disk)
+    client = CountingClient()
+    client.dead_after = 60
+    fake_server(monkeypatch, client)
+    code, _, err = run_cli_main(monkeypatch, capsys, *CLI_DYING, "--json-out", "out/r.json",
+                                "--csv", "out/r.csv", "--plot", "out/r.png")
+    assert code == 1 and err[-1].startswith("error (server): "), err
+    assert "the partial report could not be written: cannot write out/r.png: No space" in err[0]
+    assert list(tmp_path.iterdir()) == []  # neither the JSON nor the CSV, nor out/
+
+
 @pytest.mark.parametrize(("old", "new"), [(["--json", "-"], ["--json"]),
                                           (["--json", "r.json"], ["--json-out", "r.json"]),
                                           (["--json=r.json"], ["--json-out", "r.json"])])
