@@ -27,6 +27,7 @@ from attndeploy.deploy.kubernetes import (
 from attndeploy.deploy.options import INT32_MAX, SERVER_PACKAGES, ModelStore
 from attndeploy.errors import DeployError
 from attndeploy.runtime.shipping import TOKENIZER_TYPES
+from attndeploy.serving.packaging.check_repo import TRITON_RELEASE
 from attndeploy.serving.server.restricted import (
     ADMIN_KEY_HEADER,
     RESTRICTED_PROTOCOLS,
@@ -424,7 +425,7 @@ def test_the_built_server_image_installs_tokenizers_for_a_wordpiece_text_model(
     assert result.warnings == []
     lines = (tmp_path / "out" / SERVER_DOCKERFILE).read_text().splitlines()
     (run,) = [line for line in lines if line.startswith("RUN ")]
-    assert shlex.split(run)[-2:] == ["onnxruntime~=1.19.0",
+    assert shlex.split(run)[-2:] == [f"onnxruntime~={TRITON_RELEASE.onnxruntime}.0",
                                      f"tokenizers~={SERVER_PACKAGES['tokenizers']}.0"]
     # a new tag for a new content: a node holding the image without tokenizers never reuses it
     assert result.image.endswith(f"-tokenizers{SERVER_PACKAGES['tokenizers']}")

@@ -194,7 +194,7 @@ def test_the_default_image_runs_the_release_check_repo_assumes(
     # the python flavour's image installs the onnxruntime that Triton's backend bundles
     lines = comparable(generated["plain-cpu-local"] / "images" / "server.Dockerfile")
     assert lines == [f"FROM {DEFAULT_IMAGE}",
-                     'RUN python3 -m pip install --no-cache-dir '
+                     'RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir '
                      f'"onnxruntime~={release.onnxruntime}.0"']
 
 
@@ -209,11 +209,12 @@ def test_an_image_whose_onnxruntime_is_unknown_is_refused(image: str) -> None:
         KubernetesOptions(image=image)
 
 
-def test_a_mirrored_image_of_a_known_release_is_accepted() -> None:
-    options = KubernetesOptions(image="registry.example.com:5000/mirror/tritonserver:24.10-py3",
-                                gpu=1)
-    assert options.release == check_repo.TRITON_RELEASE
-    assert options.serving_image() == "registry.example.com:5000/mirror/tritonserver:24.10-py3"
+@pytest.mark.parametrize("release", sorted(check_repo.TRITON_RELEASES))
+def test_a_mirrored_image_of_a_known_release_is_accepted(release: str) -> None:
+    image = f"registry.example.com:5000/mirror/tritonserver:{release}-py3"
+    options = KubernetesOptions(image=image, gpu=1)
+    assert options.release == check_repo.TRITON_RELEASES[release]
+    assert options.serving_image() == image
 
 
 # --------------------------------------------------------------------------- options

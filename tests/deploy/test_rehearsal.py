@@ -29,13 +29,30 @@ pytestmark = pytest.mark.integration
 LOCAL_ONLY_FLAGS = {"--backend-directory", "--backend-config"}
 
 
+# The release of the local tritonserver (2.51): the manifests rehearsed here name its image, and
+# differ from the default image's only there (test_the_default_manifests_differ_only_in_image).
+LOCAL_RELEASE = check_repo.TRITON_RELEASES["24.10"]
+LOCAL_IMAGE = f"nvcr.io/nvidia/tritonserver:{LOCAL_RELEASE.ngc}-py3"
+
+
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The sample repository (both flavours) and the default manifests for it."""
+    """The sample repository (both flavours) and the manifests for it on the local release."""
     root = tmp_path_factory.mktemp("rehearsal")
     repo = build_sample_repository(root)
-    deploy_kubernetes(repo, root / "deploy", KubernetesOptions())
+    deploy_kubernetes(repo, root / "deploy", KubernetesOptions(image=LOCAL_IMAGE))
+    deploy_kubernetes(repo, root / "default", KubernetesOptions())
     return repo, root / "deploy"
+
+
+def test_the_default_manifests_differ_only_in_image(deployed: tuple[Path, Path]) -> None:
+    def without_images(text: str) -> str:
+        return re.sub(r"tritonserver:\d\d\.\d\d-py3(-onnxruntime[0-9.]+)?", "IMAGE", text)
+
+    rehearsed = deployed[1]
+    for path in sorted(rehearsed.glob("*.yaml")):
+        default = rehearsed.parent / "default" / path.name
+        assert without_images(path.read_text()) == without_images(default.read_text()), path.name
 
 
 def manifest(out: Path, name: str) -> dict:
@@ -101,8 +118,8 @@ def test_the_service_serves_only_the_copied_models_and_loads_none(pod) -> None:
     status, body = http_status(f"{http}/v2")
     assert status == 200
     version = json.loads(body)["version"]
-    # the local server is the release whose onnxruntime check-repo assumes for the image
-    assert version.startswith(check_repo.TRITON_RELEASE.server + "."), version
+    # the local server is the release of the image the rehearsed manifests name
+    assert version.startswith(LOCAL_RELEASE.server + "."), version
 
 
 def test_the_admin_apis_answer_only_the_pod_uid_through_the_service(pod) -> None:
