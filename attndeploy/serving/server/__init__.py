@@ -20,7 +20,11 @@ symlinks to the model folders to serve, made at each start and removed at stop. 
 binds to loopback unless told otherwise; `exposure_warning` says what a wider address needs.
 Triton's admin APIs (system shared memory, the repository index, trace and log settings) answer
 only requests that carry a key drawn at each start and never told to clients (`restricted`):
-a client that registered the python backend's own region could abort the server.
+a client that registered the python backend's own region could abort the server. Two single
+requests end the bundled 2.51 outright (JSON nested some 35,000 levels deep over HTTP; the
+classification extension on a BYTES output), so by default a request guard (`guard`: a small
+proxy, checks in `guard_checks`) listens on the asked ports and answers those itself, with
+tritonserver behind it on loopback ports of its own.
 
 Clean-up. The server leads its own process group (its python backend stubs inherit it) and gives
 the python backend a shared-memory prefix of its own (`attndeploy_<hex>_`). Stopping ends what is
@@ -34,6 +38,7 @@ detached and remember it in a small JSON state file (for `attndeploy serve --bac
 
 Modules: `binary` (finding tritonserver, the backend directory), `ports` (ports and addresses),
 `processes` (pids, process groups, shared-memory clean-up), `restricted` (the closed admin APIs),
+`guard` and `guard_checks` (the request guard),
 `view` (the repository view), `state`
 (the background state file), `triton` (`TritonServer`) and `background`. Every name below is
 importable from `attndeploy.serving.server` as it was before the split; patch a name in the
