@@ -172,6 +172,25 @@ def test_deeply_nested_json_is_400_and_the_server_goes_on(served: Endpoints,
     assert served.answers()
 
 
+def test_http_passes_through_as_the_client_asked_for_it(served: Endpoints) -> None:
+    """Headers are the client's own: no compression it did not ask for, gzip when it did;
+    a chunked body is read whole and forwarded."""
+    body = json.dumps({"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES",
+                                   "data": ["w3 alpha"]}]}).encode()
+    url = f"http://{served.http_url}/v2/models/standard_text/infer"
+    with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=30) as answer:
+        assert answer.headers.get("Content-Encoding") is None
+        assert json.load(answer)["model_name"] == "standard_text"
+    request = urllib.request.Request(url, data=body, headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.headers.get("Content-Encoding") == "gzip"
+        assert json.loads(gzip.decompress(answer.read()))["model_name"] == "standard_text"
+    chunked = urllib.request.Request(url, data=iter([body[:10], body[10:]]),
+                                     headers={"Transfer-Encoding": "chunked"})
+    with urllib.request.urlopen(chunked, timeout=30) as answer:
+        assert json.load(answer)["outputs"][0]["name"] == "tokens"
+
+
 def test_classification_of_a_numeric_output_still_works_through_the_guard(
         served: Endpoints) -> None:
     result = served.classify_grpc("standard_text", "logits")

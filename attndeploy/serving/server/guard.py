@@ -247,7 +247,8 @@ class HttpGuard:
 
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0), auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(total=None), skip_auto_headers=("User-Agent",))
+            timeout=aiohttp.ClientTimeout(total=None),
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"))  # only the client's own
 
     async def close(self) -> None:
         if self._session is not None:
