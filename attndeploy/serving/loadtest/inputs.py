@@ -192,16 +192,36 @@ def check_texts(texts: Sequence[str], source: TextSource, path: Path) -> list[An
     return encoded
 
 
+def vocabulary_words(tokenizer: Any) -> list[str]:
+    """The words of a tokenizer's vocabulary that encode as one token, themselves: no special
+    token, punctuation or WordPiece continuation (`##s`), nor a word its normalizer changes
+    (WordPiece lowercases and strips accents) or splits (CJK characters). Read through the
+    runtime tokenizer interface (`decode`, `tokenize`, `framing`), so any tokenizer a model
+    carries gives its words."""
+    before, after = tokenizer.framing
+    words = []
+    for word in tokenizer.decode(range(FIRST_TOKEN_ID, len(tokenizer))):
+        if not word.isalnum():
+            continue
+        tokens = tokenizer.tokenize(word)
+        if len(tokens) == before + 1 + after and tokens[before] == word:
+            words.append(word)
+    return words
+
+
 def random_texts(config: LoadTestConfig, source: TextSource | None) -> list[list[str]]:
-    """`texts[length_index]`: `pool_size * batch` texts of that many random vocabulary words
-    (without a vocabulary: unknown words, which the model takes as `<unk>`)."""
+    """`texts[length_index]`: `pool_size * batch` texts of random vocabulary words
+    (`vocabulary_words`), that many tokens each with the tokenizer's special tokens (WordPiece's
+    [CLS] and [SEP] take two of them; at least one word). Without a vocabulary: that many
+    unknown words, which the model takes as `<unk>`."""
     rng = np.random.default_rng(config.seed)
-    words = ([w for w in source.tokenizer.vocab[FIRST_TOKEN_ID:] if w.isalnum()]
-             if source is not None else [])
+    words = vocabulary_words(source.tokenizer) if source is not None else []
+    framing = sum(source.tokenizer.framing) if source is not None else 0
     words = words or [f"x{i}" for i in range(32)]
     groups = []
     for seq in config.seq_lengths:
-        picks = rng.integers(0, len(words), (config.pool_size * config.batch, int(seq)))
+        count = max(1, int(seq) - framing)
+        picks = rng.integers(0, len(words), (config.pool_size * config.batch, count))
         groups.append([" ".join(words[i] for i in row) for row in picks])
     return groups
 
