@@ -150,6 +150,18 @@ def _hf_model(weights: bytes, name: str = "model.safetensors") -> Callable[[Path
     return prepare
 
 
+def _hf_config(**changes: object) -> Callable[[Path, Path], None]:
+    """A `save_pretrained` folder {tmp}/bert holding a config alone: a tiny BERT's, changed."""
+
+    def prepare(tmp: Path, work: Path) -> None:
+        config = {"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "intermediate_size": 32,
+                  "max_position_embeddings": 40, "vocab_size": 100, **changes}
+        _write("bert/config.json", json.dumps(config))(tmp, work)
+
+    return prepare
+
+
 def _safetensors(header: bytes, claimed: int | None = None) -> bytes:
     """A safetensors file: the header's length (or `claimed`), then the header."""
     return (len(header) if claimed is None else claimed).to_bytes(8, "little") + header
@@ -218,6 +230,19 @@ CASES: dict[str, BadInput] = {
         "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
         stage="checkpoint", fragment="model.safetensors.index.json is not a safetensors index",
         prepare=_hf_model(b"{", name="model.safetensors.index.json")),
+    # ---- train --hf-model: the folder's config.json, checked before any model is built
+    "train hf config huge width": case(
+        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        stage="config", fragment="bert/config.json: hidden_size is 1,000,000,000, above the "
+        "limit of 65,536", prepare=_hf_config(hidden_size=10**9)),
+    "train hf config no heads": case(
+        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        stage="config", fragment="num_attention_heads must be at least 1, got 0",
+        prepare=_hf_config(num_attention_heads=0)),
+    "train hf config a million layers": case(
+        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        stage="config", fragment="num_hidden_layers is 1,000,000, above the limit of 1,024",
+        prepare=_hf_config(num_hidden_layers=10**6)),
     # ---- checkpoints: missing, corrupt, tampered
     "info missing checkpoint": case("info", "{tmp}/absent", stage="checkpoint",
                                     fragment="absent"),

@@ -22,8 +22,11 @@ from attndeploy.data.dataset import split_indices
 from attndeploy.data.held_out import TASK_HELD_OUT_SEED
 from attndeploy.errors import CheckpointError, ConfigError, DataError
 from attndeploy.fsutil import file_sha256
-from attndeploy.integrations.hf_checkpoint import (
-    safe_config_dict,
+from attndeploy.integrations.hf_config import (
+    check_model,
+    check_parameters,
+    check_sizes,
+    config_from_dict,
 )
 from attndeploy.integrations.hf_tokenizer import DEFAULT_VOCAB_SIZE, WordPieceTokenizer
 from attndeploy.runtime.text import encode_texts
@@ -77,11 +80,13 @@ def load_source(path: Path) -> HFSource:
     if model_type not in CLASSIFIERS:
         raise ConfigError(f"{config_file}: model_type {model_type!r} is not one attndeploy "
                           f"fine-tunes; supported: {', '.join(CLASSIFIERS)}")
+    # Bounded before transformers sees it: nothing is built until every check has passed.
+    where = f"{config_file}: "
+    check_sizes(raw, where)
     config_class = getattr(transformers, CLASSIFIERS[model_type]).config_class
-    try:
-        config = config_class.from_dict(safe_config_dict(raw))  # no Hub kernels
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{config_file}: {exc}") from exc
+    config = config_from_dict(config_class, raw, where)  # no Hub kernels
+    check_model(config, where)
+    check_parameters(config, where)  # weights or not: from_pretrained builds the config's sizes
     weights, tokenizer = None, None
     if path.is_dir():
         if any((path / name).is_file() for name in WEIGHT_FILES):
