@@ -162,12 +162,29 @@ def _hf_config(**changes: object) -> Callable[[Path, Path], None]:
     return prepare
 
 
+def _trained_on(data: bytes) -> Callable[[Path, Path], None]:
+    """{tmp}/d.jsonl holding `data`, and a copy of the checkpoint at {tmp}/ckpt that records it
+    as the file it trained on."""
+
+    def prepare(tmp: Path, work: Path) -> None:
+        _write("d.jsonl", data)(tmp, work)
+        _copy_checkpoint(_set_data(data_file=str(tmp / "d.jsonl"), eval_fraction=0.5,
+                                   seed=0))(tmp, work)
+
+    return prepare
+
+
 def _safetensors(header: bytes, claimed: int | None = None) -> bytes:
     """A safetensors file: the header's length (or `claimed`), then the header."""
     return (len(header) if claimed is None else claimed).to_bytes(8, "little") + header
 
 
 LONG = "n" * 300
+# One line of 1 MiB, over every limit of a line (a text: 64 KiB; a JSONL line: 448 KiB), after a
+# good first line; every reader refuses it naming line 2, without reading it whole
+# (tests/long_lines.py measures that).
+LONG_LINE = b"w1\n" + b"w" * (1 << 20) + b"\n"
+LONG_JSONL = b'{"text": "a b", "label": "x"}\n{"text": "' + b"w" * (1 << 20) + b'"}\n'
 LATE = predict_cli.CHUNK_TEXTS + 2  # a line of the second chunk of `predict --file`
 JSONL_OK = '{"text": "a b", "label": "x"}\n{"text": "c d", "label": "y"}\n' * 4
 
@@ -193,6 +210,10 @@ CASES: dict[str, BadInput] = {
     "train data not utf-8": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
                                  stage="data", fragment="d.jsonl",
                                  prepare=_write("d.jsonl", b'{"text": "\xff\xfe", "label": 1}\n')),
+    "train data line over the limit": case(
+        "train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o", stage="data",
+        fragment="line 2 of {tmp}/d.jsonl has more than 458752 bytes, the limit per JSONL line",
+        prepare=_write("d.jsonl", LONG_JSONL)),
     "train zero steps": case("train", *TINY, "--steps", "0", "--out", "{tmp}/o",
                              stage="config", fragment="steps"),
     "train heads do not divide width": case("train", *TINY, "--heads", "3", "--out", "{tmp}/o",
@@ -366,6 +387,10 @@ CASES: dict[str, BadInput] = {
                                  stage="data", fragment="absent.txt"),
     "predict file not utf-8": case("predict", "{onnx}", "--text-file", "{tmp}/l.txt", stage="data",
                                    fragment="not UTF-8", prepare=_write("l.txt", b"w1 \xff\n")),
+    "predict line over the limit per text": case(
+        "predict", "{onnx}", "--text-file", "{tmp}/l.txt", stage="data",
+        fragment="line 2 of {tmp}/l.txt has more than 65536 bytes, the limit per text",
+        prepare=_write("l.txt", LONG_LINE)),
     "predict zero batch": case("predict", "{onnx}", "--text", "w1", "--batch-size", "0",
                                stage="config", fragment="batch_size"),
     "predict text file as model": case("predict", "{tmp}/m.onnx", "--text", "w1", stage="model",
@@ -546,6 +571,11 @@ CASES: dict[str, BadInput] = {
     "loadtest plot into a folder": case("loadtest", "--model", "standard", "--repo", "{repo}",
                                         "--url", "127.0.0.1:{port}", "--plot", "{tmp}",
                                         stage="output", fragment="folder"),
+    "loadtest text file line over the limit": case(
+        "loadtest", "--model", "standard", "--repo", "{repo}", "--url", "127.0.0.1:{port}",
+        "--text-file", "{tmp}/l.txt", "--concurrency", "1", stage="loadtest",
+        fragment="line 2 of {tmp}/l.txt has more than 65536 bytes, the limit per text",
+        prepare=_write("l.txt", LONG_LINE)),
     "loadtest bad stability": case("loadtest", "--model", "standard", "--repo", "{repo}",
                                    "--stability", "2", stage="usage",
                                    fragment="'--stability': 2 is not"),
@@ -569,6 +599,10 @@ CASES: dict[str, BadInput] = {
         "held-out", "{ckpt}", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/d.jsonl", "--force",
         stage="output", fragment="it is an input of this command",
         prepare=_write("d.jsonl", '{"text": "a", "label": "x"}\n')),
+    "held-out data line over the limit": case(
+        "held-out", "{tmp}/ckpt", "--out", "{tmp}/h.jsonl", stage="data",
+        fragment="line 2 of {tmp}/d.jsonl has more than 458752 bytes",
+        prepare=_trained_on(LONG_JSONL)),
     "held-out of a tagging task": case(
         "held-out", "{tmp}/ckpt", "--out", "{tmp}/h.jsonl", stage="data",
         fragment="label per token",
@@ -588,6 +622,10 @@ CASES: dict[str, BadInput] = {
     "quantize negative tolerance": case("quantize", "{onnx}", "--out", "{tmp}/q.onnx",
                                         "--max-logit-change", "-1", stage="config",
                                         fragment="--max-logit-change must be > 0"),
+    "quantize data line over the limit": case(
+        "quantize", "{onnx}", "--out", "{tmp}/q.onnx", "--data", "{tmp}/d.jsonl", stage="data",
+        fragment="line 2 of {tmp}/d.jsonl has more than 458752 bytes, the limit per JSONL line",
+        prepare=_write("d.jsonl", LONG_JSONL)),
     "debug compare missing onnx": case("debug", "compare", "{ckpt}", "{tmp}/absent.onnx",
                                        stage="validation", fragment="absent.onnx"),
     "debug unknown action": case("debug", "explain", stage="usage", fragment="explain"),
@@ -599,6 +637,10 @@ CASES: dict[str, BadInput] = {
                                               fragment="shorter than one measurement"),
     "tune zero latency budget": case("tune", "--model", "m", "--latency-budget-ms", "0",
                                      stage="usage", fragment="'--latency-budget-ms': 0 is not"),
+    "tune text file line over the limit": case(
+        "tune", "--model", "standard", "--repo", "{repo}", "--text-file", "{tmp}/l.txt",
+        stage="loadtest", fragment="line 2 of {tmp}/l.txt has more than 65536 bytes",
+        prepare=_write("l.txt", LONG_LINE)),
     "tune int8 not a file": case("tune", "--model", "standard", "--repo", "{repo}", "--int8",
                                  "{tmp}/q.onnx", stage="repository", fragment="is not a file"),
 }

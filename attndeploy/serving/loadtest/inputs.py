@@ -165,12 +165,12 @@ def text_source(onnx_path: Path, served: dict[str, Any] | None = None) -> TextSo
 
 
 def read_text_file(path: Path) -> list[str]:
-    """The non-blank lines of `path` (UTF-8), without their line ends; LoadTestError if none."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LoadTestError(f"cannot read the text file {path}: {exc}") from exc
-    texts = [line for line in lines if line.strip()]
+    """The non-blank lines of `path` (UTF-8), without their line ends, read by the one reader
+    of text files (`runtime.lines`: a line over the limit per text is refused, naming it,
+    without being read whole); LoadTestError if none, or for a line it cannot read."""
+    from attndeploy.runtime.lines import read_lines
+
+    texts = [line for line in read_lines(Path(path), error=LoadTestError) if line.strip()]
     if not texts:
         raise LoadTestError(f"the text file {path} has no non-blank line to send")
     return texts

@@ -92,3 +92,18 @@ def test_random_texts_of_a_wordpiece_model_are_its_whole_words_and_fill_each_len
             encoded = encode_text(source.tokenizer, text, max_seq=source.max_seq)
             assert len(encoded.ids) == seq
             assert source.tokenizer.unk_id not in encoded.ids
+
+
+def test_an_over_long_line_of_the_text_file_is_refused_without_being_read(tmp_path: Path
+                                                                          ) -> None:
+    """`loadtest --text-file` and `tune --text-file` read through `runtime.lines`: a 20 MB line is
+    one LoadTestError naming the file and line, having read a line limit of it."""
+    import re
+
+    from attndeploy.runtime.lines import MAX_TEXT_BYTES
+    from tests.long_lines import long_line_file, refused_within_memory
+
+    path = long_line_file(tmp_path / "texts.txt", before=b"w1 alpha\n\n")
+    refused_within_memory(lambda: read_text_file(path), LoadTestError,
+                          rf"^line 3 of {re.escape(str(path))} has more than {MAX_TEXT_BYTES} "
+                          "bytes, the limit per text$")
