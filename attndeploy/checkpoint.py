@@ -36,6 +36,7 @@ from attndeploy.config import ModelConfig
 from attndeploy.configbase import SIZE_LIMITS, above_limit
 from attndeploy.errors import AttnDeployError, CheckpointError
 from attndeploy.fsutil import already_exists, atomic_directory, file_sha256
+from attndeploy.jsonread import read_json_file
 from attndeploy.models import AttnModel, build_model
 from attndeploy.variants.registry import variant_specs
 
@@ -203,10 +204,7 @@ def read_config(path: Path) -> dict[str, Any]:
             f"{config_path} is {size:,} bytes, more than the {MAX_CONFIG_BYTES:,} a checkpoint "
             "config may take; it is corrupt or not an attndeploy config"
         )
-    try:
-        raw = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{config_path} is not valid JSON: {exc}") from exc
+    raw = read_json_file(config_path, error=CheckpointError, max_bytes=MAX_CONFIG_BYTES)
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise CheckpointError(f"{config_path} is not an attndeploy checkpoint config")
     if raw.get("format_version") != FORMAT_VERSION:

@@ -174,6 +174,26 @@ def _trained_on(data: bytes) -> Callable[[Path, Path], None]:
     return prepare
 
 
+DEEP = "[" * 100_000 + "]" * 100_000  # JSON nested 100,000 levels deep
+
+
+def _deep_config(ckpt: Path) -> None:
+    """config.json with a note nested DEEP (the notes are editable: no digest covers them)."""
+    config = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps(config)[:-1] + f', "metrics": {DEEP}}}')
+
+
+def _deep_tokenizer_metadata(tmp: Path, work: Path) -> None:
+    """{tmp}/deep.onnx: the export, with its `attndeploy.tokenizer` metadata nested DEEP."""
+    import onnx
+
+    model = onnx.load(str(work / "model.onnx"))
+    for prop in model.metadata_props:
+        if prop.key == "attndeploy.tokenizer":
+            prop.value = '{"type": "word", "vocab": ' + DEEP + "}"
+    onnx.save(model, str(tmp / "deep.onnx"))
+
+
 def _safetensors(header: bytes, claimed: int | None = None) -> bytes:
     """A safetensors file: the header's length (or `claimed`), then the header."""
     return (len(header) if claimed is None else claimed).to_bytes(8, "little") + header
@@ -274,6 +294,13 @@ CASES: dict[str, BadInput] = {
     "info config of another format": case("info", "{tmp}/c", stage="checkpoint",
                                           fragment="not an attndeploy checkpoint",
                                           prepare=_write("c/config.json", '{"format": "x"}')),
+    "info config nested deep": case("info", "{tmp}/ckpt", stage="checkpoint",
+                                    fragment="config.json nests JSON more than 64 levels deep",
+                                    prepare=_copy_checkpoint(_deep_config)),
+    "export config nested deep": case("export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx",
+                                      stage="checkpoint",
+                                      fragment="config.json nests JSON more than 64 levels deep",
+                                      prepare=_copy_checkpoint(_deep_config)),
     "export unknown variant in config": case(
         "export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx", stage="checkpoint",
         fragment="variant", prepare=_copy_checkpoint(_edit_config(variant="flash"))),
@@ -391,6 +418,10 @@ CASES: dict[str, BadInput] = {
         "predict", "{onnx}", "--text-file", "{tmp}/l.txt", stage="data",
         fragment="line 2 of {tmp}/l.txt has more than 65536 bytes, the limit per text",
         prepare=_write("l.txt", LONG_LINE)),
+    "predict tokenizer metadata nested deep": case(
+        "predict", "{tmp}/deep.onnx", "--text", "w1", stage="model",
+        fragment="deep.onnx: attndeploy metadata attndeploy.tokenizer nests JSON more than 64 "
+                 "levels deep", prepare=_deep_tokenizer_metadata),
     "predict zero batch": case("predict", "{onnx}", "--text", "w1", "--batch-size", "0",
                                stage="config", fragment="batch_size"),
     "predict text file as model": case("predict", "{tmp}/m.onnx", "--text", "w1", stage="model",
@@ -442,6 +473,16 @@ CASES: dict[str, BadInput] = {
                                    "{tmp}/d", stage="output", fragment="already exists",
                                    prepare=_write("d/keep.txt", "mine")),
     # ---- package and check-repo
+    "package tokenizer metadata nested deep": case(
+        "package", "{tmp}/deep.onnx", "--repo", "{tmp}/r", "--model", "m", stage="repository",
+        fragment="deep.onnx: metadata attndeploy.tokenizer nests JSON more than 64 levels deep",
+        prepare=_deep_tokenizer_metadata),
+    "quantize tokenizer metadata nested deep": case(
+        "quantize", "{tmp}/deep.onnx", "--out", "{tmp}/q.onnx", stage="model",
+        fragment="nests JSON more than 64 levels deep", prepare=_deep_tokenizer_metadata),
+    "optimize tokenizer metadata nested deep": case(
+        "optimize", "{tmp}/deep.onnx", "--out", "{tmp}/o.onnx", stage="model",
+        fragment="nests JSON more than 64 levels deep", prepare=_deep_tokenizer_metadata),
     "package missing source": case("package", "{tmp}/absent", "--repo", "{tmp}/r",
                                    stage="repository", fragment="absent"),
     "package empty name": case("package", "{onnx}", "--repo", "{tmp}/r", "--model", "",

@@ -20,6 +20,7 @@ import torch
 from attndeploy.data.dataset import TextDataset, split_indices
 from attndeploy.data.tokenizer import WordTokenizer, pad_batch
 from attndeploy.errors import DataError
+from attndeploy.jsonread import parse_json
 
 
 def _read_records(path: Path) -> list[tuple[int, str, str]]:
@@ -38,10 +39,8 @@ def _read_records(path: Path) -> list[tuple[int, str, str]]:
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{where}: invalid JSON ({err.msg}, column {err.colno})") from None
+        obj = parse_json(line, where, error=DataError, invalid=lambda err, where=where: (
+            f"{where}: invalid JSON ({err.msg}, column {err.colno})"))
         if not isinstance(obj, dict):
             raise DataError(
                 f'{where}: expected an object {{"text": ..., "label": ...}}; '

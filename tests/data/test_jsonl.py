@@ -160,3 +160,12 @@ def test_a_line_holding_any_text_predict_takes_is_read(tmp_path):
     path = write(tmp_path, [json.dumps({"text": text, "label": "x" * 1000}),
                             json.dumps({"text": "c d", "label": "y"})])
     assert read_jsonl(path)[0][0] == text
+
+
+def test_a_line_nested_deep_is_one_error_naming_its_line(tmp_path):
+    """Python's parser gives up on deep nesting with a RecursionError; the one JSON reader
+    (`attndeploy.jsonread`) makes it, and any nesting past its limit, a DataError."""
+    for deep in ("[" * 100_000 + "]" * 100_000, '{"text": ' + "[" * 100 + "]" * 100 + "}"):
+        path = write(tmp_path, [json.dumps({"text": "a", "label": "x"}), deep])
+        with pytest.raises(DataError, match=r"data\.jsonl:2 nests JSON more than 64 levels"):
+            read_jsonl(path)

@@ -116,3 +116,19 @@ def test_a_checkpoints_hf_config_is_held_to_the_same_checks(tmp_path: Path, chan
     with pytest.raises(CheckpointError, match=match) as info:
         read_checkpoint(path)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json"])
+def test_a_model_folders_json_nested_deep_is_one_line(name, tmp_path: Path):
+    """Read through the one JSON reader (`attndeploy.jsonread`): a RecursionError in Python's
+    parser, or nesting past the limit, is a DataError naming the file."""
+    from attndeploy.errors import DataError
+    from attndeploy.integrations.hf_data import load_source
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY["bert"]))
+    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nword\n")
+    (folder / name).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataError, match=rf"^{folder / name} nests JSON more than 64 levels"):
+        load_source(folder)

@@ -8,7 +8,6 @@ runtime tokenizer, the code a text model runs in the server). Pools are
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +31,12 @@ def _load_onnx(path: Path) -> Any:
 
 def _json_metadata(model: Any) -> Iterator[dict[str, Any]]:
     """The metadata_props values that are JSON objects (attndeploy records its config so)."""
+    from attndeploy.jsonread import parse_json
+
     for prop in model.metadata_props:
         try:
-            value = json.loads(prop.value)
-        except (json.JSONDecodeError, TypeError):
+            value = parse_json(prop.value, prop.key, error=LoadTestError)
+        except LoadTestError:  # not JSON, or nested too deep: not a record
             continue
         if isinstance(value, dict):
             yield value

@@ -67,6 +67,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import write_files
 from attndeploy.interface import CLASSIFICATION, TAGGING
+from attndeploy.jsonread import parse_json
 from attndeploy.runtime.contract import (
     ATTENDED,
     CONTRACT_VERSION,
@@ -162,10 +163,9 @@ def tokenizer_record(model: onnx.ModelProto, source: str = "the model") -> dict[
     raw = next((p.value for p in model.metadata_props if p.key == META_TOKENIZER), "")
     if not raw:
         return None
-    try:
-        record = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RepositoryError(f"{source}: corrupt metadata {META_TOKENIZER} ({exc}).") from exc
+    record = parse_json(raw, f"{source}: metadata {META_TOKENIZER}", error=RepositoryError,
+                        invalid=lambda exc: f"{source}: corrupt metadata {META_TOKENIZER} "
+                                            f"({exc}).")
     if not isinstance(record, dict):
         raise RepositoryError(f"{source}: {META_TOKENIZER} must be a JSON object.")
     return record

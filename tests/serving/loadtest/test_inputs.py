@@ -107,3 +107,19 @@ def test_an_over_long_line_of_the_text_file_is_refused_without_being_read(tmp_pa
     refused_within_memory(lambda: read_text_file(path), LoadTestError,
                           rf"^line 3 of {re.escape(str(path))} has more than {MAX_TEXT_BYTES} "
                           "bytes, the limit per text$")
+
+
+def test_metadata_nested_deep_is_not_read_as_a_config(tmp_path: Path) -> None:
+    """`vocab_from_onnx` skips a metadata value that nests too deep (as one that is not JSON) and
+    finds the vocabulary in the graph."""
+    import onnx
+
+    from attndeploy.serving.loadtest.inputs import vocab_from_onnx
+    from tests.serving.loadtest_fixtures import build_tiny_onnx
+
+    model = onnx.load(str(build_tiny_onnx(tmp_path / "m.onnx")))
+    expected = vocab_from_onnx(model)
+    del model.metadata_props[:]
+    onnx.helper.set_model_props(model, {"attndeploy.config": "[" * 100_000 + "]" * 100_000,
+                                        "other": "[" * 200 + "]" * 200})
+    assert vocab_from_onnx(model) == expected
