@@ -9,9 +9,9 @@ config.json ended `info` and `export` with a bug report); a document just below 
 parses, but then fails in whatever walks it next (`json.dumps`, a recursive check). So deep
 nesting is caught in the parser and measured after it, without recursion, and either way it is
 the caller's error (`error`: CheckpointError, ModelError, DataError, ...) with one line that
-names the source. No file attndeploy reads nests anywhere near the limit: a checkpoint's
-config.json nests five levels (its WordPiece tokenizer's record), a Hugging Face tokenizer.json
-under ten.
+names the source. No file attndeploy reads nests anywhere near the limit: a Hugging Face
+tokenizer.json nests five levels, a checkpoint's config.json under ten (with such a tokenizer's
+record inside it).
 
 No torch and nothing heavy here: in-process inference (`predict`) reads metadata through it.
 """
@@ -80,6 +80,6 @@ def read_json_file(path: Path, *, error: type[AttnDeployError], source: str | No
     except OSError as exc:
         raise error(f"cannot read {source}: {exc.strerror or exc}") from None
     if len(data) > max_bytes:
-        raise error(f"{source} is more than {max_bytes:,} bytes, more than a JSON file "
+        raise error(f"{source} holds more than {max_bytes:,} bytes, the most a JSON file "
                     "attndeploy reads may take; it is corrupt or not the file it should be")
     return parse_json(data, source, error=error, max_depth=max_depth)

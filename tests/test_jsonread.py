@@ -50,7 +50,7 @@ def test_a_file_is_bounded_in_size_before_it_is_parsed(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"a": "b" * 100}))
     assert read_json_file(path, error=CheckpointError)["a"] == "b" * 100
-    with pytest.raises(CheckpointError, match=r"config.json is more than 50 bytes"):
+    with pytest.raises(CheckpointError, match=r"config.json holds more than 50 bytes, the most"):
         read_json_file(path, error=CheckpointError, max_bytes=50)
     with pytest.raises(CheckpointError, match=r"cannot read .*absent.json: No such file"):
         read_json_file(tmp_path / "absent.json", error=CheckpointError)
