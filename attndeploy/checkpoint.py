@@ -33,8 +33,10 @@ from safetensors.torch import load_file, save_file
 
 from attndeploy import __version__, checkpoint_formats
 from attndeploy.config import ModelConfig
+from attndeploy.configbase import SIZE_LIMITS, above_limit
 from attndeploy.errors import AttnDeployError, CheckpointError
 from attndeploy.fsutil import atomic_directory, check_replaceable, file_sha256
+from attndeploy.jsonread import read_json_file
 from attndeploy.models import AttnModel, build_model
 from attndeploy.variants.registry import variant_specs
 
@@ -46,21 +48,10 @@ CONFIG_DIGEST_KEY = "config_sha256"  # in the safetensors header metadata
 # config.json keys that describe a run rather than the model; everything else is covered.
 NOTES = ("data", "training", "metrics", "attndeploy_version", "weights_sha256")
 
-# Generous but finite bounds on what a config.json may ask for, checked before anything is
-# built: far above what attndeploy trains (d_model 64, word vocabularies of 20 000), far below
-# sizes whose meta model alone would take minutes to build (a million layers) or whose real one
-# cannot fit in memory. A checkpoint whose tensors really are this large is as large on disk.
-MODEL_LIMITS: dict[str, int] = {
-    "vocab_size": 10_000_000,
-    "num_labels": 1_000_000,
-    "d_model": 65_536,
-    "n_heads": 1_024,
-    "n_layers": 1_024,
-    "d_ff": 262_144,
-    "max_seq": 1_048_576,
-    "pool_hidden": 65_536,
-    "lstm_hidden": 65_536,
-}
+# Bounds on the sizes a config.json may ask for, checked before anything is built (the table
+# shared with Hugging Face configs, `configbase.SIZE_LIMITS`). A checkpoint whose tensors really
+# are this large is as large on disk.
+MODEL_LIMITS: dict[str, int] = SIZE_LIMITS
 
 
 def sub_limits() -> dict[tuple[str, str], int]:
@@ -212,10 +203,7 @@ def read_config(path: Path) -> dict[str, Any]:
             f"{config_path} is {size:,} bytes, more than the {MAX_CONFIG_BYTES:,} a checkpoint "
             "config may take; it is corrupt or not an attndeploy config"
         )
-    try:
-        raw = json.loads(config_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{config_path} is not valid JSON: {exc}") from exc
+    raw = read_json_file(config_path, error=CheckpointError, max_bytes=MAX_CONFIG_BYTES)
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise CheckpointError(f"{config_path} is not an attndeploy checkpoint config")
     if raw.get("format_version") != FORMAT_VERSION:
@@ -232,11 +220,8 @@ def _check_model_limits(raw: Any, source: Path) -> None:
         return  # ModelConfig.from_dict says what is wrong
 
     def check(name: str, value: Any, limit: int) -> None:
-        if isinstance(value, int) and not isinstance(value, bool) and value > limit:
-            raise CheckpointError(
-                f"{source}: model {name} is {value:,}, above the limit of {limit:,}; the config "
-                "is corrupt or was edited"
-            )
+        if (problem := above_limit(f"model {name}", value, limit)) is not None:
+            raise CheckpointError(f"{source}: {problem}; the config is corrupt or was edited")
 
     for name, limit in MODEL_LIMITS.items():
         check(name, raw.get(name), limit)

@@ -29,6 +29,34 @@ def check_types(obj: Any) -> None:
             raise ConfigError(f"{f.name} must be of type {annotation}, got {value!r}")
 
 
+# Generous but finite bounds on the model sizes a file may ask for (an attndeploy checkpoint's
+# config.json, a Hugging Face config.json), checked before anything is built: far above what
+# attndeploy trains (d_model 64, word vocabularies of 20 000) and the BERT-family encoders it
+# converts (BERT-large: 1,024 wide, 24 layers, 512 positions), far below sizes whose meta model
+# alone would take minutes to build (a million layers) or whose real one cannot fit in memory.
+# `attndeploy.checkpoint` (MODEL_LIMITS) and `attndeploy.integrations.hf_config` (the same
+# sizes under the names transformers gives them) both read this table.
+SIZE_LIMITS: dict[str, int] = {
+    "vocab_size": 10_000_000,
+    "num_labels": 1_000_000,
+    "d_model": 65_536,
+    "n_heads": 1_024,
+    "n_layers": 1_024,
+    "d_ff": 262_144,
+    "max_seq": 1_048_576,
+    "pool_hidden": 65_536,
+    "lstm_hidden": 65_536,
+}
+
+
+def above_limit(what: str, value: Any, limit: int) -> str | None:
+    """`"<what> is <value>, above the limit of <limit>"` for an integer above `limit`, else None
+    (whether it is an integer at all is the caller's check)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > limit:
+        return f"{what} is {value:,}, above the limit of {limit:,}"
+    return None
+
+
 def json_ready(value: Any) -> Any:
     """A config's dict as it reads back from JSON: tuples (e.g. GA-Net's `open_token_ids`) become
     lists, so a saved config compares equal to the one loaded from its `config.json`."""

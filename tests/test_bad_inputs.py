@@ -195,12 +195,61 @@ def _hf_model(weights: bytes, name: str = "model.safetensors") -> Callable[[Path
     return prepare
 
 
+def _hf_config(**changes: object) -> Callable[[Path, Path], None]:
+    """A `save_pretrained` folder {tmp}/bert holding a config alone: a tiny BERT's, changed."""
+
+    def prepare(tmp: Path, work: Path) -> None:
+        config = {"model_type": "bert", "hidden_size": 16, "num_hidden_layers": 1,
+                  "num_attention_heads": 2, "intermediate_size": 32,
+                  "max_position_embeddings": 40, "vocab_size": 100, **changes}
+        _write("bert/config.json", json.dumps(config))(tmp, work)
+
+    return prepare
+
+
+def _trained_on(data: bytes) -> Callable[[Path, Path], None]:
+    """{tmp}/d.jsonl holding `data`, and a copy of the checkpoint at {tmp}/ckpt that records it
+    as the file it trained on."""
+
+    def prepare(tmp: Path, work: Path) -> None:
+        _write("d.jsonl", data)(tmp, work)
+        _copy_checkpoint(_set_data(data_file=str(tmp / "d.jsonl"), eval_fraction=0.5,
+                                   seed=0))(tmp, work)
+
+    return prepare
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # JSON nested 100,000 levels deep
+
+
+def _deep_config(ckpt: Path) -> None:
+    """config.json with a note nested DEEP (the notes are editable: no digest covers them)."""
+    config = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps(config)[:-1] + f', "metrics": {DEEP}}}')
+
+
+def _deep_tokenizer_metadata(tmp: Path, work: Path) -> None:
+    """{tmp}/deep.onnx: the export, with its `attndeploy.tokenizer` metadata nested DEEP."""
+    import onnx
+
+    model = onnx.load(str(work / "model.onnx"))
+    for prop in model.metadata_props:
+        if prop.key == "attndeploy.tokenizer":
+            prop.value = '{"type": "word", "vocab": ' + DEEP + "}"
+    onnx.save(model, str(tmp / "deep.onnx"))
+
+
 def _safetensors(header: bytes, claimed: int | None = None) -> bytes:
     """A safetensors file: the header's length (or `claimed`), then the header."""
     return (len(header) if claimed is None else claimed).to_bytes(8, "little") + header
 
 
 LONG = "n" * 300
+# One line of 1 MiB, over every limit of a line (a text: 64 KiB; a JSONL line: 448 KiB), after a
+# good first line; every reader refuses it naming line 2, without reading it whole
+# (tests/long_lines.py measures that).
+LONG_LINE = b"w1\n" + b"w" * (1 << 20) + b"\n"
+LONG_JSONL = b'{"text": "a b", "label": "x"}\n{"text": "' + b"w" * (1 << 20) + b'"}\n'
 LATE = predict_cli.CHUNK_TEXTS + 2  # a line of the second chunk of `predict --file`
 JSONL_OK = '{"text": "a b", "label": "x"}\n{"text": "c d", "label": "y"}\n' * 4
 
@@ -226,6 +275,10 @@ CASES: dict[str, BadInput] = {
     "train data not utf-8": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
                                  stage="data", fragment="d.jsonl",
                                  prepare=_write("d.jsonl", b'{"text": "\xff\xfe", "label": 1}\n')),
+    "train data line over the limit": case(
+        "train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o", stage="data",
+        fragment="line 2 of {tmp}/d.jsonl has more than 458752 bytes, the limit per JSONL line",
+        prepare=_write("d.jsonl", LONG_JSONL)),
     "train zero steps": case("train", *TINY, "--steps", "0", "--out", "{tmp}/o",
                              stage="config", fragment="steps"),
     "train heads do not divide width": case("train", *TINY, "--heads", "3", "--out", "{tmp}/o",
@@ -263,6 +316,19 @@ CASES: dict[str, BadInput] = {
         "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
         stage="checkpoint", fragment="model.safetensors.index.json is not a safetensors index",
         prepare=_hf_model(b"{", name="model.safetensors.index.json")),
+    # ---- train --hf-model: the folder's config.json, checked before any model is built
+    "train hf config huge width": case(
+        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        stage="config", fragment="bert/config.json: hidden_size is 1,000,000,000, above the "
+        "limit of 65,536", prepare=_hf_config(hidden_size=10**9)),
+    "train hf config no heads": case(
+        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        stage="config", fragment="num_attention_heads must be at least 1, got 0",
+        prepare=_hf_config(num_attention_heads=0)),
+    "train hf config a million layers": case(
+        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        stage="config", fragment="num_hidden_layers is 1,000,000, above the limit of 1,024",
+        prepare=_hf_config(num_hidden_layers=10**6)),
     # ---- checkpoints: missing, corrupt, tampered
     "info missing checkpoint": case("info", "{tmp}/absent", stage="checkpoint",
                                     fragment="absent"),
@@ -273,6 +339,13 @@ CASES: dict[str, BadInput] = {
     "info config of another format": case("info", "{tmp}/c", stage="checkpoint",
                                           fragment="not an attndeploy checkpoint",
                                           prepare=_write("c/config.json", '{"format": "x"}')),
+    "info config nested deep": case("info", "{tmp}/ckpt", stage="checkpoint",
+                                    fragment="config.json nests JSON more than 64 levels deep",
+                                    prepare=_copy_checkpoint(_deep_config)),
+    "export config nested deep": case("export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx",
+                                      stage="checkpoint",
+                                      fragment="config.json nests JSON more than 64 levels deep",
+                                      prepare=_copy_checkpoint(_deep_config)),
     "export unknown variant in config": case(
         "export", "{tmp}/ckpt", "--out", "{tmp}/m.onnx", stage="checkpoint",
         fragment="variant", prepare=_copy_checkpoint(_edit_config(variant="flash"))),
@@ -386,6 +459,14 @@ CASES: dict[str, BadInput] = {
                                  stage="data", fragment="absent.txt"),
     "predict file not utf-8": case("predict", "{onnx}", "--text-file", "{tmp}/l.txt", stage="data",
                                    fragment="not UTF-8", prepare=_write("l.txt", b"w1 \xff\n")),
+    "predict line over the limit per text": case(
+        "predict", "{onnx}", "--text-file", "{tmp}/l.txt", stage="data",
+        fragment="line 2 of {tmp}/l.txt has more than 65536 bytes, the limit per text",
+        prepare=_write("l.txt", LONG_LINE)),
+    "predict tokenizer metadata nested deep": case(
+        "predict", "{tmp}/deep.onnx", "--text", "w1", stage="model",
+        fragment="deep.onnx: attndeploy metadata attndeploy.tokenizer nests JSON more than 64 "
+                 "levels deep", prepare=_deep_tokenizer_metadata),
     "predict zero batch": case("predict", "{onnx}", "--text", "w1", "--batch-size", "0",
                                stage="config", fragment="batch_size"),
     "predict text file as model": case("predict", "{tmp}/m.onnx", "--text", "w1", stage="model",
@@ -437,6 +518,16 @@ CASES: dict[str, BadInput] = {
                                    "{tmp}/d", stage="output", fragment="already exists",
                                    prepare=_write("d/keep.txt", "mine")),
     # ---- package and check-repo
+    "package tokenizer metadata nested deep": case(
+        "package", "{tmp}/deep.onnx", "--repo", "{tmp}/r", "--model", "m", stage="repository",
+        fragment="deep.onnx: metadata attndeploy.tokenizer nests JSON more than 64 levels deep",
+        prepare=_deep_tokenizer_metadata),
+    "quantize tokenizer metadata nested deep": case(
+        "quantize", "{tmp}/deep.onnx", "--out", "{tmp}/q.onnx", stage="model",
+        fragment="nests JSON more than 64 levels deep", prepare=_deep_tokenizer_metadata),
+    "optimize tokenizer metadata nested deep": case(
+        "optimize", "{tmp}/deep.onnx", "--out", "{tmp}/o.onnx", stage="model",
+        fragment="nests JSON more than 64 levels deep", prepare=_deep_tokenizer_metadata),
     "package missing source": case("package", "{tmp}/absent", "--repo", "{tmp}/r",
                                    stage="repository", fragment="absent"),
     "package empty name": case("package", "{onnx}", "--repo", "{tmp}/r", "--model", "",
@@ -578,6 +669,11 @@ CASES: dict[str, BadInput] = {
     "loadtest plot into a folder": case("loadtest", "--model", "standard", "--repo", "{repo}",
                                         "--url", "127.0.0.1:{port}", "--plot", "{tmp}",
                                         stage="output", fragment="folder"),
+    "loadtest text file line over the limit": case(
+        "loadtest", "--model", "standard", "--repo", "{repo}", "--url", "127.0.0.1:{port}",
+        "--text-file", "{tmp}/l.txt", "--concurrency", "1", stage="loadtest",
+        fragment="line 2 of {tmp}/l.txt has more than 65536 bytes, the limit per text",
+        prepare=_write("l.txt", LONG_LINE)),
     "loadtest bad stability": case("loadtest", "--model", "standard", "--repo", "{repo}",
                                    "--stability", "2", stage="usage",
                                    fragment="'--stability': 2 is not"),
@@ -601,6 +697,10 @@ CASES: dict[str, BadInput] = {
         "held-out", "{ckpt}", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/d.jsonl", "--force",
         stage="output", fragment="it is an input of this command",
         prepare=_write("d.jsonl", '{"text": "a", "label": "x"}\n')),
+    "held-out data line over the limit": case(
+        "held-out", "{tmp}/ckpt", "--out", "{tmp}/h.jsonl", stage="data",
+        fragment="line 2 of {tmp}/d.jsonl has more than 458752 bytes",
+        prepare=_trained_on(LONG_JSONL)),
     "held-out of a tagging task": case(
         "held-out", "{tmp}/ckpt", "--out", "{tmp}/h.jsonl", stage="data",
         fragment="label per token",
@@ -620,6 +720,10 @@ CASES: dict[str, BadInput] = {
     "quantize negative tolerance": case("quantize", "{onnx}", "--out", "{tmp}/q.onnx",
                                         "--max-logit-change", "-1", stage="config",
                                         fragment="--max-logit-change must be > 0"),
+    "quantize data line over the limit": case(
+        "quantize", "{onnx}", "--out", "{tmp}/q.onnx", "--data", "{tmp}/d.jsonl", stage="data",
+        fragment="line 2 of {tmp}/d.jsonl has more than 458752 bytes, the limit per JSONL line",
+        prepare=_write("d.jsonl", LONG_JSONL)),
     "debug compare missing onnx": case("debug", "compare", "{ckpt}", "{tmp}/absent.onnx",
                                        stage="validation", fragment="absent.onnx"),
     "debug unknown action": case("debug", "explain", stage="usage", fragment="explain"),
@@ -684,6 +788,10 @@ CASES: dict[str, BadInput] = {
                                               fragment="shorter than one measurement"),
     "tune zero latency budget": case("tune", "--model", "m", "--latency-budget-ms", "0",
                                      stage="usage", fragment="'--latency-budget-ms': 0 is not"),
+    "tune text file line over the limit": case(
+        "tune", "--model", "standard", "--repo", "{repo}", "--text-file", "{tmp}/l.txt",
+        stage="loadtest", fragment="line 2 of {tmp}/l.txt has more than 65536 bytes",
+        prepare=_write("l.txt", LONG_LINE)),
     "tune int8 not a file": case("tune", "--model", "standard", "--repo", "{repo}", "--int8",
                                  "{tmp}/q.onnx", stage="repository", fragment="is not a file"),
 }

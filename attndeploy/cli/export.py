@@ -3,7 +3,6 @@ one `attndeploy` node per attention layer call."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -173,12 +172,17 @@ def _checkpoint_files(checkpoint: Path) -> list[Path]:
 
 def checkpoint_holding(path: Path) -> Path | None:
     """The nearest folder above `path` that is an attndeploy checkpoint directory, or None."""
-    from attndeploy.checkpoint import CONFIG_FILE, FORMAT
+    from attndeploy.checkpoint import CONFIG_FILE, FORMAT, MAX_CONFIG_BYTES
+    from attndeploy.errors import CheckpointError
+    from attndeploy.jsonread import read_json_file
 
     for folder in Path(path).resolve().parents:  # resolved: `..` and symbolic links followed
+        if not (folder / CONFIG_FILE).is_file():
+            continue
         try:
-            config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # absent, unreadable or not JSON: not a checkpoint
+            config = read_json_file(folder / CONFIG_FILE, error=CheckpointError,
+                                    max_bytes=MAX_CONFIG_BYTES)
+        except CheckpointError:  # unreadable, too large, not JSON: not a checkpoint
             continue
         if isinstance(config, dict) and config.get("format") == FORMAT:
             return folder

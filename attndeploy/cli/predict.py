@@ -12,27 +12,25 @@ of the input across chunks.
 from __future__ import annotations
 
 import json
-import os
-import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import Annotated, Any
 
 import typer
 
 from attndeploy.cli.options import JsonFlag, shared
 from attndeploy.cli.output import console, error_console, print_warning
-from attndeploy.runtime import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TEXT_BYTES
+from attndeploy.runtime import DEFAULT_BATCH_SIZE
+from attndeploy.runtime.lines import LineReader as FileLines
 
 CHUNK_TEXTS = 2048  # texts read, run and printed at a time (InferenceModel sorts each by length)
 PROGRESS_MIN_TEXTS = 300  # an input whose first chunk holds more texts gets a bar (on stderr)
 STDIN = Path("-")
 TEXT_MAX_WIDTH = 60  # the table's text column, in cells (longer texts end in an ellipsis)
 INDEX_WIDTH = 7  # the table's "#" column when more chunks may follow (up to 9,999,999 texts)
-UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def command(
@@ -100,81 +98,31 @@ def describe(file: Path | None) -> str:
 # --------------------------------------------------------------------------- reading
 
 
-class LineReader:
-    """The lines of `--text-file` (stdin for '-'), read lazily, without line ends: a final newline
-    adds no line, one '\\r' before a '\\n' is dropped, a UTF-8 BOM at the start is skipped.
+class LineReader(FileLines):
+    """The lines of `--text-file` (stdin for '-'), read lazily by the one reader of text files
+    (`attndeploy.runtime.lines`: a line over the limit per text is refused without being read
+    whole, bytes that are not UTF-8 name their offset and line).
 
-    Checks the file when made (DataError: missing, a folder, stdin closed); reading raises a
-    DataError for bytes that are not UTF-8 (naming the byte's offset and the line) and for a
-    line longer than DEFAULT_MAX_TEXT_BYTES, which is never read whole. `size` is
-    the file's size in bytes (None for stdin or a pipe) and `offset` the bytes read so far.
-    Use as a context manager to close the file.
+    Checks the file when made (DataError: missing, a folder, stdin closed). Use as a context
+    manager to close the file.
     """
 
     def __init__(self, file: Path) -> None:
         from attndeploy.errors import DataError
 
-        self.name = describe(file)
-        self.size: int | None = None
-        self.offset = 0
-        self._own = file != STDIN
         if file == STDIN:
             stream = sys.stdin
             if stream is None:  # started with stdin closed (`<&-`)
                 raise DataError("stdin is closed: pipe the texts in (`... | attndeploy predict "
                                 "MODEL --text-file -`) or give --text-file lines.txt")
-            self._handle: BinaryIO | Any = getattr(stream, "buffer", stream)
+            super().__init__(getattr(stream, "buffer", stream), describe(file))
             return
         if file.is_dir():
             raise DataError(f"{file} is a folder; --text-file takes a text file, one text a "
                             "line")
         if not file.exists():  # a pipe (`--text-file <(...)`) is read like a file
             raise DataError(f"no such file: {file}")
-        try:
-            self._handle = open(file, "rb")  # noqa: SIM115  (closed by __exit__)
-            info = os.fstat(self._handle.fileno())
-        except OSError as exc:
-            raise DataError(f"cannot read {file}: {exc.strerror or exc}") from None
-        if stat.S_ISREG(info.st_mode):
-            self.size = info.st_size
-
-    def __enter__(self) -> LineReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._own:
-            self._handle.close()
-
-    def __iter__(self) -> Iterator[str]:
-        from attndeploy.errors import DataError
-
-        number = 0
-        # A line is read up to the longest text predict takes (plus a BOM and a line end), so
-        # that one endless line never fills memory: the runtime would refuse it anyway.
-        limit = DEFAULT_MAX_TEXT_BYTES + len(UTF8_BOM) + len("\r\n")
-        try:
-            while raw := self._handle.readline(limit + 1):
-                number += 1
-                start = self.offset
-                self.offset += len(raw)
-                if len(raw) > limit:
-                    raise DataError(f"line {number} of {self.name} has more than "
-                                    f"{DEFAULT_MAX_TEXT_BYTES} bytes, the limit per text")
-                if isinstance(raw, bytes):
-                    if number == 1 and raw.startswith(UTF8_BOM):
-                        raw, start = raw[len(UTF8_BOM):], start + len(UTF8_BOM)
-                    try:
-                        line = raw.decode("utf-8")
-                    except UnicodeDecodeError as exc:
-                        raise DataError(f"{self.name} is not UTF-8 text (bad byte at offset "
-                                        f"{start + exc.start}, line {number})") from None
-                else:  # a text stream in place of stdin
-                    line = raw
-                if line.endswith("\n"):
-                    line = line[:-1]
-                yield line[:-1] if line.endswith("\r") else line
-        except OSError as exc:
-            raise DataError(f"cannot read {self.name}: {exc.strerror or exc}") from None
+        super().__init__(file, describe(file))
 
 
 # --------------------------------------------------------------------------- progress

@@ -2,8 +2,11 @@
 
 Blank lines are skipped. Labels may be strings or integers (integers become strings, so `1` and
 `"1"` are the same label). Every problem is a DataError that names the file and, where there is
-one, the line. Texts longer than `max_seq` tokens are refused unless `truncate=True` is asked for:
-cutting a text silently could cut away the evidence its label rests on.
+one, the line. Files are read by the one reader of text files (`attndeploy.runtime.lines`): a
+line longer than `MAX_JSONL_LINE_BYTES` (room for any text predict takes, escaped, and its
+label) is refused without being read whole. Texts longer than `max_seq` tokens are refused unless
+`truncate=True` is asked for: cutting a text silently could cut away the evidence its label rests
+on.
 """
 
 from __future__ import annotations
@@ -17,28 +20,27 @@ import torch
 from attndeploy.data.dataset import TextDataset, split_indices
 from attndeploy.data.tokenizer import WordTokenizer, pad_batch
 from attndeploy.errors import DataError
+from attndeploy.jsonread import parse_json
 
 
 def _read_records(path: Path) -> list[tuple[int, str, str]]:
     """(line number, text, label) per non-blank line; every malformed line fails."""
+    from attndeploy.runtime import lines as text_lines
+
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such data file")
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    except OSError as err:
-        raise DataError(f"{path}: cannot be read ({err.strerror})") from None
     records = []
+    reader = text_lines.LineReader(path, limit=text_lines.MAX_JSONL_LINE_BYTES,
+                                   unit="JSONL line (a text and its label)")
+    with reader:
+        lines = list(reader)  # a line over the limit is refused before it is read whole
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{where}: invalid JSON ({err.msg}, column {err.colno})") from None
+        obj = parse_json(line, where, error=DataError, invalid=lambda err, where=where: (
+            f"{where}: invalid JSON ({err.msg}, column {err.colno})"))
         if not isinstance(obj, dict):
             raise DataError(
                 f'{where}: expected an object {{"text": ..., "label": ...}}; '

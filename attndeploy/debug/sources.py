@@ -3,7 +3,6 @@ that two files are one model, and the inputs (validate's token-id feeds, or the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import onnx
 from attndeploy.check_defaults import INPUT_SEED
 from attndeploy.debug.graph import GraphLayers
 from attndeploy.errors import ValidationError
+from attndeploy.jsonread import parse_json
 from attndeploy.validate.grid import Shape, as_shapes, check_shapes, make_inputs
 
 META_PREFIX = "attndeploy."
@@ -127,7 +127,8 @@ def metadata_feeds(metadata: Mapping[str, str], shapes: str | Sequence[Any] | No
     """`token_feeds` for a checkpoint's export, from its metadata (vocabulary size, max_seq):
     the inputs of `compare_models` when the checkpoint is not at hand."""
     try:
-        config = json.loads(metadata.get("config") or "{}")
+        config = parse_json(metadata.get("config") or "{}", f"{where}'s config metadata",
+                            error=ValidationError)
         vocab = int(config["vocab_size"])
         max_seq = int(metadata.get("max_seq") or config["max_seq"])
     except (ValueError, KeyError, TypeError):

@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 
 from attndeploy.errors import ExportError
 from attndeploy.interface import DEFAULT_DOMAINS
+from attndeploy.jsonread import parse_json
 
 META_PREFIX = "attndeploy."
 PRODUCER = "attndeploy"
@@ -89,8 +90,8 @@ def inspect_model(path: Path | str) -> dict[str, Any]:
     config: dict[str, Any] | None = None
     if metadata.get("config"):
         try:
-            config = json.loads(metadata["config"])
-        except json.JSONDecodeError:
+            config = parse_json(metadata["config"], "config", error=ExportError)
+        except ExportError:  # not JSON, or nested too deep: shown as having none
             config = None
     custom_ops = _custom_ops(model)
     initializers = list(model.graph.initializer)

@@ -26,8 +26,9 @@ converted layers under `...attention.self.attention.*`, GA-Net's gate network un
 `...embeddings.gate_network.*`).
 
 Reading trusts nothing in config.json: the architecture must be one `convert` supports, the
-sizes are bounded before anything is built, and the safetensors header's names, shapes and
-dtypes are compared with the configured model built on the meta device before weights load.
+transformers config is checked before anything is built (`hf_config`: its sizes are bounded as
+attndeploy's own are), and the safetensors header's names, shapes and dtypes are compared with
+the configured model built on the meta device before weights load.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from torch import Tensor, nn
 
 from attndeploy.configbase import json_ready
 from attndeploy.errors import AttnDeployError, CheckpointError, ConfigError
+from attndeploy.integrations.hf_config import check_model, check_sizes, config_from_dict
 from attndeploy.integrations.hf_hooks import hold_open
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
 from attndeploy.integrations.transformers import (
@@ -66,16 +68,6 @@ HEADS = {
     "RobertaForTokenClassification": "tagging",
     "DistilBertForTokenClassification": "tagging",
 }
-# Bounds on the transformers config read from an untrusted config.json (as MODEL_LIMITS in
-# attndeploy.checkpoint), under the names BERT/RoBERTa and DistilBERT store them.
-HF_LIMITS: dict[str, int] = {
-    "vocab_size": 10_000_000, "num_labels": 1_000_000, "type_vocab_size": 1_024,
-    "hidden_size": 65_536, "dim": 65_536, "num_hidden_layers": 1_024, "n_layers": 1_024,
-    "num_attention_heads": 1_024, "n_heads": 1_024, "intermediate_size": 262_144,
-    "hidden_dim": 262_144, "max_position_embeddings": 1_048_576,
-}
-
-
 # ----------------------------------------------------------------------------- the model
 
 
@@ -271,34 +263,19 @@ def _hf_section(raw: dict[str, Any], source: Path) -> dict[str, Any]:
     if hf["architecture"] not in HEADS:
         raise CheckpointError(f"{source}: hf.architecture must be one of {', '.join(HEADS)}; "
                               f"got {hf['architecture']!r}")
-    for name, limit in HF_LIMITS.items():
-        value = hf["config"].get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > limit:
-            raise CheckpointError(f"{source}: hf config {name} is {value:,}, above the limit of "
-                                  f"{limit:,}; the config is corrupt or was edited")
+    check_sizes(hf["config"], f"{source}: hf config ", CheckpointError)
     return hf
-
-
-# Config keys that choose a kernel: a Hub kernel name ("kernels-community/...") would make
-# transformers download and run code. The converted layers use no HF attention kernel anyway.
-KERNEL_KEYS = ("attn_implementation", "experts_implementation", "_attn_implementation",
-               "_attn_implementation_internal", "_experts_implementation",
-               "_experts_implementation_internal")
-
-
-def safe_config_dict(raw: dict[str, Any]) -> dict[str, Any]:
-    """A transformers config dict without the keys that could fetch code (`KERNEL_KEYS`)."""
-    return {key: value for key, value in raw.items() if key not in KERNEL_KEYS}
 
 
 def _hf_config(hf: dict[str, Any]) -> Any:
     """The transformers config object of an `hf` section (its class follows the architecture,
     never a name read from the file)."""
     cls = supported_class(hf["architecture"])
-    config = cls.config_class.from_dict(safe_config_dict(hf["config"]))
+    config = config_from_dict(cls.config_class, hf["config"], "hf config ")
     if config.model_type != cls.config_class.model_type:
         raise ConfigError(f"hf config model_type {config.model_type!r} does not fit "
                           f"{hf['architecture']}")
+    check_model(config, "hf config ")
     return config
 
 

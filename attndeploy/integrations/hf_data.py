@@ -10,7 +10,6 @@ fine-tunes on the result.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,10 +21,14 @@ from attndeploy.data.dataset import split_indices
 from attndeploy.data.held_out import TASK_HELD_OUT_SEED
 from attndeploy.errors import CheckpointError, ConfigError, DataError
 from attndeploy.fsutil import file_sha256
-from attndeploy.integrations.hf_checkpoint import (
-    safe_config_dict,
+from attndeploy.integrations.hf_config import (
+    check_model,
+    check_parameters,
+    check_sizes,
+    config_from_dict,
 )
 from attndeploy.integrations.hf_tokenizer import DEFAULT_VOCAB_SIZE, WordPieceTokenizer
+from attndeploy.jsonread import read_json_file
 from attndeploy.runtime.text import encode_texts
 from attndeploy.runtime.tokenizer import WordTokenizer, pad_sequences
 from attndeploy.training.baseline import baseline_metrics
@@ -69,19 +72,18 @@ def load_source(path: Path) -> HFSource:
     config_file = path / "config.json" if path.is_dir() else path
     if not config_file.is_file():
         raise DataError(f"{path} holds no config.json")
-    try:
-        raw = json.loads(config_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{config_file} is not valid JSON: {exc}") from exc
+    raw = read_json_file(config_file, error=DataError)
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if model_type not in CLASSIFIERS:
         raise ConfigError(f"{config_file}: model_type {model_type!r} is not one attndeploy "
                           f"fine-tunes; supported: {', '.join(CLASSIFIERS)}")
+    # Bounded before transformers sees it: nothing is built until every check has passed.
+    where = f"{config_file}: "
+    check_sizes(raw, where)
     config_class = getattr(transformers, CLASSIFIERS[model_type]).config_class
-    try:
-        config = config_class.from_dict(safe_config_dict(raw))  # no Hub kernels
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{config_file}: {exc}") from exc
+    config = config_from_dict(config_class, raw, where)  # no Hub kernels
+    check_model(config, where)
+    check_parameters(config, where)  # weights or not: from_pretrained builds the config's sizes
     weights, tokenizer = None, None
     if path.is_dir():
         if any((path / name).is_file() for name in WEIGHT_FILES):
@@ -114,10 +116,9 @@ def check_weight_files(folder: Path) -> None:
         files = [single]
     else:
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            weight_map = read_json_file(index, error=CheckpointError)["weight_map"]
             files = sorted({folder / name for name in weight_map.values()})
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError,
-                AttributeError) as exc:
+        except (CheckpointError, KeyError, TypeError, AttributeError) as exc:
             raise CheckpointError(f"{index} is not a safetensors index (a JSON object whose "
                                   f"weight_map names the shards): {exc}") from None
     for file in files:

@@ -15,11 +15,11 @@ the one an exported model's metadata rebuilds encode alike and compare equal.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from attndeploy.errors import DataError
+from attndeploy.jsonread import read_json_file
 from attndeploy.runtime import wordpiece
 from attndeploy.runtime.wordpiece import (  # noqa: F401  (re-exported: the public names)
     CLS,
@@ -76,7 +76,10 @@ class WordPieceTokenizer(wordpiece.WordPieceTokenizer):
             lowercase = True
             config = directory / "tokenizer_config.json"
             if config.is_file():
-                lowercase = bool(json.loads(config.read_text()).get("do_lower_case", True))
+                settings = read_json_file(config, error=DataError)
+                if not isinstance(settings, dict):
+                    raise DataError(f"{config} must be a JSON object")
+                lowercase = bool(settings.get("do_lower_case", True))
             tokenizer = tk.Tokenizer(tk.models.WordPiece.from_file(
                 str(directory / "vocab.txt"), unk_token=UNK))
             tokenizer.normalizer = tk.normalizers.BertNormalizer(lowercase=lowercase)

@@ -43,7 +43,7 @@ import torch
 
 from attndeploy.data import TextDataset
 from attndeploy.errors import CheckpointError, ConfigError
-from attndeploy.fsutil import already_exists
+from attndeploy.fsutil import check_replaceable
 from attndeploy.integrations.hf_checkpoint import (
     HFClassifier,
     model_config_of,
@@ -223,8 +223,7 @@ def train_hf_checkpoint(
     default the training seed. `truncate` keeps the first `max_seq` pieces of a longer text
     (without it such a text is refused)."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and not force:  # refuse before spending the training time
-        raise CheckpointError(already_exists(out_dir))
+    check_replaceable(out_dir, force=force, error=CheckpointError)  # before the training time
     if task is not None and data_file is not None:
         raise ConfigError("give either --task or --data, not both")
     options = dict(options or {})

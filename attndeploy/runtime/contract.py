@@ -30,7 +30,6 @@ This file is shipped beside every text model (`runtime.shipping.SHIPPED_MODULES`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -168,9 +167,12 @@ def served_label_names(parameters: Mapping[str, str], num_labels: int, model: st
         raise ContractError(f"text model {model!r} was packaged {was}; this attndeploy reads "
                             f"contract {CONTRACT_VERSION}: re-package it with `attndeploy "
                             "package --force`")
+    from attndeploy.jsonread import parse_json
+
     try:
-        names = json.loads(parameters.get(PARAM_LABEL_NAMES, ""))
-    except json.JSONDecodeError:
+        names = parse_json(parameters.get(PARAM_LABEL_NAMES, ""), PARAM_LABEL_NAMES,
+                           error=ContractError)
+    except ContractError:  # not JSON, or nested too deep: refused below
         names = None
     if not (isinstance(names, list) and len(names) == num_labels
             and all(isinstance(name, str) for name in names)):

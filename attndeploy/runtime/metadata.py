@@ -18,13 +18,13 @@ that `onnx` reads. The checks and messages follow
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from attndeploy.echo import echo
 from attndeploy.errors import DataError, ModelError
+from attndeploy.jsonread import parse_json
 from attndeploy.runtime.shipping import TOKENIZER_TYPES
 from attndeploy.runtime.tokenizer import TextTokenizer
 
@@ -80,10 +80,8 @@ def _positive_int(value: Any, what: str, source: str) -> int:
 
 
 def _json(meta: Mapping[str, str], key: str, source: str) -> Any:
-    try:
-        return json.loads(meta[key])
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"{source}: corrupt attndeploy metadata {key} ({exc}).") from exc
+    return parse_json(meta[key], f"{source}: attndeploy metadata {key}", error=ModelError,
+                      invalid=lambda exc: f"{source}: corrupt attndeploy metadata {key} ({exc}).")
 
 
 def tokenizer_from_record(record: Any) -> TextTokenizer:

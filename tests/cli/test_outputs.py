@@ -91,6 +91,18 @@ def test_export_refuses_an_output_inside_a_checkpoint_directory(
     assert not (tmp_path / where).exists()
 
 
+def test_a_folder_whose_config_json_nests_deep_is_no_checkpoint_to_protect(tmp_path):
+    """Looking for a checkpoint above --out reads each config.json there through the one JSON
+    reader: one nested 100,000 levels deep is not a checkpoint, not a RecursionError."""
+    from attndeploy.cli.export import checkpoint_holding
+
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert checkpoint_holding(tmp_path / "c" / "m.onnx") is None
+    holder = fake_checkpoint(tmp_path / "ckpt")
+    assert checkpoint_holding(holder / "m.onnx") == holder.resolve()
+
+
 def test_export_writes_the_default_beside_the_weights_and_replaces_it_only_with_force(
     monkeypatch, capsys, tmp_path, exports
 ):

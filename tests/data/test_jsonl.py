@@ -117,11 +117,55 @@ def test_a_file_that_is_not_utf8_fails(tmp_path):
         read_jsonl(path)
 
 
-def test_a_10_mb_single_token_text_trains_as_unk_and_keeps_the_vocabulary_small(tmp_path):
-    blob = "a" * 10_000_000
+def test_a_single_token_text_trains_as_unk_and_keeps_the_vocabulary_small(tmp_path):
+    """One token of 60,000 characters (a text within the limit per text; a longer line is
+    refused before it is read, see `test_an_over_long_line_is_refused_without_being_read`)."""
+    blob = "a" * 60_000
     path = write(tmp_path, [json.dumps({"text": blob, "label": "pos"}),
                             json.dumps({"text": "dull film", "label": "neg"})])
     dataset, tokenizer = load_jsonl(path)
     assert tokenizer.vocab == ("<pad>", "<unk>", "dull", "film")
     assert len(json.dumps(tokenizer.to_dict())) < 100  # what config.json will hold
     assert dataset.input_ids[0, :1].tolist() == [WordTokenizer.UNK_ID]
+
+
+@pytest.mark.parametrize("reader", ["read_jsonl", "load_jsonl", "load_jsonl_split"])
+def test_an_over_long_line_is_refused_without_being_read(tmp_path, reader):
+    """Every JSONL reader (train --data, train --hf-model --data, quantize --data, held-out) reads
+    through `runtime.lines`: a 20 MB line is refused naming the file and line, having read a line
+    limit of it, not the whole line."""
+    import re
+
+    from attndeploy.data import jsonl
+    from attndeploy.runtime.lines import MAX_JSONL_LINE_BYTES
+    from tests.long_lines import long_line_file, refused_within_memory
+
+    path = long_line_file(tmp_path / "data.jsonl",
+                          before=(json.dumps({"text": "a b", "label": "x"}) + "\n").encode(),
+                          line=b'{"text": "' + b"w" * 64)
+    call = {"read_jsonl": lambda: jsonl.read_jsonl(path),
+            "load_jsonl": lambda: jsonl.load_jsonl(path),
+            "load_jsonl_split": lambda: jsonl.load_jsonl_split(path, eval_fraction=0.5, seed=0)}
+    refused_within_memory(call[reader], DataError,
+                          rf"^line 2 of {re.escape(str(path))} has more than "
+                          rf"{MAX_JSONL_LINE_BYTES} bytes, the limit per JSONL line")
+
+
+def test_a_line_holding_any_text_predict_takes_is_read(tmp_path):
+    """The JSONL limit leaves room for a text at the limit per text, however escaped: here every
+    character a control character, written as \\u0001 (six bytes for each byte of text)."""
+    from attndeploy.runtime.lines import MAX_TEXT_BYTES
+
+    text = "\x01" * (MAX_TEXT_BYTES - 2) + "ab"
+    path = write(tmp_path, [json.dumps({"text": text, "label": "x" * 1000}),
+                            json.dumps({"text": "c d", "label": "y"})])
+    assert read_jsonl(path)[0][0] == text
+
+
+def test_a_line_nested_deep_is_one_error_naming_its_line(tmp_path):
+    """Python's parser gives up on deep nesting with a RecursionError; the one JSON reader
+    (`attndeploy.jsonread`) makes it, and any nesting past its limit, a DataError."""
+    for deep in ("[" * 100_000 + "]" * 100_000, '{"text": ' + "[" * 100 + "]" * 100 + "}"):
+        path = write(tmp_path, [json.dumps({"text": "a", "label": "x"}), deep])
+        with pytest.raises(DataError, match=r"data\.jsonl:2 nests JSON more than 64 levels"):
+            read_jsonl(path)

@@ -226,3 +226,9 @@ def test_shapes_beyond_the_models_max_seq_are_refused_before_any_work(models):
 def test_negative_tolerances_are_refused():
     with pytest.raises(ValidationError, match="atol must be >= 0"):
         DebugOptions(atol=-1.0)
+
+
+def test_config_metadata_nested_too_deep_is_one_validation_error() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ValidationError, match="nests JSON more than 64 levels deep"):
+        metadata_feeds({"config": deep})

@@ -109,3 +109,12 @@ def test_inspecting_does_not_import_torch():
     code = ("import sys; from attndeploy.export import inspect_model; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_a_config_nested_deep_is_shown_as_none(tmp_path: Path):
+    path = _plain_model(tmp_path / "deep.onnx")
+    model = onnx.load(str(path))
+    onnx.helper.set_model_props(model, {"attndeploy.config": "[" * 100_000 + "]" * 100_000})
+    onnx.save(model, str(path))
+    info = inspect_model(path)
+    assert info["config"] is None and "config" in info["metadata"]

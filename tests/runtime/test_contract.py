@@ -81,3 +81,9 @@ def test_label_names_come_from_the_served_parameters_of_this_contract_only() -> 
         served_label_names({**params, "CONTRACT_VERSION": "3"}, 3, "m_text")
     with pytest.raises(ContractError, match="not a JSON list of 4 label names"):
         served_label_names(params, 4, "m_text")
+
+
+def test_label_names_nested_deep_are_a_contract_error() -> None:
+    params = {"CONTRACT_VERSION": str(CONTRACT_VERSION), "LABEL_NAMES": "[" * 100_000}
+    with pytest.raises(ContractError, match="not a JSON list of 3 label names"):
+        served_label_names(params, 3, "m_text")

@@ -212,7 +212,8 @@ def test_extra_args_cannot_turn_the_repository_api_back_on(repo_with_staging: Pa
     ("name", "content"),
     [("config.json", b'{"d_model": 16, "heads": 2}\n'),
      ("model.onnx", b"\x08\x07\x12\x07pytorch" + bytes(range(256))),
-     ("old-record.json", b'{"pid": 123, "grpc_port": 8001}\n')],  # no format marker
+     ("old-record.json", b'{"pid": 123, "grpc_port": 8001}\n'),  # no format marker
+     ("deep.json", b"[" * 60_000 + b"]" * 60_000)],  # nested past Python's recursion limit
 )
 def test_stop_refuses_a_file_that_is_not_a_state_record_and_leaves_it_alone(
     tmp_path: Path, name: str, content: bytes

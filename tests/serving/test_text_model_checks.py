@@ -50,6 +50,8 @@ BREAKAGES = {
         r"its id model 'g{199}\.\.\. \(5002 characters\) \(parameter ID_MODEL\) is not a model"),
     "other tokenizer": (lambda r: (r / "gated_text/tokenizer.json").write_text(
         json.dumps({"type": "word", "vocab": VOCAB[:-1]})), "tokenizer.json differs"),
+    "tokenizer nested deep": (lambda r: (r / "gated_text/tokenizer.json").write_text(
+        "[" * 100_000 + "]" * 100_000), r"tokenizer.json is missing or not JSON \(.*nests JSON"),
     "other labels": (lambda r: (r / "gated_text/labels.txt").write_text("a\nb\nc\n"),
                      "labels.txt differs"),
     "max_seq above the id model's": (lambda r: set_param(r / "gated_text", "MAX_SEQ", "99"),

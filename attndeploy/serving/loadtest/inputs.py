@@ -8,7 +8,6 @@ runtime tokenizer, the code a text model runs in the server). Pools are
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +31,12 @@ def _load_onnx(path: Path) -> Any:
 
 def _json_metadata(model: Any) -> Iterator[dict[str, Any]]:
     """The metadata_props values that are JSON objects (attndeploy records its config so)."""
+    from attndeploy.jsonread import parse_json
+
     for prop in model.metadata_props:
         try:
-            value = json.loads(prop.value)
-        except (json.JSONDecodeError, TypeError):
+            value = parse_json(prop.value, prop.key, error=LoadTestError)
+        except LoadTestError:  # not JSON, or nested too deep: not a record
             continue
         if isinstance(value, dict):
             yield value
@@ -165,12 +166,12 @@ def text_source(onnx_path: Path, served: dict[str, Any] | None = None) -> TextSo
 
 
 def read_text_file(path: Path) -> list[str]:
-    """The non-blank lines of `path` (UTF-8), without their line ends; LoadTestError if none."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LoadTestError(f"cannot read the text file {path}: {exc}") from exc
-    texts = [line for line in lines if line.strip()]
+    """The non-blank lines of `path` (UTF-8), without their line ends, read by the one reader
+    of text files (`runtime.lines`: a line over the limit per text is refused, naming it,
+    without being read whole); LoadTestError if none, or for a line it cannot read."""
+    from attndeploy.runtime.lines import read_lines
+
+    texts = [line for line in read_lines(Path(path), error=LoadTestError) if line.strip()]
     if not texts:
         raise LoadTestError(f"the text file {path} has no non-blank line to send")
     return texts
@@ -192,16 +193,36 @@ def check_texts(texts: Sequence[str], source: TextSource, path: Path) -> list[An
     return encoded
 
 
+def vocabulary_words(tokenizer: Any) -> list[str]:
+    """The words of a tokenizer's vocabulary that encode as one token, themselves: no special
+    token, punctuation or WordPiece continuation (`##s`), nor a word its normalizer changes
+    (WordPiece lowercases and strips accents) or splits (CJK characters). Read through the
+    runtime tokenizer interface (`decode`, `tokenize`, `framing`), so any tokenizer a model
+    carries gives its words."""
+    before, after = tokenizer.framing
+    words = []
+    for word in tokenizer.decode(range(FIRST_TOKEN_ID, len(tokenizer))):
+        if not word.isalnum():
+            continue
+        tokens = tokenizer.tokenize(word)
+        if len(tokens) == before + 1 + after and tokens[before] == word:
+            words.append(word)
+    return words
+
+
 def random_texts(config: LoadTestConfig, source: TextSource | None) -> list[list[str]]:
-    """`texts[length_index]`: `pool_size * batch` texts of that many random vocabulary words
-    (without a vocabulary: unknown words, which the model takes as `<unk>`)."""
+    """`texts[length_index]`: `pool_size * batch` texts of random vocabulary words
+    (`vocabulary_words`), that many tokens each with the tokenizer's special tokens (WordPiece's
+    [CLS] and [SEP] take two of them; at least one word). Without a vocabulary: that many
+    unknown words, which the model takes as `<unk>`."""
     rng = np.random.default_rng(config.seed)
-    words = ([w for w in source.tokenizer.vocab[FIRST_TOKEN_ID:] if w.isalnum()]
-             if source is not None else [])
+    words = vocabulary_words(source.tokenizer) if source is not None else []
+    framing = sum(source.tokenizer.framing) if source is not None else 0
     words = words or [f"x{i}" for i in range(32)]
     groups = []
     for seq in config.seq_lengths:
-        picks = rng.integers(0, len(words), (config.pool_size * config.batch, int(seq)))
+        count = max(1, int(seq) - framing)
+        picks = rng.integers(0, len(words), (config.pool_size * config.batch, count))
         groups.append([" ".join(words[i] for i in row) for row in picks])
     return groups
 

@@ -109,6 +109,8 @@ def run_load_test(
         if vocab is None:
             vocab = vocab_from_onnx(onnx_model)
         del onnx_model
+    # The text file is read before any server is asked: a line that cannot be sent fails now.
+    texts = read_text_file(config.text_file) if config.text_file is not None else None
     if vocab is None:
         vocab = DEFAULT_VOCAB
         if config.text_file is None:
@@ -140,7 +142,7 @@ def run_load_test(
                               f"the served config's {PARAM_MAX_SEQ} parameter")
         served_outputs = [spec.name for spec in runner.metadata().outputs]
         pool, reference = _pool_and_reference(config, vocab, dtypes, served, served_outputs,
-                                              notes, per_batch)
+                                              notes, per_batch, texts)
         with _Progress(progress, config.max_windows) as bar:
             for level in config.levels:
                 bar.start(level)
@@ -192,9 +194,11 @@ def _pool_and_reference(
     served_outputs: list[str],
     notes: list[str],
     per_batch: bool,
+    texts: list[str] | None = None,
 ) -> tuple[list[list[_PoolEntry]], Any]:
     """The requests to send and the oracle of their answers (None: not checked). `per_batch`:
-    the ONNX file scales int8 activations per batch (`scales_per_batch`).
+    the ONNX file scales int8 activations per batch (`scales_per_batch`); `texts`: the lines of
+    `text_file`, read (None: read here, if there is one).
 
     An id model gets random ids, or `text_file`'s lines tokenized here; a text model (input
     `text`) gets random vocabulary words, or the lines themselves. Either way the oracle is
@@ -204,7 +208,8 @@ def _pool_and_reference(
     source = None
     if config.onnx_path is not None and (takes_text or config.text_file is not None):
         source = text_source(config.onnx_path, served if takes_text else None)
-    texts = read_text_file(config.text_file) if config.text_file is not None else None
+    if texts is None and config.text_file is not None:
+        texts = read_text_file(config.text_file)
     if texts is not None:
         if source is None:
             raise LoadTestError(

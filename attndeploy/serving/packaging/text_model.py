@@ -68,6 +68,7 @@ from attndeploy.echo import echo
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import write_files
 from attndeploy.interface import CLASSIFICATION, TAGGING
+from attndeploy.jsonread import parse_json
 from attndeploy.runtime.contract import (
     ATTENDED,
     CONTRACT_VERSION,
@@ -163,10 +164,9 @@ def tokenizer_record(model: onnx.ModelProto, source: str = "the model") -> dict[
     raw = next((p.value for p in model.metadata_props if p.key == META_TOKENIZER), "")
     if not raw:
         return None
-    try:
-        record = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RepositoryError(f"{source}: corrupt metadata {META_TOKENIZER} ({exc}).") from exc
+    record = parse_json(raw, f"{source}: metadata {META_TOKENIZER}", error=RepositoryError,
+                        invalid=lambda exc: f"{source}: corrupt metadata {META_TOKENIZER} "
+                                            f"({exc}).")
     if not isinstance(record, dict):
         raise RepositoryError(f"{source}: {META_TOKENIZER} must be a JSON object.")
     return record

@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.echo import echo
 from attndeploy.errors import RepositoryError
+from attndeploy.jsonread import read_json_file
 from attndeploy.runtime.contract import CONTRACT_VERSION, PARAM_CONTRACT_VERSION, PARAM_LABEL_NAMES
 from attndeploy.runtime.shipping import TOKENIZER_TYPES, runtime_sources
 from attndeploy.serving.packaging import model_config as cfgmod
@@ -164,8 +165,8 @@ def check_text_model(model: _Findings, cfg: mc.ModelConfig, versions: list[int])
                     f"{echo(str(list(info.labels)))}; re-package the model")
     tokenizer_path = model.path / TOKENIZER_FILE
     try:
-        shipped = json.loads(tokenizer_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        shipped = read_json_file(tokenizer_path, error=RepositoryError)
+    except RepositoryError as exc:
         model.error(f"{TOKENIZER_FILE} is missing or not JSON ({exc})")
     else:
         if record is None:
@@ -207,8 +208,8 @@ def text_model_requirement(folder: Path) -> tuple[str, str] | None:
     `tokenizer.json` as its model.py reads it; None when it needs none, or when the file is
     unreadable or names an unknown type (the model's own findings say so)."""
     try:
-        record = json.loads((Path(folder) / TOKENIZER_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        record = read_json_file(Path(folder) / TOKENIZER_FILE, error=RepositoryError)
+    except RepositoryError:
         return None
     kind = record.get("type") if isinstance(record, dict) else None
     entry = TOKENIZER_TYPES.get(kind) if isinstance(kind, str) else None

@@ -25,7 +25,11 @@ from typing import Any
 
 import numpy as np
 
-MAX_JSON_DEPTH = 64  # a tensor of rank 8 nests 11 levels deep in a KServe v2 request
+from attndeploy.jsonread import MAX_JSON_DEPTH as JSON_DEPTH_LIMIT
+
+# What attndeploy's own JSON readers accept; a tensor of rank 8 nests 11 levels deep in a KServe
+# v2 request.
+MAX_JSON_DEPTH = JSON_DEPTH_LIMIT
 CLASSIFICATION = "classification"  # the output parameter of Triton's classification extension
 UNCLASSIFIABLE = frozenset({"BYTES"})  # datatypes whose classification ends the server
 

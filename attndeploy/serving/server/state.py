@@ -60,7 +60,7 @@ def _read_state(path: Path) -> dict[str, Any] | None:
         raise _not_ours(path, f"larger than {STATE_MAX_BYTES} bytes")
     try:
         state = json.loads(data.decode())
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise _not_ours(path, "not JSON") from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise _not_ours(path, f'no "format": "{STATE_FORMAT}"')

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from attndeploy.errors import AttnDeployError, ConfigError, LoadTestError, ServerError
+from attndeploy.serving.loadtest.inputs import read_text_file
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.server.binary import find_tritonserver
 from attndeploy.serving.tune.configs import (
@@ -116,8 +117,9 @@ def run_tune(
 
     Raises RepositoryError (the model is not in the repository or cannot be tuned here),
     ConfigError (a budget too short for one measurement), ServerError (no tritonserver, or
-    the repository's own configuration cannot be served) and LoadTestError (no candidate
-    within the latency budget: the closest is named), each before anything is written.
+    the repository's own configuration cannot be served) and LoadTestError (a `text_file`
+    line that cannot be sent, before any server starts; no candidate within the latency
+    budget: the closest is named), each before anything is written.
     `measure` and `reference` measure a candidate and the in-process reference (default
     `measure_candidate` and `measure_in_process`; tests pass simulated ones).
     """
@@ -133,6 +135,8 @@ def run_tune(
             f"{len(options.concurrency)} level(s) of up to {options.max_windows} x "
             f"{options.window_s:g} s windows); give --budget-minutes "
             f"{max(0.1, round(2 * one / 60 + 0.05, 1)):g} or more")
+    if options.text_file is not None:  # a file that cannot be sent fails now, in one line,
+        read_text_file(options.text_file)  # not in every candidate's measurement
     find_tritonserver()  # no server binary: fail now, not at the first candidate
     run = _Run(target, options, started_at=started_at, load_start=load_start,
                elapsed=lambda: clock() - t0, measure=measure or measure_candidate,

@@ -136,6 +136,19 @@ def test_a_budget_shorter_than_one_measurement_is_refused_before_anything_runs(r
     assert simulated.calls == []
 
 
+def test_a_text_file_line_that_cannot_be_sent_is_refused_before_anything_runs(repo, tmp_path):
+    """Not once per candidate (each then failing, and the run saying no candidate was measured):
+    the file is read first, a line over the limit per text refused without being read whole."""
+    from tests.long_lines import long_line_file
+
+    simulated = Simulated()
+    texts = long_line_file(tmp_path / "texts.txt", before=b"w1 alpha\n")
+    with pytest.raises(LoadTestError, match=r"^line 2 of .*texts.txt has more than 65536 bytes, "
+                                            "the limit per text$"):
+        tune(repo, simulated, text_file=texts)
+    assert simulated.calls == []
+
+
 def test_no_candidate_within_the_latency_budget_names_the_closest_and_returns_nothing(repo):
     text = "-ti1-td0" if is_bls(repo) else ""  # a text model run by BLS has its own fields
     with pytest.raises(LoadTestError, match=r"no configuration kept p95 within 0.01 ms .* the "
