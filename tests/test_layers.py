@@ -4,7 +4,9 @@ and the layers below it, and the torch-free layers import no torch layer and no 
 Every `import` counts: module-level ones, those inside functions (they run on first use, so they
 are as real a dependency as any other) and those under `if TYPE_CHECKING:` (they run under a type
 checker, which then sees the cycle, and they tie the lower layer's API to the upper one; the
-fix is cheap: annotate with the lower layer's own types or `Any`).
+fix is cheap: annotate with the lower layer's own types or `Any`). Importing a module also runs
+the `__init__.py` of every package around it, so the layer check counts those packages too
+(`attndeploy.variants.functional` sits below `opspec`, but `attndeploy.variants` above it).
 """
 
 from __future__ import annotations
@@ -199,12 +201,22 @@ def all_imports(module: str, *, type_checking: bool = True) -> set[str]:
     return imports_of(module, type_checking=type_checking) | importlib_targets(module)
 
 
+def packages_run(target: str) -> set[str]:
+    """The package's packages that importing `target` runs first: each enclosing package's
+    `__init__.py` (importing `attndeploy.variants.functional` runs `attndeploy/variants/__init__.py`
+    and what it imports, the variant registry)."""
+    parts = target.split(".")
+    return {name for name in (".".join(parts[:end]) for end in range(1, len(parts)))
+            if name in MODULES}
+
+
 def layer_violations() -> list[str]:
     problems = []
     for module in MODULES:
         own = layer_of(module)
         assert own is not None, f"{module} belongs to no layer: add its prefix to LAYERS"
-        for target in sorted(all_imports(module)):
+        targets = all_imports(module)
+        for target in sorted(targets | {p for t in targets for p in packages_run(t)}):
             if own.torch_free and any(target == p or target.startswith(p + ".")
                                       for p in TORCH_PACKAGES):
                 problems.append(f"{module} -> {target} (torch-free layer {own.name} imports "

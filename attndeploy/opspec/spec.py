@@ -9,6 +9,13 @@ custom op (`torch.ops.attndeploy.<name>`), its fake, and its onnxscript body; th
 - the FunctionProto appended to the exported model afterwards (`function_proto(opset)`), whose
   body uses standard ONNX ops only and whose default-domain opset equals the model's;
 - the call that replaces the PyTorch reference while torch.export traces (`export_call`).
+
+It reads nothing but that declaration and docs/ops.md's rules: the reference arrives in the
+`OpSpec`, and the one convention `export_call` adds, `scale` 1/sqrt(d) when not given, is the
+contract's (docs/ops.md), stated here for the exporter as `functional.resolve_scale` states it
+for PyTorch (tests/export/test_ops.py holds the two equal). So this module imports no variant:
+`attndeploy.variants.functional` would run `attndeploy/variants/__init__.py` and with it the
+variant registry, a layer above this one.
 """
 
 from __future__ import annotations
@@ -34,7 +41,6 @@ from attndeploy.opspec.bodies import (
     HELPERS,
     INTERNAL,
 )
-from attndeploy.variants import functional
 
 # The bodies are written against opset 18: the oldest they support (ReduceMax takes its axes as an
 # input from 18 on) and torch.onnx's native opset (no version conversion). From 18 to 23 the ops
@@ -130,8 +136,8 @@ class OpSpec:
             raise TypeError(f"{self.functional_name}() got unexpected keyword(s) {unknown}")
         defaults = self._attribute_defaults
         values = {name: attrs.get(name, defaults.get(name)) for name in self.attributes}
-        if "scale" in values:
-            values["scale"] = functional.resolve_scale(tensors[0], values["scale"])
+        if "scale" in values and values["scale"] is None:
+            values["scale"] = default_scale(tensors[0])
         missing = [name for name, value in values.items() if value is None]
         if missing:
             raise TypeError(f"{self.functional_name}() missing attribute(s) {missing}")
@@ -182,6 +188,12 @@ class OpSpec:
             if entry.domain == "":
                 entry.version = opset
         return proto
+
+
+def default_scale(query: torch.Tensor) -> float:
+    """The `scale` the exporter writes when none is given: 1/sqrt(d), d the query's last axis
+    (docs/ops.md)."""
+    return query.shape[-1] ** -0.5
 
 
 def check_opset(opset: int) -> None:
