@@ -1,21 +1,55 @@
 """The comparison's PNG: error by layer in graph order, log scale (matplotlib, Agg), written
-atomically."""
+atomically.
+
+`DebugReport.write_plot` (debug/report.py) calls it, so this module does not import the report:
+it names what it reads of one as `PlottedReport`, which a `DebugReport` is.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from attndeploy.fsutil import atomic_write_png
+from attndeploy.validate.compare import Tolerance
 
-if TYPE_CHECKING:
-    from attndeploy.debug.report import DebugReport
+
+class PlottedLayer(Protocol):
+    """What the plot reads of one layer (a `debug.report.LayerResult`)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def passed(self) -> bool: ...
+    @property
+    def max_abs(self) -> float | None: ...
+    @property
+    def rel_error(self) -> float | None: ...
+
+
+class PlottedReport(Protocol):
+    """What the plot reads of a comparison (a `debug.report.DebugReport`)."""
+
+    @property
+    def reference(self) -> str: ...
+    @property
+    def candidate(self) -> str: ...
+    @property
+    def tolerance(self) -> Tolerance: ...
+    @property
+    def layers(self) -> Sequence[PlottedLayer]: ...
+    @property
+    def first_divergence(self) -> PlottedLayer | None: ...
+
 
 FLOOR = 1e-12  # exact agreement is drawn at the floor of the log axis
 MARKERS = {"node": "o", "block": "s", "output": "D"}
 
 
-def write_error_plot(report: DebugReport, path: Path) -> Path:
+def write_error_plot(report: PlottedReport, path: Path) -> Path:
     """PNG at `path`: each layer's largest |a - b| and ||a - b|| / ||b||, the tolerance, and
     the first divergence marked."""
     import matplotlib
