@@ -4,21 +4,50 @@
 `attention_mask` as the layers' key padding mask (and hands the model None instead, so it builds
 no 4-D mask), a forward hook that ends the pass, and for GA-Net a hook on the word-embedding
 table that scores the token embeddings once per pass (`integrations.transformers`, module
-docstring).
+docstring). The `ForwardState` they drive (each pass starts and finishes it) lives here too;
+`integrations.transformers`, which installs the hooks for `convert`, re-exports it and hands
+in what the hooks read, so this module does not import it back.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
+from attndeploy.variants.ganet.layer import GateNetwork
 
-if TYPE_CHECKING:
-    from attndeploy.integrations.transformers import Conversion
+
+@dataclass
+class ForwardState:
+    """What the converted layers of one model share during a forward pass.
+
+    key_padding_mask: bool [B, T] from the base model's `attention_mask` (None outside a pass).
+    gate_logits: GA-Net decision logits [B, T] (s in eval; s + logistic noise in training).
+    prev_logits: Evolving attention's carried logits [B, H, T, T] (None outside a pass).
+    gates: GA-Net hard gates bool [B, T] the last layer applied (kept after the pass).
+    """
+
+    active: bool = False
+    key_padding_mask: Tensor | None = None
+    gate_logits: Tensor | None = None
+    prev_logits: Tensor | None = None
+    gates: Tensor | None = None
+
+    def start(self, key_padding_mask: Tensor) -> None:
+        self.active = True
+        self.key_padding_mask = key_padding_mask
+        self.gate_logits = self.prev_logits = self.gates = None
+
+    def finish(self) -> None:
+        """End of a pass: drop what only the pass needs (the chain holds B·H·T² floats)."""
+        self.active = False
+        self.key_padding_mask = self.prev_logits = None
+
 
 # The gate logit of GA-Net's `open_token_ids`: open at eval (> 0) and, past every draw of the
 # training noise that matters, in training (σ(12 + L) < 0.5 has probability σ(-12) ≈ 6e-6).
@@ -40,11 +69,13 @@ def _forward_signature(module: nn.Module) -> inspect.Signature:
     return inspect.signature(module.forward)
 
 
-def install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Module]) -> None:
-    state = conversion.state
+def install_hooks(base: nn.Module, layers: list[nn.Module], state: ForwardState,
+                  gate_network: GateNetwork | None, *, evolving_chain: bool,
+                  open_ids: tuple[int, ...]) -> list[Any]:
+    """Put the hooks on `base` (and for GA-Net on its word embeddings) that drive `state`;
+    their handles, for the caller to keep. `layers`: the encoder layers (gradient
+    checkpointing breaks an `evolving_chain`); `open_ids`: GA-Net's `open_token_ids`."""
     signature = _forward_signature(base)
-    gate_network = conversion.gate_network
-    evolving_chain = conversion.expected_nodes().get("EvolvingAttention", 0) > 0
 
     def before(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         bound = signature.bind(*args, **kwargs)
@@ -80,10 +111,9 @@ def install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Modul
     def after(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         state.finish()
 
-    conversion.hooks.append(base.register_forward_pre_hook(before, with_kwargs=True))
-    conversion.hooks.append(base.register_forward_hook(after, with_kwargs=True))
+    handles = [base.register_forward_pre_hook(before, with_kwargs=True),
+               base.register_forward_hook(after, with_kwargs=True)]
     if gate_network is not None:
-        open_ids = tuple(conversion.options.get("open_token_ids", ()))
 
         def score_tokens(module: nn.Module, args: tuple, output: Tensor) -> None:
             if state.active and state.gate_logits is None:
@@ -91,4 +121,5 @@ def install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Modul
                                               args[0], open_ids)  # [B, T]
 
         word_embeddings = base.embeddings.word_embeddings
-        conversion.hooks.append(word_embeddings.register_forward_hook(score_tokens))
+        handles.append(word_embeddings.register_forward_hook(score_tokens))
+    return handles

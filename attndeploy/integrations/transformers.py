@@ -71,7 +71,7 @@ from torch import Tensor, nn
 from attndeploy.config import ModelConfig
 from attndeploy.configbase import layers_below
 from attndeploy.errors import ConfigError
-from attndeploy.integrations.hf_hooks import ALWAYS_OPEN_LOGIT, install_hooks
+from attndeploy.integrations.hf_hooks import ALWAYS_OPEN_LOGIT, ForwardState, install_hooks
 from attndeploy.variants._common import AttentionBase, LayerContext
 from attndeploy.variants.ganet.config import GANetConfig
 from attndeploy.variants.ganet.layer import GateNetwork
@@ -168,33 +168,6 @@ def variant_config(variant: str, options: dict[str, Any] | None = None) -> Any:
 
 
 # ----------------------------------------------------------------------------- state
-
-
-@dataclass
-class ForwardState:
-    """What the converted layers of one model share during a forward pass.
-
-    key_padding_mask: bool [B, T] from the base model's `attention_mask` (None outside a pass).
-    gate_logits: GA-Net decision logits [B, T] (s in eval; s + logistic noise in training).
-    prev_logits: Evolving attention's carried logits [B, H, T, T] (None outside a pass).
-    gates: GA-Net hard gates bool [B, T] the last layer applied (kept after the pass).
-    """
-
-    active: bool = False
-    key_padding_mask: Tensor | None = None
-    gate_logits: Tensor | None = None
-    prev_logits: Tensor | None = None
-    gates: Tensor | None = None
-
-    def start(self, key_padding_mask: Tensor) -> None:
-        self.active = True
-        self.key_padding_mask = key_padding_mask
-        self.gate_logits = self.prev_logits = self.gates = None
-
-    def finish(self) -> None:
-        """End of a pass: drop what only the pass needs (the chain holds B·H·T² floats)."""
-        self.active = False
-        self.key_padding_mask = self.prev_logits = None
 
 
 @dataclass
@@ -402,7 +375,10 @@ def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
             conversion.gate_network.start_open()
     encoder_layers = list(base.transformer.layer if model_type == "distilbert"
                           else base.encoder.layer)
-    install_hooks(conversion, base, encoder_layers)
+    evolving_chain = conversion.expected_nodes().get("EvolvingAttention", 0) > 0
+    conversion.hooks.extend(install_hooks(
+        base, encoder_layers, state, conversion.gate_network, evolving_chain=evolving_chain,
+        open_ids=tuple(conversion.options.get("open_token_ids", ()))))
     for module in layer_modules(model) + ([conversion.gate_network] if spec.gated else []):
         module.train(model.training)  # new modules take the model's mode (eval stays eval)
     object.__setattr__(model, CONVERSION_ATTR, conversion)  # not a module: no state-dict entry
