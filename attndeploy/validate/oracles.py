@@ -3,7 +3,7 @@
 
 An oracle is a runner (onnxruntime with all or no graph optimizations, the ONNX reference
 evaluator, or any runner a caller adds) run on every shape's feed and compared with PyTorch's
-outputs; `run_oracle` turns that into an `OracleResult` of the report.
+outputs; `run_oracle` turns that into an `OracleResult` of the report (`results.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from attndeploy.check_defaults import INPUT_SEED
 from attndeploy.errors import AttnDeployError, ValidationError
 from attndeploy.validate.compare import Tolerance, check_tolerance_fields
 from attndeploy.validate.grid import Shape, valid_mask
-from attndeploy.validate.report import OracleResult, ShapeResult
+from attndeploy.validate.results import OracleResult, ShapeResult
 from attndeploy.validate.runners import OrtRunner, ReferenceRunner, Runner
 
 ORT_ALL = "onnxruntime[all]"

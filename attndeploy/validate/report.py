@@ -2,6 +2,9 @@
 
 This module holds the result model and its JSON; the Markdown is rendered in `report_markdown`
 and the histogram drawn in `report_plot` (both reached through `ValidationReport`'s methods).
+The per-shape and per-oracle results (`ShapeResult`, `OracleResult`, importable from here too)
+and what the two renderers read of a report (`ReportView`) live in `results`, below all three,
+so neither renderer imports this module back.
 
 JSON schema (`schema` "attndeploy-validation", `schema_version` 1). Floats that are not finite
 are written as the strings "inf", "-inf" or "nan" (JSON has no such numbers); statistics that
@@ -71,89 +74,14 @@ import numpy as np
 
 from attndeploy.errors import ValidationError
 from attndeploy.fsutil import atomic_write_text
-from attndeploy.validate.compare import CompareResult, Tolerance, json_float
+from attndeploy.validate.compare import Tolerance, json_float
 from attndeploy.validate.grid import Shape
 from attndeploy.validate.padding import PaddingCase
+from attndeploy.validate.results import OracleResult as OracleResult
+from attndeploy.validate.results import ShapeResult as ShapeResult
 
 SCHEMA = "attndeploy-validation"
 SCHEMA_VERSION = 1
-STATUSES = ("passed", "failed", "unsupported", "error")
-
-
-@dataclass
-class ShapeResult:
-    """One oracle at one shape: a comparison, or the runtime's error."""
-
-    shape: Shape
-    seconds: float
-    result: CompareResult | None = None
-    status: str = "passed"
-    message: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "shape": str(self.shape),
-            "status": self.status,
-            "message": self.message,
-            "seconds": round(self.seconds, 4),
-            "excluded_examples": list(self.result.excluded_examples) if self.result else [],
-            "outputs": (
-                {name: r.to_json() for name, r in self.result.outputs.items()}
-                if self.result else {}
-            ),
-        }
-
-
-@dataclass
-class OracleResult:
-    """One runner against the reference over its shapes."""
-
-    name: str
-    results: list[ShapeResult] = field(default_factory=list)
-    status: str = "passed"
-    message: str = ""
-    note: str = ""
-    seconds: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        return self.status == "passed"
-
-    def settle(self) -> None:
-        """Derive the status from the per-shape results (a load failure is set directly)."""
-        if self.status in ("unsupported", "error") and not self.results:
-            return
-        statuses = {r.status for r in self.results}
-        for status in ("error", "unsupported", "failed"):
-            if status in statuses:
-                self.status = status
-                first = next(r for r in self.results if r.status == status)
-                self.message = self.message or first.message
-                return
-        self.status = "passed"
-
-    def abs_errors(self) -> np.ndarray:
-        parts = [
-            out.abs_errors
-            for r in self.results if r.result is not None
-            for out in r.result.outputs.values() if out.abs_errors is not None
-        ]
-        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "passed": self.passed,
-            "message": self.message,
-            "shapes": [str(r.shape) for r in self.results],
-            "note": self.note,
-            "seconds": round(self.seconds, 4),
-            "results": [r.to_json() for r in self.results],
-        }
 
 
 def environment() -> dict[str, Any]:

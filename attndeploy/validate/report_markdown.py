@@ -1,14 +1,14 @@
-"""The parity report as Markdown: `render_markdown(report)` (`ValidationReport.to_markdown`)."""
+"""The parity report as Markdown: `render_markdown(report)` (`ValidationReport.to_markdown`).
+
+It reads the report as a `results.ReportView`: the report calls this module, not the other way
+round."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from attndeploy.validate.report import ValidationReport
+from attndeploy.validate.results import ReportView
 
 
-def render_markdown(report: ValidationReport) -> str:
+def render_markdown(report: ReportView) -> str:
     """The report for people: verdict, oracles with per-output statistics, gates, padding,
     failures, timings, notes and environment."""
     m = report.model

@@ -8,14 +8,11 @@ show, are counted in the legend.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from attndeploy.fsutil import atomic_write_png
-
-if TYPE_CHECKING:
-    from attndeploy.validate.report import ValidationReport
+from attndeploy.validate.results import ReportView
 
 BINS_PER_DECADE = 8
 MARGIN_DECADES = 0.25  # room left and right of the outermost error, on the log axis
@@ -53,7 +50,7 @@ def legend_label(name: str, errors: np.ndarray) -> str:
     return f"{name} ({', '.join(notes)})"
 
 
-def write_error_histogram(report: ValidationReport, path: Path) -> Path:
+def write_error_histogram(report: ReportView, path: Path) -> Path:
     """PNG at `path` (atomic): absolute errors (all float outputs, all shapes) per oracle."""
     import matplotlib
 
