@@ -1,12 +1,16 @@
 """The package's layers (docs/architecture.md, "Layers"): a module imports only its own layer
-and the layers below it, and the torch-free layers import no torch layer and no torch.
+and the layers below it, and the torch-free layers import no torch layer and no torch; and no
+two files import each other, directly or around a loop.
 
 Every `import` counts: module-level ones, those inside functions (they run on first use, so they
 are as real a dependency as any other) and those under `if TYPE_CHECKING:` (they run under a type
-checker, which then sees the cycle, and they tie the lower layer's API to the upper one; the
-fix is cheap: annotate with the lower layer's own types or `Any`). Importing a module also runs
-the `__init__.py` of every package around it, so the layer check counts those packages too
+checker, which then sees the cycle, and they tie the lower layer's API to the upper one). The fix
+is cheap: the lower module annotates with its own types or a Protocol of what it reads, or the
+types both need live in a third module below both. Importing a module also runs the
+`__init__.py` of every package around it, so the layer check counts those packages too
 (`attndeploy.variants.functional` sits below `opspec`, but `attndeploy.variants` above it).
+No edge is allowed against the table, and the package root, which every import runs, imports
+nothing of the package (`__version__` is all the others take from it).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "attndeploy"
-ROOT_PACKAGE = "attndeploy"  # its lazy re-exports are the one exemption from the cycle check
+ROOT_PACKAGE = "attndeploy"
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,10 @@ INDEX = {layer.name: position for position, layer in enumerate(LAYERS)}
 # Third-party packages a torch-free layer must not import (torch itself, or what imports it).
 TORCH_PACKAGES = ("torch", "onnxscript", "safetensors.torch", "transformers")
 
-# Edges allowed against the table, each with its reason. Keep this short.
-ALLOWED = {
-    ("attndeploy", "attndeploy.checkpoint"):
-        "the package root re-exports load_checkpoint/read_checkpoint lazily, on first use",
-}
+# Edges allowed against the table, each with its reason: none. (The package root's lazy
+# re-export of load_checkpoint and read_checkpoint was the last; they are read from
+# attndeploy.checkpoint.)
+ALLOWED: dict[tuple[str, str], str] = {}
 
 # The modules `attndeploy infer` and `attndeploy predict`'s library side import; none may pull
 # in torch (they run where only onnxruntime is installed).
@@ -108,32 +111,13 @@ def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def _is_type_checking(node: ast.AST) -> bool:
-    """`if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`): imports for annotations only."""
-    return isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING",
-                                                                   "typing.TYPE_CHECKING")
-
-
-def _nodes(tree: ast.AST, type_checking: bool) -> list[ast.AST]:
-    """Every node of `tree`, without the bodies of `if TYPE_CHECKING:` unless `type_checking`."""
-    found, pending = [], [tree]
-    while pending:
-        node = pending.pop()
-        found.append(node)
-        children = list(ast.iter_child_nodes(node))
-        if not type_checking and _is_type_checking(node):
-            children = list(node.orelse)  # type: ignore[attr-defined]
-        pending.extend(children)
-    return found
-
-
-def imports_of(module: str, path: Path | None = None, *, type_checking: bool = True) -> set[str]:
-    """Every module `module` (read from `path`, default its file) imports: absolute names;
-    `from x import y` names x.y when y is a module of the package, else x. Without
-    `type_checking`, imports under `if TYPE_CHECKING:` (never run) are left out."""
+def imports_of(module: str, path: Path | None = None) -> set[str]:
+    """Every module `module` (read from `path`, default its file) imports, wherever the import
+    stands (module level, a function, `if TYPE_CHECKING:`): absolute names; `from x import y`
+    names x.y when y is a module of the package, else x."""
     path = path or MODULES[module]
     found: set[str] = set()
-    for node in _nodes(ast.parse(path.read_text(encoding="utf-8")), type_checking):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -197,8 +181,8 @@ def importlib_targets(module: str) -> set[str]:
     return {target for target in listed() if target in MODULES}
 
 
-def all_imports(module: str, *, type_checking: bool = True) -> set[str]:
-    return imports_of(module, type_checking=type_checking) | importlib_targets(module)
+def all_imports(module: str) -> set[str]:
+    return imports_of(module) | importlib_targets(module)
 
 
 def packages_run(target: str) -> set[str]:
@@ -242,14 +226,13 @@ def test_every_import_points_down_the_layer_table():
 
 def import_cycles() -> list[list[str]]:
     """The import cycles between the package's files (each as its modules, sorted): strongly
-    connected components of the graph of every import statement, at module level or in a
-    function, but not those under `if TYPE_CHECKING:` (never run) nor the package root's lazy
-    re-exports. importlib's targets are plug-ins found by name at run time (a registry finding
-    its variants, the CLI its commands): the layer check holds them, not this one, since a
-    plug-in imports the registry that finds it by design."""
-    graph = {module: {t for t in imports_of(module, type_checking=False)
-                      if t in MODULES and t not in (module, ROOT_PACKAGE)}
-             for module in MODULES if module != ROOT_PACKAGE}
+    connected components of the graph of every import statement, at module level, in a
+    function or under `if TYPE_CHECKING:` (a type checker follows those, and they tie the
+    lower module's API to the upper one). importlib's targets are plug-ins found by name at
+    run time (a registry finding its variants, the CLI its commands): the layer check holds
+    them, not this one, since a plug-in imports the registry that finds it by design."""
+    graph = {module: {t for t in imports_of(module) if t in MODULES and t != module}
+             for module in MODULES}
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -301,16 +284,29 @@ def test_no_import_cycle_between_files():
     assert cycles == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
-def test_the_cycle_check_finds_a_cycle_and_ignores_type_checking(tmp_path, monkeypatch):
+def test_the_cycle_check_finds_a_cycle_also_under_type_checking(tmp_path, monkeypatch):
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     a.write_text("import attndeploy.b\n", encoding="utf-8")
-    b.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import attndeploy.a\n",
-                 encoding="utf-8")
+    b.write_text("x = 1\n", encoding="utf-8")
     monkeypatch.setattr(sys.modules[__name__], "MODULES",
                         {ROOT_PACKAGE: MODULES[ROOT_PACKAGE], "attndeploy.a": a, "attndeploy.b": b})
     assert import_cycles() == []
+    b.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import attndeploy.a\n",
+                 encoding="utf-8")
+    assert import_cycles() == [["attndeploy.a", "attndeploy.b"]]
     b.write_text("def f():\n    from attndeploy import a\n", encoding="utf-8")
     assert import_cycles() == [["attndeploy.a", "attndeploy.b"]]
+
+
+def test_the_package_root_imports_nothing_of_the_package():
+    """Every import of a submodule runs the root first: it keeps `__version__` and names where
+    what it once re-exported lives."""
+    assert {t for t in all_imports(ROOT_PACKAGE) if t.startswith("attndeploy")} == set()
+    import attndeploy
+
+    for name in ("load_checkpoint", "read_checkpoint"):
+        with pytest.raises(AttributeError, match=f"from attndeploy.checkpoint import {name}"):
+            getattr(attndeploy, name)
 
 
 def test_every_importlib_call_is_listed():
