@@ -41,9 +41,6 @@ REQUIRED_CONFIG_KEYS = ("variant", "head", "num_labels", "max_seq", "vocab_size"
 HEADS = ("classification", "tagging")
 LOGITS = "logits"  # the outputs of an exported model (attndeploy.interface, which imports onnx)
 GATES = "gates"
-# Deprecated: whether a model is gated is read from its outputs (a `gates` output), not from
-# its variant's name; this list serves only `parse_metadata` called without `outputs`.
-GATED_VARIANTS = ("ganet",)
 
 
 @dataclass(frozen=True)
@@ -120,13 +117,13 @@ def _not_a_checkpoint_export(meta: Mapping[str, str], missing: list[str], source
 
 
 def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
-                   read_tokenizer: bool = True,
-                   outputs: Sequence[str] | None = None) -> ModelMetadata:
+                   outputs: Sequence[str], read_tokenizer: bool = True) -> ModelMetadata:
     """The `ModelMetadata` in an exported model's metadata_props; ModelError naming what is
     missing or wrong (`source` names the file in the message). The one reader of that metadata:
     the packager's `read_model_info` calls it with `read_tokenizer=False` (a text model checks
     its tokenizer record itself), leaving `tokenizer` None. `outputs` are the graph's output
-    names (whether it is gated); without them (deprecated) the variant's name decides."""
+    names: whether the model is gated is read from them (a `gates` output), never from its
+    variant's name, so a plug-in gated variant is one like GA-Net."""
     missing = [key for key in REQUIRED if key not in meta]
     if missing:
         raise ModelError(_not_a_checkpoint_export(meta, missing, source))
@@ -169,12 +166,6 @@ def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
         if len(tokenizer) > vocab_size:
             raise ModelError(f"{source}: the vocabulary has {len(tokenizer)} tokens but the "
                               f"model embeds {vocab_size}; re-export the model.")
-    if outputs is None:
-        import warnings
-
-        warnings.warn("parse_metadata without outputs= is deprecated: pass the graph's output "
-                      "names (whether the model is gated)", DeprecationWarning, stacklevel=2)
-        outputs = (LOGITS, GATES) if str(config["variant"]) in GATED_VARIANTS else (LOGITS,)
     return ModelMetadata(
         variant=str(config["variant"]),
         head=str(config["head"]),

@@ -153,7 +153,8 @@ def text_source(onnx_path: Path, served: dict[str, Any] | None = None) -> TextSo
     from attndeploy.runtime.metadata import parse_metadata
 
     model = _load_onnx(onnx_path)
-    meta = parse_metadata({p.key: p.value for p in model.metadata_props}, str(onnx_path))
+    meta = parse_metadata({p.key: p.value for p in model.metadata_props}, str(onnx_path),
+                          outputs=[output.name for output in model.graph.output])
     if meta.tokenizer is None:
         return None
     max_seq = meta.max_seq

@@ -24,7 +24,6 @@ from google.protobuf.message import DecodeError
 from attndeploy.errors import ExportError, RepositoryError
 from attndeploy.interface import GATES, ModelInterface, model_interface
 from attndeploy.runtime.metadata import (  # noqa: F401  (the keys, re-exported for serving)
-    GATED_VARIANTS,
     META_CONFIG,
     META_LABELS,
     META_MAX_SEQ,
