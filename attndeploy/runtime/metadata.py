@@ -6,7 +6,7 @@
 (the export's limit, at most the config's) and `attndeploy.tokenizer` (the tokenizer record as
 JSON, `{"type": "word" | "wordpiece", ...}`, or "" when the checkpoint had none). A file without
 the required keys was not made by attndeploy. The record's type picks the class that reads it
-(`runtime.shipping.TOKENIZER_TYPES`, the table served text models use too).
+(`runtime.shipping.tokenizer_from_record`, by the table served text models use too).
 
 The input is a plain `{key: value}` mapping, so no ONNX parser is needed: `InferenceModel` hands
 in onnxruntime's `get_modelmeta().custom_metadata_map`, `attndeploy infer` the metadata_props
@@ -17,7 +17,6 @@ that `onnx` reads. The checks and messages follow
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,22 +24,22 @@ from typing import Any
 from attndeploy.echo import echo
 from attndeploy.errors import DataError, ModelError
 from attndeploy.jsonread import parse_json
-from attndeploy.runtime.shipping import TOKENIZER_TYPES
+from attndeploy.runtime.names import (
+    GATES,
+    META_CONFIG,
+    META_LABELS,
+    META_MAX_SEQ,
+    META_TOKENIZER,
+    META_VARIANT,
+    META_VERSION,
+    META_WEIGHTS,
+)
+from attndeploy.runtime.shipping import tokenizer_from_record
 from attndeploy.runtime.tokenizer import TextTokenizer
 
-PREFIX = "attndeploy."
-META_VARIANT = PREFIX + "variant"
-META_VERSION = PREFIX + "version"
-META_CONFIG = PREFIX + "config"
-META_WEIGHTS = PREFIX + "weights_sha256"
-META_LABELS = PREFIX + "labels"
-META_MAX_SEQ = PREFIX + "max_seq"
-META_TOKENIZER = PREFIX + "tokenizer"
 REQUIRED = (META_VARIANT, META_VERSION, META_CONFIG, META_WEIGHTS, META_LABELS)
 REQUIRED_CONFIG_KEYS = ("variant", "head", "num_labels", "max_seq", "vocab_size")
 HEADS = ("classification", "tagging")
-LOGITS = "logits"  # the outputs of an exported model (attndeploy.interface, which imports onnx)
-GATES = "gates"
 
 
 @dataclass(frozen=True)
@@ -65,6 +64,10 @@ class ModelMetadata:
         return GATES in self.outputs
 
     @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+    @property
     def tagging(self) -> bool:
         return self.head == "tagging"
 
@@ -79,26 +82,6 @@ def _positive_int(value: Any, what: str, source: str) -> int:
 def _json(meta: Mapping[str, str], key: str, source: str) -> Any:
     return parse_json(meta[key], f"{source}: attndeploy metadata {key}", error=ModelError,
                       invalid=lambda exc: f"{source}: corrupt attndeploy metadata {key} ({exc}).")
-
-
-def tokenizer_from_record(record: Any) -> TextTokenizer:
-    """The tokenizer a record describes, built by the class `TOKENIZER_TYPES` names for its
-    "type"; DataError for an unknown type (naming the known ones), a missing package or a bad
-    record."""
-    kind = record.get("type") if isinstance(record, dict) else None
-    if kind not in TOKENIZER_TYPES:
-        what = (f"type {echo(repr(kind))}" if isinstance(record, dict)
-                else f"a {type(record).__name__}")
-        raise DataError(f"unknown tokenizer {what}; this attndeploy reads "
-                        f"{', '.join(sorted(TOKENIZER_TYPES))}")
-    entry = TOKENIZER_TYPES[kind]
-    if entry.requires is not None:
-        try:
-            importlib.import_module(entry.requires)
-        except ImportError:
-            raise DataError(f"the {kind!r} tokenizer needs the Python package "
-                            f"{entry.requires!r}: pip install {entry.requires}") from None
-    return getattr(importlib.import_module(entry.module), entry.cls).from_dict(record)
 
 
 def _not_a_checkpoint_export(meta: Mapping[str, str], missing: list[str], source: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import ServerError
+from attndeploy.runtime.names import ATTENTION_MASK, INPUT_IDS
 from attndeploy.serving.client.data import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
@@ -275,8 +276,8 @@ def infer_once(
 ) -> dict[str, np.ndarray]:
     """One request with the model-level interface: INT64 `[batch, seq]` ids and mask."""
     feed = {
-        "input_ids": np.asarray(input_ids, dtype=np.int64),  # [batch, seq]
-        "attention_mask": np.asarray(attention_mask, dtype=np.int64),  # [batch, seq]
+        INPUT_IDS: np.asarray(input_ids, dtype=np.int64),  # [batch, seq]
+        ATTENTION_MASK: np.asarray(attention_mask, dtype=np.int64),  # [batch, seq]
     }
     with TritonRunner(url, model, timeout_s=timeout_s, protocol=protocol) as runner:
         return runner.infer(feed)
