@@ -32,7 +32,7 @@ from attndeploy.runtime.names import ATTENTION_MASK, INPUT_IDS
 from attndeploy.serving.client.data import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
-    ModelMetadata,
+    ServedModelMetadata,
     TensorSpec,
     as_protocol,
     default_url,
@@ -67,7 +67,7 @@ __all__ = [
     "STATUS_UNAVAILABLE",
     "STATUS_UNKNOWN",
     "HttpClient",
-    "ModelMetadata",
+    "ServedModelMetadata",
     "TensorSpec",
     "TritonRunner",
     "as_protocol",
@@ -223,7 +223,7 @@ class TritonRunner:
             return False
         return True
 
-    def metadata(self) -> ModelMetadata:
+    def metadata(self) -> ServedModelMetadata:
         """The model's inputs and outputs as the server declares them."""
         data = self._call("the metadata request", "get_model_metadata", self.model,
                           self.version, as_json=True)
@@ -234,7 +234,7 @@ class TritonRunner:
                 for t in data.get(key, [])
             )
 
-        return ModelMetadata(
+        return ServedModelMetadata(
             name=data.get("name", self.model),
             versions=tuple(data.get("versions", [])),
             platform=data.get("platform", ""),
