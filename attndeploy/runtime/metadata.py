@@ -10,9 +10,10 @@ the required keys was not made by attndeploy. The record's type picks the class 
 
 The input is a plain `{key: value}` mapping, so no ONNX parser is needed: `InferenceModel` hands
 in onnxruntime's `get_modelmeta().custom_metadata_map`, `attndeploy infer` the metadata_props
-that `onnx` reads. The checks and messages follow
-`attndeploy.serving.packaging.onnx_info.read_model_info` (the packager's reader, which works on an
-`onnx.ModelProto`).
+that `onnx` reads; with them come the graph's output names, from which (a `gates` output)
+whether the model is gated is read. This is the one reader of those facts: the packager's
+`serving.packaging.onnx_info.read_model_info` calls it, and its `ModelInfo` is a `ModelMetadata`.
+The keys are `runtime.names`'.
 """
 
 from __future__ import annotations
