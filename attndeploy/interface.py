@@ -25,13 +25,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import onnx
 
+from attndeploy.runtime.names import ATTENTION_MASK, GATES, INPUT_IDS, LOGITS
+
 BATCH = "batch"
 SEQ = "seq"
-
-INPUT_IDS = "input_ids"
-ATTENTION_MASK = "attention_mask"
-LOGITS = "logits"
-GATES = "gates"
 
 TAGGING = "tagging"
 CLASSIFICATION = "classification"

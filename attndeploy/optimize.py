@@ -55,9 +55,9 @@ import onnx
 from attndeploy import __version__
 from attndeploy.errors import ExportError
 from attndeploy.fsutil import atomic_write_bytes, check_not_an_input, check_output_file
-from attndeploy.opspec.bodies import DOMAIN
 from attndeploy.optimize_methods import DEFAULT_METHOD, METHODS
-from attndeploy.runtime.metadata import PREFIX, ModelMetadata, parse_metadata
+from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
+from attndeploy.runtime.names import DOMAIN, META_DTYPE, META_INLINED, META_OPTIMIZED, PRODUCER
 
 Method = Enum("Method", {name: name for name in METHODS}, type=str)  # type: ignore[misc]
 
@@ -65,8 +65,6 @@ Method = Enum("Method", {name: name for name in METHODS}, type=str)  # type: ign
 OPT_LEVELS = {Method.transformers: (0, 1, 2, 99), Method.onnxruntime: (1, 2, 99)}
 DEFAULT_OPT_LEVELS = {Method.transformers: 0, Method.onnxruntime: 1}
 MODEL_TYPE = "bert"
-META_OPTIMIZED = PREFIX + "optimized"
-META_INLINED = PREFIX + "inlined"
 # (batch, seq) of the parity feeds; seq is clipped to the model's max_seq
 PARITY_SHAPES = ((1, 1), (2, 5), (3, 17), (2, 64))
 TIMING_SEQ, TIMING_RUNS = 128, 15  # batch 1; seq clipped to max_seq
@@ -343,7 +341,7 @@ def optimize_model(
     inlined = _has_custom_nodes(original) and not _has_custom_nodes(optimized)
     _set_metadata(optimized, metadata, {**ran, "opt_level": opt_level,
                                         "onnxruntime": _ort_version()}, inlined=inlined)
-    parity = check_parity(source, optimized, meta, metadata.get(PREFIX + "dtype", "float32"))
+    parity = check_parity(source, optimized, meta, metadata.get(META_DTYPE, "float32"))
     timing = measure(source, optimized, meta)
     atomic_write_bytes(target, optimized.SerializeToString())
     return OptimizeResult(
@@ -376,4 +374,4 @@ def _set_metadata(
     del model.metadata_props[:]
     for key, value in values.items():
         model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
-    model.producer_name, model.producer_version = "attndeploy", __version__
+    model.producer_name, model.producer_version = PRODUCER, __version__

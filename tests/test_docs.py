@@ -166,12 +166,12 @@ def test_ops_md_names_every_metadata_key_the_exporters_write():
     traced = SimpleNamespace(dynamic_axes={"input_ids": {"0": "batch"}},
                              dim_bounds={"seq": (1, 16)})
     keys |= set(generic.base_metadata(18, False, traced))
-    from attndeploy.quantize.quantizer import META_QUANTIZATION
+    from attndeploy.runtime.names import META_PREFIX, META_QUANTIZATION
 
     keys.add(META_QUANTIZATION)
     text = (DOCS / "ops.md").read_text(encoding="utf-8")
     for key in sorted(keys):
-        short = key.removeprefix(generic.META_PREFIX)
+        short = key.removeprefix(META_PREFIX)
         assert f"`{short}`" in text, f"docs/ops.md does not name the metadata key {key}"
 
 

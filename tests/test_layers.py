@@ -161,8 +161,7 @@ IMPORTLIB: dict[str, Any] = {
     "attndeploy.deploy": lambda: _homes("attndeploy.deploy"),
     "attndeploy.export": lambda: {f"attndeploy.export.{m}" for m in
                                   importlib.import_module("attndeploy.export")._PUBLIC.values()},
-    "attndeploy.runtime.metadata": _tokenizer_modules,
-    "attndeploy.serving.packaging.text_model": _tokenizer_modules,
+    "attndeploy.runtime.shipping": _tokenizer_modules,  # tokenizer_from_record
     "attndeploy.serving.packaging.text_model_checks":
         "third-party packages a tokenizer needs (`TokenizerType.requires`), probed only",
     "attndeploy.variants.registry": _variant_modules,

@@ -95,6 +95,7 @@ def _export_user_model(spec: str, weights: Path | None, out: Path, opset: int | 
     from attndeploy.cli.user_model import describe, load_user_model
     from attndeploy.errors import AttnDeployError, ExportError
     from attndeploy.export.generic import export_model
+    from attndeploy.runtime.names import META_USER_MODEL  # the MODULE:FACTORY it came from
 
     with console.status(f"exporting {spec}", spinner="dots") if not json_output else _null():
         user = load_user_model(spec, weights)
@@ -102,7 +103,7 @@ def _export_user_model(spec: str, weights: Path | None, out: Path, opset: int | 
             result = export_model(user.module, out, inputs=user.inputs,
                                   dynamic_shapes=user.dynamic_shapes,
                                   inline_functions=inline_functions,
-                                  metadata={USER_MODEL_KEY: spec},
+                                  metadata={META_USER_MODEL: spec},
                                   **({} if opset is None else {"opset": opset}))
         except AttnDeployError:
             raise
@@ -112,7 +113,6 @@ def _export_user_model(spec: str, weights: Path | None, out: Path, opset: int | 
     _print_result(result, json_output)
 
 
-USER_MODEL_KEY = "attndeploy.user_model"  # metadata: the MODULE:FACTORY it was exported from
 
 
 def check_user_target(target: Path, weights: Path | None, *, force: bool) -> None:

@@ -19,6 +19,7 @@ from attndeploy.debug.inside import ReferenceCall, look_inside
 from attndeploy.debug.options import DebugOptions, tolerances_for
 from attndeploy.debug.report import DebugReport, LayerResult
 from attndeploy.debug.sources import model_dtype
+from attndeploy.runtime.names import ATTENTION_MASK
 
 
 class Progress:
@@ -77,8 +78,8 @@ def _gate_logits_of(graph: GraphLayers, node_index: int, inputs: Sequence[np.nda
 
 def _mask_of(feed: Mapping[str, np.ndarray]) -> np.ndarray | None:
     """The real tokens [B, T] of a feed: its `attention_mask`, or its one bool [B, T] input."""
-    if "attention_mask" in feed and np.ndim(feed["attention_mask"]) == 2:
-        return np.asarray(feed["attention_mask"]) != 0
+    if ATTENTION_MASK in feed and np.ndim(feed[ATTENTION_MASK]) == 2:
+        return np.asarray(feed[ATTENTION_MASK]) != 0
     masks = [v for v in feed.values() if np.asarray(v).dtype == np.bool_ and np.ndim(v) == 2]
     return np.asarray(masks[0]) if len(masks) == 1 else None
 

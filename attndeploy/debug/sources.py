@@ -14,9 +14,9 @@ from attndeploy.check_defaults import INPUT_SEED
 from attndeploy.debug.graph import GraphLayers
 from attndeploy.errors import ValidationError
 from attndeploy.jsonread import parse_json
+from attndeploy.runtime.names import META_PREFIX
 from attndeploy.validate.grid import Shape, as_shapes, check_shapes, make_inputs
 
-META_PREFIX = "attndeploy."
 DEFAULT_SHAPE = (4, 17)  # one batch that mixes padded and full rows, seq clipped to max_seq
 
 

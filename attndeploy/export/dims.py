@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from attndeploy.errors import ExportError
+from attndeploy.runtime.names import ATTENTION_MASK, INPUT_IDS
 
 MAX_REFINEMENTS = 4  # exports retried with narrowed dims; each fix narrows at least one dim
 # A raised lower bound up to this is torch.export's own 0/1 specialisation, not the model's; a
@@ -34,7 +35,7 @@ _FIX_LINE = re.compile(r"^\s*(?P<name>\w+)\s*=\s*(?P<fix>.+?)\s*(#.*)?$")
 
 
 # Inputs whose axis 1 is the sequence in the Hugging Face convention (and this project's).
-SEQUENCE_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids",
+SEQUENCE_INPUTS = (INPUT_IDS, ATTENTION_MASK, "token_type_ids", "position_ids",
                    "inputs_embeds")
 
 

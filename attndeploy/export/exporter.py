@@ -36,10 +36,28 @@ from attndeploy import __version__, checkpoint_formats
 from attndeploy.checkpoint import Checkpoint, read_checkpoint, read_config
 from attndeploy.errors import ExportError
 from attndeploy.export import generic, tracing
-from attndeploy.export.generic import META_PREFIX, ExportOptions, ExportResult
+from attndeploy.export.generic import ExportOptions, ExportResult
 from attndeploy.fsutil import atomic_write_bytes
 from attndeploy.interface import BATCH, SEQ, ModelInterface, make_feed, model_interface
 from attndeploy.opspec.bodies import DOMAIN_VERSION
+from attndeploy.runtime.names import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    META_CONFIG,
+    META_DOMAIN_VERSION,
+    META_DTYPE,
+    META_FAMILY,
+    META_HEAD,
+    META_INLINED,
+    META_LABELS,
+    META_MAX_SEQ,
+    META_OPSET,
+    META_PREFIX,
+    META_TOKENIZER,
+    META_VARIANT,
+    META_VERSION,
+    META_WEIGHTS,
+)
 from attndeploy.variants.op_registry import DEFAULT_OPSET, SUPPORTED_OPSETS  # noqa: F401
 from attndeploy.variants.registry import variant_spec
 
@@ -121,19 +139,19 @@ def check_structure(model: onnx.ModelProto, config: Any, *, inlined: bool) -> di
 def build_metadata(ckpt: Checkpoint, options: ExportOptions, max_seq: int) -> dict[str, str]:
     config = ckpt.model_config
     return {
-        META_PREFIX + "variant": config.variant,
-        META_PREFIX + "family": config.family,
-        META_PREFIX + "head": config.head,
-        META_PREFIX + "version": __version__,
-        META_PREFIX + "config": json.dumps(config.to_dict(), sort_keys=True),
-        META_PREFIX + "weights_sha256": ckpt.weights_sha256,
-        META_PREFIX + "opset": str(options.opset),
-        META_PREFIX + "domain_version": str(DOMAIN_VERSION),
-        META_PREFIX + "labels": json.dumps(list(ckpt.label_names)),
-        META_PREFIX + "max_seq": str(max_seq),
-        META_PREFIX + "dtype": "float16" if options.fp16 else "float32",
-        META_PREFIX + "inlined": "true" if options.inline_functions else "false",
-        META_PREFIX + "tokenizer": json.dumps(ckpt.tokenizer.to_dict()) if ckpt.tokenizer else "",
+        META_VARIANT: config.variant,
+        META_FAMILY: config.family,
+        META_HEAD: config.head,
+        META_VERSION: __version__,
+        META_CONFIG: json.dumps(config.to_dict(), sort_keys=True),
+        META_WEIGHTS: ckpt.weights_sha256,
+        META_OPSET: str(options.opset),
+        META_DOMAIN_VERSION: str(DOMAIN_VERSION),
+        META_LABELS: json.dumps(list(ckpt.label_names)),
+        META_MAX_SEQ: str(max_seq),
+        META_DTYPE: "float16" if options.fp16 else "float32",
+        META_INLINED: "true" if options.inline_functions else "false",
+        META_TOKENIZER: json.dumps(ckpt.tokenizer.to_dict()) if ckpt.tokenizer else "",
     }
 
 
@@ -205,9 +223,9 @@ def trace_checkpoint(model: nn.Module, max_seq: int, opset: int, inline: bool) -
     example_seq = min(EXAMPLE_SEQ, max_seq)
     generator = torch.Generator().manual_seed(0)
     inputs = {
-        "input_ids": torch.randint(min(2, vocab - 1), vocab, (EXAMPLE_BATCH, example_seq),
+        INPUT_IDS: torch.randint(min(2, vocab - 1), vocab, (EXAMPLE_BATCH, example_seq),
                                    generator=generator),
-        "attention_mask": torch.ones(EXAMPLE_BATCH, example_seq, dtype=torch.long),
+        ATTENTION_MASK: torch.ones(EXAMPLE_BATCH, example_seq, dtype=torch.long),
     }
     dims = {0: torch.export.Dim(BATCH, min=1, max=MAX_BATCH),
             1: torch.export.Dim(SEQ, min=1, max=max_seq)}

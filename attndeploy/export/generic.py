@@ -42,9 +42,18 @@ from attndeploy.export.dims import DimSpec, dim_spec, export_program
 from attndeploy.fsutil import atomic_write_bytes
 from attndeploy.models.inputs import position_limit
 from attndeploy.opspec.bodies import DOMAIN_VERSION
+from attndeploy.runtime.names import (
+    META_DIM_BOUNDS,
+    META_DOMAIN_VERSION,
+    META_DYNAMIC_AXES,
+    META_INLINED,
+    META_MAX_SEQ,
+    META_OPSET,
+    META_VARIANT,
+    META_VERSION,
+    PRODUCER,
+)
 from attndeploy.variants.op_registry import DEFAULT_OPSET, SUPPORTED_OPSETS, function_protos
-
-META_PREFIX = "attndeploy."
 
 
 @dataclass(frozen=True)
@@ -87,8 +96,8 @@ class ExportResult:
             "opset": self.options.opset,
             "fp16": self.options.fp16,
             "inline_functions": self.options.inline_functions,
-            "max_seq": int(self.metadata.get(META_PREFIX + "max_seq", 0)) or None,
-            "variant": self.metadata.get(META_PREFIX + "variant"),
+            "max_seq": int(self.metadata.get(META_MAX_SEQ, 0)) or None,
+            "variant": self.metadata.get(META_VARIANT),
             "inputs": list(self.input_names),
             "outputs": list(self.output_names),
             "dim_bounds": {name: list(bounds) for name, bounds in self.dim_bounds.items()},
@@ -254,7 +263,7 @@ def set_metadata(proto: onnx.ModelProto, metadata: Mapping[str, str]) -> None:
     del proto.metadata_props[:]
     for key, value in metadata.items():
         proto.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
-    proto.producer_name, proto.producer_version = "attndeploy", __version__
+    proto.producer_name, proto.producer_version = PRODUCER, __version__
 
 
 def check_model(proto: onnx.ModelProto) -> None:
@@ -293,12 +302,12 @@ def smoke_check(proto: onnx.ModelProto, traced: Traced, inputs: Mapping[str, tor
 
 def base_metadata(opset: int, inline: bool, traced: Traced) -> dict[str, str]:
     return {
-        META_PREFIX + "version": __version__,
-        META_PREFIX + "opset": str(opset),
-        META_PREFIX + "domain_version": str(DOMAIN_VERSION),
-        META_PREFIX + "inlined": "true" if inline else "false",
-        META_PREFIX + "dynamic_axes": json.dumps(traced.dynamic_axes, sort_keys=True),
-        **({META_PREFIX + "dim_bounds": json.dumps(traced.dim_bounds, sort_keys=True)}
+        META_VERSION: __version__,
+        META_OPSET: str(opset),
+        META_DOMAIN_VERSION: str(DOMAIN_VERSION),
+        META_INLINED: "true" if inline else "false",
+        META_DYNAMIC_AXES: json.dumps(traced.dynamic_axes, sort_keys=True),
+        **({META_DIM_BOUNDS: json.dumps(traced.dim_bounds, sort_keys=True)}
            if traced.dim_bounds else {}),
     }
 

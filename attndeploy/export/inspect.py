@@ -19,9 +19,8 @@ from google.protobuf.message import DecodeError
 from attndeploy.errors import ExportError
 from attndeploy.interface import DEFAULT_DOMAINS
 from attndeploy.jsonread import parse_json
+from attndeploy.runtime.names import META_PREFIX, PRODUCER
 
-META_PREFIX = "attndeploy."
-PRODUCER = "attndeploy"
 # Metadata every attndeploy export writes (docs/ops.md, "Model-level interface").
 REQUIRED_METADATA = ("variant", "version", "config", "weights_sha256", "opset")
 

@@ -22,7 +22,7 @@ from attndeploy.checkpoint import read_checkpoint
 from attndeploy.errors import ExportError
 from attndeploy.export import generic, tracing
 from attndeploy.export.exporter import build_metadata, interface_of, runtime_check, trace_checkpoint
-from attndeploy.export.generic import META_PREFIX, ExportOptions, ExportResult
+from attndeploy.export.generic import ExportOptions, ExportResult
 from attndeploy.fsutil import (
     check_output_file,
     current_umask,
@@ -31,6 +31,7 @@ from attndeploy.fsutil import (
 )
 from attndeploy.integrations.hf_checkpoint import HFModelConfig
 from attndeploy.integrations.transformers import conversion_of
+from attndeploy.runtime.names import META_HF_ARCHITECTURE, META_HF_MODEL_TYPE
 
 
 def _check_structure(proto: Any, config: HFModelConfig, expected: Counter, lstms: int, *,
@@ -153,8 +154,8 @@ def export_hf_checkpoint(checkpoint_dir: Path, out_path: Path, options: Any = No
     conversion = conversion_of(ckpt.model.model)
     expected, lstms = conversion.expected_nodes(), conversion.expected_lstm_nodes()
     metadata = build_metadata(ckpt, options, max_seq)
-    metadata[META_PREFIX + "hf_architecture"] = config.architecture
-    metadata[META_PREFIX + "hf_model_type"] = config.model_type
+    metadata[META_HF_ARCHITECTURE] = config.architecture
+    metadata[META_HF_MODEL_TYPE] = config.model_type
     model = ckpt.model.eval()
     if options.fp16:
         model = model.half()

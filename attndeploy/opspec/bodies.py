@@ -33,12 +33,13 @@ import onnxscript
 from onnxscript import BFLOAT16, BOOL, FLOAT, FLOAT16, INT64
 from onnxscript import opset18 as op
 
+from attndeploy.runtime.names import DOMAIN
+
 # The element types every op accepts for its float tensors (docs/ops.md: `T`). onnxscript reads
 # `typing.Union` but not `X | Y` (types.UnionType) in a TypeVar bound: keep the old spelling.
 TFloat = TypeVar("TFloat", bound=Union[FLOAT, FLOAT16, BFLOAT16])  # noqa: UP007
 
 # The domain and version of the contract (docs/ops.md), and the private domain of the helpers.
-DOMAIN = "attndeploy"
 DOMAIN_VERSION = 1
 ATTNDEPLOY = onnxscript.values.Opset(DOMAIN, DOMAIN_VERSION)
 INTERNAL = onnxscript.values.Opset("attndeploy.internal", 1)

@@ -20,10 +20,9 @@ from attndeploy.fsutil import (
 from attndeploy.quantize import check, methods
 from attndeploy.quantize.options import QuantizeOptions
 from attndeploy.quantize.per_row import per_row_activations
-from attndeploy.runtime.metadata import PREFIX
 from attndeploy.runtime.model import InferenceModel
+from attndeploy.runtime.names import ATTENTION_MASK, INPUT_IDS, META_QUANTIZATION
 
-META_QUANTIZATION = PREFIX + "quantization"
 # GA-Net's gate network, by the class of the module its nodes are traced in: `GateNetwork` where a
 # converted Hugging Face model calls it, `GateController` in attndeploy's own models (which call
 # the network's `scores`, so torch.onnx records the controller's scope, not the network's).
@@ -330,7 +329,6 @@ def text_feeds(model: InferenceModel, texts: list[str], batch: int = 32
     """`texts` tokenized as predict does (truncated at the model's max_seq), in right-padded
     batches of up to `batch`: the model's feeds, for static calibration and for anything else
     that runs the labelled texts outside `predict`."""
-    from attndeploy.interface import ATTENTION_MASK, INPUT_IDS
     from attndeploy.runtime.text import encode_texts
     from attndeploy.runtime.tokenizer import pad_sequences
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from attndeploy.errors import DataError
-
-INPUT_IDS = "input_ids"
-ATTENTION_MASK = "attention_mask"
+from attndeploy.runtime.names import ATTENTION_MASK, INPUT_IDS
 
 
 def check_inputs(

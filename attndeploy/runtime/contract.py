@@ -46,6 +46,9 @@ LOGITS = "logits"
 PROBABILITIES = "probabilities"
 ATTENDED = "attended"
 FIELDS = (TOKENS, LABEL, TAGS, LOGITS, PROBABILITIES, ATTENDED)
+# The wire datatype (Triton's name) of each output: strings as BYTES, numbers as FP32.
+WIRE_DATATYPES = {TOKENS: "BYTES", LABEL: "BYTES", TAGS: "BYTES", LOGITS: "FP32",
+                  PROBABILITIES: "FP32", ATTENDED: "BYTES"}
 
 PARAM_CONTRACT_VERSION = "CONTRACT_VERSION"  # text model config.pbtxt parameters
 PARAM_LABEL_NAMES = "LABEL_NAMES"

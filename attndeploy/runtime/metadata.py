@@ -6,18 +6,18 @@
 (the export's limit, at most the config's) and `attndeploy.tokenizer` (the tokenizer record as
 JSON, `{"type": "word" | "wordpiece", ...}`, or "" when the checkpoint had none). A file without
 the required keys was not made by attndeploy. The record's type picks the class that reads it
-(`runtime.shipping.TOKENIZER_TYPES`, the table served text models use too).
+(`runtime.shipping.tokenizer_from_record`, by the table served text models use too).
 
 The input is a plain `{key: value}` mapping, so no ONNX parser is needed: `InferenceModel` hands
 in onnxruntime's `get_modelmeta().custom_metadata_map`, `attndeploy infer` the metadata_props
-that `onnx` reads. The checks and messages follow
-`attndeploy.serving.packaging.onnx_info.read_model_info` (the packager's reader, which works on an
-`onnx.ModelProto`).
+that `onnx` reads; with them come the graph's output names, from which (a `gates` output)
+whether the model is gated is read. This is the one reader of those facts: the packager's
+`serving.packaging.onnx_info.read_model_info` calls it, and its `ModelInfo` is a `ModelMetadata`.
+The keys are `runtime.names`'.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,25 +25,22 @@ from typing import Any
 from attndeploy.echo import echo
 from attndeploy.errors import DataError, ModelError
 from attndeploy.jsonread import parse_json
-from attndeploy.runtime.shipping import TOKENIZER_TYPES
+from attndeploy.runtime.names import (
+    GATES,
+    META_CONFIG,
+    META_LABELS,
+    META_MAX_SEQ,
+    META_TOKENIZER,
+    META_VARIANT,
+    META_VERSION,
+    META_WEIGHTS,
+)
+from attndeploy.runtime.shipping import tokenizer_from_record
 from attndeploy.runtime.tokenizer import TextTokenizer
 
-PREFIX = "attndeploy."
-META_VARIANT = PREFIX + "variant"
-META_VERSION = PREFIX + "version"
-META_CONFIG = PREFIX + "config"
-META_WEIGHTS = PREFIX + "weights_sha256"
-META_LABELS = PREFIX + "labels"
-META_MAX_SEQ = PREFIX + "max_seq"
-META_TOKENIZER = PREFIX + "tokenizer"
 REQUIRED = (META_VARIANT, META_VERSION, META_CONFIG, META_WEIGHTS, META_LABELS)
 REQUIRED_CONFIG_KEYS = ("variant", "head", "num_labels", "max_seq", "vocab_size")
 HEADS = ("classification", "tagging")
-LOGITS = "logits"  # the outputs of an exported model (attndeploy.interface, which imports onnx)
-GATES = "gates"
-# Deprecated: whether a model is gated is read from its outputs (a `gates` output), not from
-# its variant's name; this list serves only `parse_metadata` called without `outputs`.
-GATED_VARIANTS = ("ganet",)
 
 
 @dataclass(frozen=True)
@@ -68,6 +65,10 @@ class ModelMetadata:
         return GATES in self.outputs
 
     @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+    @property
     def tagging(self) -> bool:
         return self.head == "tagging"
 
@@ -82,26 +83,6 @@ def _positive_int(value: Any, what: str, source: str) -> int:
 def _json(meta: Mapping[str, str], key: str, source: str) -> Any:
     return parse_json(meta[key], f"{source}: attndeploy metadata {key}", error=ModelError,
                       invalid=lambda exc: f"{source}: corrupt attndeploy metadata {key} ({exc}).")
-
-
-def tokenizer_from_record(record: Any) -> TextTokenizer:
-    """The tokenizer a record describes, built by the class `TOKENIZER_TYPES` names for its
-    "type"; DataError for an unknown type (naming the known ones), a missing package or a bad
-    record."""
-    kind = record.get("type") if isinstance(record, dict) else None
-    if kind not in TOKENIZER_TYPES:
-        what = (f"type {echo(repr(kind))}" if isinstance(record, dict)
-                else f"a {type(record).__name__}")
-        raise DataError(f"unknown tokenizer {what}; this attndeploy reads "
-                        f"{', '.join(sorted(TOKENIZER_TYPES))}")
-    entry = TOKENIZER_TYPES[kind]
-    if entry.requires is not None:
-        try:
-            importlib.import_module(entry.requires)
-        except ImportError:
-            raise DataError(f"the {kind!r} tokenizer needs the Python package "
-                            f"{entry.requires!r}: pip install {entry.requires}") from None
-    return getattr(importlib.import_module(entry.module), entry.cls).from_dict(record)
 
 
 def _not_a_checkpoint_export(meta: Mapping[str, str], missing: list[str], source: str) -> str:
@@ -120,13 +101,13 @@ def _not_a_checkpoint_export(meta: Mapping[str, str], missing: list[str], source
 
 
 def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
-                   read_tokenizer: bool = True,
-                   outputs: Sequence[str] | None = None) -> ModelMetadata:
+                   outputs: Sequence[str], read_tokenizer: bool = True) -> ModelMetadata:
     """The `ModelMetadata` in an exported model's metadata_props; ModelError naming what is
     missing or wrong (`source` names the file in the message). The one reader of that metadata:
     the packager's `read_model_info` calls it with `read_tokenizer=False` (a text model checks
     its tokenizer record itself), leaving `tokenizer` None. `outputs` are the graph's output
-    names (whether it is gated); without them (deprecated) the variant's name decides."""
+    names: whether the model is gated is read from them (a `gates` output), never from its
+    variant's name, so a plug-in gated variant is one like GA-Net."""
     missing = [key for key in REQUIRED if key not in meta]
     if missing:
         raise ModelError(_not_a_checkpoint_export(meta, missing, source))
@@ -169,12 +150,6 @@ def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
         if len(tokenizer) > vocab_size:
             raise ModelError(f"{source}: the vocabulary has {len(tokenizer)} tokens but the "
                               f"model embeds {vocab_size}; re-export the model.")
-    if outputs is None:
-        import warnings
-
-        warnings.warn("parse_metadata without outputs= is deprecated: pass the graph's output "
-                      "names (whether the model is gated)", DeprecationWarning, stacklevel=2)
-        outputs = (LOGITS, GATES) if str(config["variant"]) in GATED_VARIANTS else (LOGITS,)
     return ModelMetadata(
         variant=str(config["variant"]),
         head=str(config["head"]),

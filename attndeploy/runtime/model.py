@@ -27,8 +27,9 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 
 from attndeploy.errors import ConfigError, DataError, ModelError
 from attndeploy.runtime import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TEXT_BYTES, sessions
-from attndeploy.runtime.checks import ATTENTION_MASK, INPUT_IDS, check_inputs
-from attndeploy.runtime.metadata import GATES, LOGITS, ModelMetadata, parse_metadata
+from attndeploy.runtime.checks import check_inputs
+from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
+from attndeploy.runtime.names import ATTENTION_MASK, GATES, INPUT_IDS, LOGITS
 from attndeploy.runtime.text import Prediction, decode_batch, encode_texts
 from attndeploy.runtime.tokenizer import TextTokenizer, pad_sequences
 

@@ -18,12 +18,21 @@ that class needs in the server's Python: "word" (`WordTokenizer`, numpy only) an
 inference (`runtime.metadata`) builds tokenizers from the same table. A new tokenizer plugs in as
 one entry here plus its module in `SHIPPED_MODULES`; a served model whose server lacks the
 package fails at load, naming it.
+
+`tokenizer_from_record` is the one rule that turns a record into a tokenizer in this package
+(in-process inference and the packager's check of a text model's record); the generated
+`model.py` applies the same table in the server, where attndeploy cannot be imported.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
+
+from attndeploy.echo import echo
+from attndeploy.errors import DataError
 
 # (module name, path relative to the folder that holds the `attndeploy` package), imports first.
 SHIPPED_MODULES: tuple[tuple[str, str], ...] = (
@@ -52,6 +61,39 @@ TOKENIZER_TYPES: dict[str, TokenizerType] = {
     "wordpiece": TokenizerType("attndeploy.runtime.wordpiece", "WordPieceTokenizer",
                                requires="tokenizers"),
 }
+
+
+class UnknownTokenizerType(DataError):
+    """A tokenizer record whose "type" is none of `TOKENIZER_TYPES` (or that is no object)."""
+
+
+class MissingTokenizerPackage(DataError):
+    """A tokenizer type whose class needs a package this Python cannot import."""
+
+    def __init__(self, message: str, package: str) -> None:
+        super().__init__(message)
+        self.package = package
+
+
+def tokenizer_from_record(record: Any) -> Any:
+    """The tokenizer a record describes, built by the class `TOKENIZER_TYPES` names for its
+    "type" (`cls.from_dict(record)`, whose own errors propagate); UnknownTokenizerType (naming
+    the known types) or MissingTokenizerPackage first when it cannot be built here."""
+    kind = record.get("type") if isinstance(record, dict) else None
+    entry = TOKENIZER_TYPES.get(kind) if isinstance(kind, str) else None
+    if entry is None:
+        what = (f"type {echo(repr(kind))}" if isinstance(record, dict)
+                else f"a {type(record).__name__}")
+        raise UnknownTokenizerType(f"unknown tokenizer {what}; this attndeploy reads "
+                                   f"{', '.join(sorted(TOKENIZER_TYPES))}")
+    if entry.requires is not None:
+        try:
+            importlib.import_module(entry.requires)
+        except ImportError:
+            raise MissingTokenizerPackage(
+                f"the {kind!r} tokenizer needs the Python package {entry.requires!r}: pip "
+                f"install {entry.requires}", entry.requires) from None
+    return getattr(importlib.import_module(entry.module), entry.cls).from_dict(record)
 
 
 def runtime_sources() -> dict[str, bytes]:

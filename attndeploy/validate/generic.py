@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import AttnDeployError, ValidationError
+from attndeploy.runtime.names import ATTENTION_MASK, META_INLINED, META_OPSET
 from attndeploy.validate.compare import (
     GATE_FLIP_TOLERANCE,
     CompareResult,
@@ -139,7 +140,7 @@ def _mask_input(inputs: list[_Value], requested: str | None) -> _Value | None:
     masks = [v for v in inputs if v.dtype == np.bool_ and v.dims == (BATCH, SEQ)]
     if len(masks) == 1:
         return masks[0]
-    attention_mask = by_name.get("attention_mask")
+    attention_mask = by_name.get(ATTENTION_MASK)
     return attention_mask if attention_mask is not None and attention_mask.per_token else None
 
 
@@ -386,8 +387,8 @@ def validate_module(
                      f"{flip_tolerance:g}")
     model_info = {
         "onnx_path": str(onnx_path), "checkpoint": None, "variant": None, "family": "custom",
-        "head": None, "dtype": dtype, "opset": metadata.get("attndeploy.opset"),
-        "max_seq": None, "inlined": metadata.get("attndeploy.inlined") == "true",
+        "head": None, "dtype": dtype, "opset": metadata.get(META_OPSET),
+        "max_seq": None, "inlined": metadata.get(META_INLINED) == "true",
         "weights_sha256": None, "labels": [], "module": type(model).__name__,
         "inputs": [v.name for v in inputs], "outputs": [o.name for o in outputs],
         "mask_input": mask.name if mask is not None else None,

@@ -22,6 +22,7 @@ import numpy as np
 
 from attndeploy.errors import ValidationError
 from attndeploy.interface import make_feed
+from attndeploy.runtime.names import ATTENTION_MASK
 
 FIRST_TOKEN_ID = 2  # ids 0 (padding) and 1 (unknown) are never drawn
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
@@ -133,7 +134,7 @@ def make_inputs(shape: Shape, vocab_size: int, seed: int = 0) -> dict[str, np.nd
 
 def valid_mask(feed: dict[str, np.ndarray]) -> np.ndarray:
     """bool [batch, seq]: the real tokens of a feed."""
-    return np.asarray(feed["attention_mask"]) != 0
+    return np.asarray(feed[ATTENTION_MASK]) != 0
 
 
 def check_shapes(shapes: Iterable[Shape], max_seq: int, where: str) -> None:

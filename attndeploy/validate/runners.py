@@ -29,6 +29,7 @@ import numpy as np
 
 from attndeploy.errors import ValidationError
 from attndeploy.interface import Feed, Outputs, Runner  # noqa: F401  (re-exported)
+from attndeploy.runtime.names import ATTENTION_MASK, INPUT_IDS
 
 
 class RunnerError(ValidationError):
@@ -104,8 +105,8 @@ class TorchRunner(BaseRunner):
         import torch
 
         self._require_active()
-        ids = torch.from_numpy(np.ascontiguousarray(feed["input_ids"], dtype=np.int64))
-        mask = torch.from_numpy(np.ascontiguousarray(feed["attention_mask"], dtype=np.int64))
+        ids = torch.from_numpy(np.ascontiguousarray(feed[INPUT_IDS], dtype=np.int64))
+        mask = torch.from_numpy(np.ascontiguousarray(feed[ATTENTION_MASK], dtype=np.int64))
         with torch.inference_mode():
             raw = self.model(ids, mask, details=True)
         out: Outputs = {"logits": raw["logits"].float().cpu().numpy()}

@@ -323,7 +323,8 @@ def test_validate_prints_the_gate_summary_as_lines(monkeypatch, capsys, tmp_path
 
 def test_a_generic_model_is_told_apart_and_told_what_to_do():
     with pytest.raises(ModelError) as info:
-        parse_metadata({"attndeploy.version": "0.1", "attndeploy.opset": "18"}, "mine.onnx")
+        parse_metadata({"attndeploy.version": "0.1", "attndeploy.opset": "18"}, "mine.onnx",
+                       outputs=["logits"])
     message = str(info.value)
     assert message.startswith("mine.onnx is an export of your own model (`export_model` or "
                               "`attndeploy export --factory`), not of a checkpoint: its metadata "
@@ -335,7 +336,7 @@ def test_a_generic_model_is_told_apart_and_told_what_to_do():
 
 def test_a_foreign_file_names_its_missing_keys_and_what_to_do():
     with pytest.raises(ModelError) as info:
-        parse_metadata({}, "other.onnx")
+        parse_metadata({}, "other.onnx", outputs=["logits"])
     message = str(info.value)
     assert message.startswith(f"other.onnx was not exported by attndeploy: its metadata lacks "
                               f"{', '.join(REQUIRED)}")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from attndeploy.runtime.names import META_TOKENIZER
 from attndeploy.serving.packaging.repository import PackageOptions, package_model
-from attndeploy.serving.packaging.text_model import META_TOKENIZER
 from tests.serving.onnx_fixtures import build_model, save_model
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "the bird sang on a tree",

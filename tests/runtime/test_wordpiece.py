@@ -138,6 +138,9 @@ def test_bad_records_say_what_is_wrong():
 # --------------------------------------------------------------------------- metadata
 
 
+OUTPUTS = ("logits",)  # an ungated model's graph outputs
+
+
 def metadata(tokenizer_record: dict | str, *, vocab_size: int = 64) -> dict[str, str]:
     config = {"variant": "evolving", "head": "classification", "num_labels": 2,
               "max_seq": 16, "vocab_size": vocab_size}
@@ -151,27 +154,28 @@ def metadata(tokenizer_record: dict | str, *, vocab_size: int = 64) -> dict[str,
 
 
 def test_parse_metadata_builds_the_tokenizer_its_record_names():
-    meta = parse_metadata(metadata(record()))
+    meta = parse_metadata(metadata(record()), outputs=OUTPUTS)
     assert isinstance(meta.tokenizer, WordPieceTokenizer)
     assert meta.tokenizer == WordPieceTokenizer(library_tokenizer())
-    word = parse_metadata(metadata({"type": "word", "vocab": ["<pad>", "<unk>", "fox"]}))
+    word = parse_metadata(metadata({"type": "word", "vocab": ["<pad>", "<unk>", "fox"]}),
+                          outputs=OUTPUTS)
     assert isinstance(word.tokenizer, WordTokenizer)
-    assert parse_metadata(metadata("")).tokenizer is None
+    assert parse_metadata(metadata(""), outputs=OUTPUTS).tokenizer is None
 
 
 def test_parse_metadata_refuses_unknown_oversized_and_unreadable_records(monkeypatch):
     with pytest.raises(ExportError, match=r"m\.onnx: attndeploy\.tokenizer: unknown tokenizer "
                                           r"type 'sentencepiece'; this attndeploy reads word, "
                                           r"wordpiece"):
-        parse_metadata(metadata({"type": "sentencepiece"}), "m.onnx")
+        parse_metadata(metadata({"type": "sentencepiece"}), "m.onnx", outputs=OUTPUTS)
     with pytest.raises(ExportError, match="unknown tokenizer a list"):
-        parse_metadata(metadata("[1, 2]"))
+        parse_metadata(metadata("[1, 2]"), outputs=OUTPUTS)
     with pytest.raises(ExportError, match=f"has {len(VOCAB)} tokens but the model embeds 10"):
-        parse_metadata(metadata(record(), vocab_size=10))
+        parse_metadata(metadata(record(), vocab_size=10), outputs=OUTPUTS)
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if it were not installed
     with pytest.raises(ExportError, match="'wordpiece' tokenizer needs the Python package "
                                           "'tokenizers': pip install tokenizers"):
-        parse_metadata(metadata(record()))
+        parse_metadata(metadata(record()), outputs=OUTPUTS)
 
 
 def test_tokenizer_types_and_shipped_modules_agree():
@@ -228,6 +232,5 @@ def test_a_model_is_gated_by_its_gates_output_not_by_its_variant_s_name():
     meta = metadata({"type": "word", "vocab": ["<pad>", "<unk>", "fox"]})
     assert parse_metadata(meta, outputs=["logits", "gates"]).gated is True  # an "evolving"
     assert parse_metadata(meta, outputs=["logits"]).gated is False
-    with pytest.warns(DeprecationWarning, match="outputs"):
-        legacy = parse_metadata(meta)  # without outputs: the variant's name, for one release
-    assert legacy.gated is False
+    with pytest.raises(TypeError, match="outputs"):  # no list of gated names to fall back on
+        parse_metadata(meta)  # type: ignore[call-arg]

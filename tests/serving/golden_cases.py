@@ -22,10 +22,10 @@ def info(variant: str, head: str, num_labels: int) -> ModelInfo:
     return ModelInfo(
         variant=variant,
         head=head,
-        num_labels=num_labels,
+        labels=tuple(f"label_{i}" for i in range(num_labels)),
         max_seq=32,
         vocab_size=100,
-        labels=tuple(f"label_{i}" for i in range(num_labels)),
+        tokenizer=None,
         exporter_version="0.1.0",
         weights_sha256="0" * 64,
         config={"variant": variant, "head": head, "num_labels": num_labels, "max_seq": 32},

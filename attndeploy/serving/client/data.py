@@ -26,8 +26,10 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
-class ModelMetadata:
-    """What the server says about a model: its versions, inputs and outputs."""
+class ServedModelMetadata:
+    """What the server says about a model (KServe's model metadata endpoint): its versions,
+    inputs and outputs. Not an exported model's own metadata, which `runtime.metadata`'s
+    `ModelMetadata` parses from the ONNX file."""
 
     name: str
     versions: tuple[str, ...]

@@ -52,7 +52,8 @@ def _metadata(onnx_path: Path) -> ModelMetadata:
     from attndeploy.serving.packaging.onnx_info import load_onnx_graph
 
     model = load_onnx_graph(onnx_path)
-    return parse_metadata({p.key: p.value for p in model.metadata_props}, str(onnx_path))
+    return parse_metadata({p.key: p.value for p in model.metadata_props}, str(onnx_path),
+                          outputs=[output.name for output in model.graph.output])
 
 
 def _is_text_model(url: str | None, model: str, repo: Path | None, timeout_s: float,

@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import ServerError
+from attndeploy.runtime.names import ATTENTION_MASK, INPUT_IDS
 from attndeploy.serving.client.data import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
-    ModelMetadata,
+    ServedModelMetadata,
     TensorSpec,
     as_protocol,
     default_url,
@@ -66,7 +67,7 @@ __all__ = [
     "STATUS_UNAVAILABLE",
     "STATUS_UNKNOWN",
     "HttpClient",
-    "ModelMetadata",
+    "ServedModelMetadata",
     "TensorSpec",
     "TritonRunner",
     "as_protocol",
@@ -222,7 +223,7 @@ class TritonRunner:
             return False
         return True
 
-    def metadata(self) -> ModelMetadata:
+    def metadata(self) -> ServedModelMetadata:
         """The model's inputs and outputs as the server declares them."""
         data = self._call("the metadata request", "get_model_metadata", self.model,
                           self.version, as_json=True)
@@ -233,7 +234,7 @@ class TritonRunner:
                 for t in data.get(key, [])
             )
 
-        return ModelMetadata(
+        return ServedModelMetadata(
             name=data.get("name", self.model),
             versions=tuple(data.get("versions", [])),
             platform=data.get("platform", ""),
@@ -275,8 +276,8 @@ def infer_once(
 ) -> dict[str, np.ndarray]:
     """One request with the model-level interface: INT64 `[batch, seq]` ids and mask."""
     feed = {
-        "input_ids": np.asarray(input_ids, dtype=np.int64),  # [batch, seq]
-        "attention_mask": np.asarray(attention_mask, dtype=np.int64),  # [batch, seq]
+        INPUT_IDS: np.asarray(input_ids, dtype=np.int64),  # [batch, seq]
+        ATTENTION_MASK: np.asarray(attention_mask, dtype=np.int64),  # [batch, seq]
     }
     with TritonRunner(url, model, timeout_s=timeout_s, protocol=protocol) as runner:
         return runner.infer(feed)

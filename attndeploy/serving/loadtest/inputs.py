@@ -16,10 +16,11 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import LoadTestError
+from attndeploy.runtime.names import ATTENTION_MASK, GATES, INPUT_IDS, LOGITS, META_MAX_SEQ
 from attndeploy.serving.client.triton import TritonRunner, make_inputs
 from attndeploy.serving.loadtest.config import FIRST_TOKEN_ID, LoadTestConfig
+from attndeploy.serving.packaging.text_model_names import PARAM_TRUNCATE, TEXT
 
-META_MAX_SEQ = "attndeploy.max_seq"  # an export's own limit (export --max-seq), see onnx_info
 PARAM_MAX_SEQ = "MAX_SEQ"  # the python flavour's config parameter, see model_config
 
 
@@ -54,7 +55,7 @@ def vocab_from_onnx(path: Path | Any) -> int | None:
         if isinstance(value.get("vocab_size"), int):
             return int(value["vocab_size"])
     shapes = {init.name: tuple(init.dims) for init in model.graph.initializer}
-    ids = {"input_ids"}
+    ids = {INPUT_IDS}
     for node in model.graph.node:  # nodes are topologically sorted
         if node.op_type in ("Cast", "Identity") and node.input and node.input[0] in ids:
             ids.update(node.output)
@@ -119,8 +120,8 @@ def _build_pool(config: LoadTestConfig, vocab: int, dtypes: dict[str, np.dtype])
         for _ in range(config.pool_size):
             ids = rng.integers(FIRST_TOKEN_ID, vocab, (config.batch, int(seq)))  # [batch, seq]
             feed = {
-                "input_ids": ids.astype(dtypes["input_ids"]),
-                "attention_mask": np.ones_like(ids).astype(dtypes["attention_mask"]),
+                INPUT_IDS: ids.astype(dtypes[INPUT_IDS]),
+                ATTENTION_MASK: np.ones_like(ids).astype(dtypes[ATTENTION_MASK]),
             }
             entries.append(_PoolEntry(feed, make_inputs(feed, config.protocol)))
         pool.append(entries)
@@ -129,8 +130,7 @@ def _build_pool(config: LoadTestConfig, vocab: int, dtypes: dict[str, np.dtype])
 
 # --------------------------------------------------------------------------- texts
 
-TEXT_INPUT = "text"
-PARAM_TRUNCATE = "TRUNCATE"  # a text model's config parameter, see text_model
+TEXT_INPUT = TEXT  # a text model's input
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,8 @@ def text_source(onnx_path: Path, served: dict[str, Any] | None = None) -> TextSo
     from attndeploy.runtime.metadata import parse_metadata
 
     model = _load_onnx(onnx_path)
-    meta = parse_metadata({p.key: p.value for p in model.metadata_props}, str(onnx_path))
+    meta = parse_metadata({p.key: p.value for p in model.metadata_props}, str(onnx_path),
+                          outputs=[output.name for output in model.graph.output])
     if meta.tokenizer is None:
         return None
     max_seq = meta.max_seq
@@ -255,8 +256,8 @@ def build_tokenized_pool(config: LoadTestConfig, encoded: list[Any],
     entries = []
     for rows in _batches(encoded, config.batch):
         ids, mask = pad_sequences([e.ids for e in rows])  # [batch, T] each
-        feed = {"input_ids": ids.astype(dtypes["input_ids"]),
-                "attention_mask": mask.astype(dtypes["attention_mask"])}
+        feed = {INPUT_IDS: ids.astype(dtypes[INPUT_IDS]),
+                ATTENTION_MASK: mask.astype(dtypes[ATTENTION_MASK])}
         entries.append(_PoolEntry(feed, make_inputs(feed, config.protocol)))
     return [entries]
 
@@ -305,7 +306,7 @@ class _TextReference:
 
         self.source = source
         self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        self.run_outputs = ["logits", "gates"] if source.gated else ["logits"]
+        self.run_outputs = [LOGITS, GATES] if source.gated else [LOGITS]
         self.outputs = list(served_outputs)
         self._cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}
 
@@ -323,7 +324,7 @@ class _TextReference:
         encoded = [encode_text(source.tokenizer, raw.decode("utf-8"), max_seq=source.max_seq,
                                truncate=source.truncate) for raw in texts[:, 0].tolist()]
         ids, mask = pad_sequences([e.ids for e in encoded])  # [B, T]
-        values = self.session.run(self.run_outputs, {"input_ids": ids, "attention_mask": mask})
+        values = self.session.run(self.run_outputs, {INPUT_IDS: ids, ATTENTION_MASK: mask})
         gates = values[1] if source.gated else None
         predictions = decode_batch(values[0], gates, [e.tokens for e in encoded], source.labels,
                                    tagging=source.tagging)
@@ -343,7 +344,7 @@ def _input_dtypes(
     if metadata.input(TEXT_INPUT) is not None:  # a text model
         names: tuple[str, ...] = (TEXT_INPUT,)
     else:
-        names = ("input_ids", "attention_mask")
+        names = (INPUT_IDS, ATTENTION_MASK)
     for name in names:
         spec = metadata.input(name)
         if spec is None:

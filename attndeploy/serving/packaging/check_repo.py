@@ -35,6 +35,7 @@ from attndeploy.echo import ECHO_LIMIT, echo
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import is_staging_name, is_stale_temporary, parse_temporary_name
 from attndeploy.interface import ATTENTION_MASK, default_opset
+from attndeploy.runtime.names import META_VERSION
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.generic import (
     GenericInfo,
@@ -50,7 +51,6 @@ from attndeploy.serving.packaging.model_template import (
     template_digest,
 )
 from attndeploy.serving.packaging.onnx_info import (
-    META_VERSION,
     ModelInfo,
     is_generic,
     load_onnx_graph,

@@ -14,51 +14,32 @@ flavour checks token ids against it). The optional `attndeploy.max_seq` (an expo
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import onnx
 from google.protobuf.message import DecodeError
 
 from attndeploy.errors import ExportError, RepositoryError
-from attndeploy.interface import GATES, ModelInterface, model_interface
-from attndeploy.runtime.metadata import (  # noqa: F401  (the keys, re-exported for serving)
-    GATED_VARIANTS,
+from attndeploy.interface import ModelInterface, model_interface
+from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
+from attndeploy.runtime.names import (
+    DOMAIN,
     META_CONFIG,
     META_LABELS,
-    META_MAX_SEQ,
     META_VARIANT,
     META_VERSION,
     META_WEIGHTS,
-    REQUIRED,
-    REQUIRED_CONFIG_KEYS,
-    parse_metadata,
 )
 from attndeploy.serving.packaging.onnx_tensors import check_tensors
 
-CUSTOM_DOMAIN = "attndeploy"
-
 
 @dataclass(frozen=True)
-class ModelInfo:
-    """The facts of one exported model that serving depends on."""
-
-    variant: str
-    head: str
-    num_labels: int
-    max_seq: int
-    vocab_size: int
-    labels: tuple[str, ...]
-    exporter_version: str
-    weights_sha256: str
-    config: dict[str, Any]
-    outputs: tuple[str, ...] = ()  # the graph's output names
-
-    @property
-    def gated(self) -> bool:
-        """Whether the model outputs `gates` (a gated variant's): read from its graph."""
-        return GATES in self.outputs
+class ModelInfo(ModelMetadata):
+    """The facts of one exported model that serving depends on: its `ModelMetadata`, parsed
+    once by `runtime.metadata.parse_metadata` (without the tokenizer: a text model checks its
+    record itself), plus the interface Triton's config declares (`attndeploy.interface`, which
+    imports onnx, so the torch- and onnx-free runtime does not have it)."""
 
     @property
     def interface(self) -> ModelInterface:
@@ -108,18 +89,7 @@ def read_model_info(model: onnx.ModelProto, source: str = "the model") -> ModelI
         raise RepositoryError(str(exc)) from exc
     if any("\n" in label or "\r" in label for label in parsed.labels):  # labels.txt lines
         raise RepositoryError(f"{source}: label names must not contain line breaks.")
-    return ModelInfo(
-        variant=parsed.variant,
-        head=parsed.head,
-        num_labels=len(parsed.labels),
-        max_seq=parsed.max_seq,
-        vocab_size=parsed.vocab_size,
-        labels=parsed.labels,
-        exporter_version=parsed.exporter_version,
-        weights_sha256=parsed.weights_sha256,
-        config=parsed.config,
-        outputs=parsed.outputs,
-    )
+    return ModelInfo(**{field.name: getattr(parsed, field.name) for field in fields(parsed)})
 
 
 def missing_functions(model: onnx.ModelProto) -> list[str]:
@@ -135,7 +105,7 @@ def missing_functions(model: onnx.ModelProto) -> list[str]:
     missing = {
         f"{node.domain}::{node.op_type}"
         for node in nodes
-        if node.domain == CUSTOM_DOMAIN and (node.domain, node.op_type) not in defined
+        if node.domain == DOMAIN and (node.domain, node.op_type) not in defined
     }
     return sorted(missing)
 

@@ -45,6 +45,7 @@ from attndeploy.fsutil import (
     remove_stale_temporaries_in,
     write_files,
 )
+from attndeploy.runtime.names import META_VERSION
 from attndeploy.serving.packaging.generic import GenericInfo, read_generic_info
 from attndeploy.serving.packaging.model_config import (
     CONFIG_FILE,
@@ -58,7 +59,6 @@ from attndeploy.serving.packaging.model_config import (
 )
 from attndeploy.serving.packaging.model_template import generate_generic_model_py, generate_model_py
 from attndeploy.serving.packaging.onnx_info import (
-    META_VERSION,
     ModelInfo,
     is_generic,
     load_onnx_graph,

@@ -55,7 +55,6 @@ the 2-core reference machine (`benchmarks/text_serving.py`) two instances, or th
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,15 +78,23 @@ from attndeploy.runtime.contract import (
     PROBABILITIES,
     TAGS,
     TOKENS,
+    WIRE_DATATYPES,
+    wire_outputs,
 )
-from attndeploy.runtime.shipping import TOKENIZER_TYPES, runtime_sources
+from attndeploy.runtime.names import META_TOKENIZER
+from attndeploy.runtime.shipping import (
+    TOKENIZER_TYPES,
+    MissingTokenizerPackage,
+    UnknownTokenizerType,
+    runtime_sources,
+    tokenizer_from_record,
+)
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.onnx_info import ModelInfo
 from attndeploy.serving.packaging.text_model_names import (  # noqa: F401  (re-exported)
     CALL_BLS,
     CALL_ONNXRUNTIME,
     ID_MODEL_CALLS,
-    META_TOKENIZER,
     PARAM_ID_MODEL,
     PARAM_ID_MODEL_CALL,
     PARAM_ID_VERSION,
@@ -126,29 +133,43 @@ class TextInterface:
         return [spec.name for spec in self.outputs]
 
 
+_CONFIG_TYPES = {"BYTES": "TYPE_STRING", "FP32": "TYPE_FP32"}  # wire datatype -> config's
+
+
+def _output_dims_and_doc(name: str, *, tagging: bool, num_labels: int
+                         ) -> tuple[tuple[int, ...], str]:
+    """A text model output's dims per row (batch implicit) and what it holds."""
+    if tagging:
+        return {
+            TOKENS: ((-1,), "the text's tokens, '' past the text"),
+            TAGS: ((-1,), "one label per token, '' past the text"),
+            LOGITS: ((-1, num_labels), "the id model's logits per token"),
+            PROBABILITIES: ((-1, num_labels), "their softmax over the labels"),
+            ATTENDED: ((1,), "tokens whose hard gates are open, in order, space-joined"),
+        }[name]
+    return {
+        TOKENS: ((-1,), "the text's tokens, '' past the text"),
+        LABEL: ((1,), "the label's name"),
+        LOGITS: ((num_labels,), "the id model's logits"),
+        PROBABILITIES: ((num_labels,), "their softmax"),
+        ATTENDED: ((1,), "tokens whose hard gates are open, in order, space-joined"),
+    }[name]
+
+
 def text_interface(*, head: str, num_labels: int, gated: bool) -> TextInterface:
-    """The text model's interface for an id model with this head, label count and gates."""
+    """The text model's interface for an id model with this head, label count and gates: its
+    outputs are the prediction contract's (`contract.wire_outputs`, in that order, with
+    `WIRE_DATATYPES`); only their dims per row are stated here."""
     if head not in (CLASSIFICATION, TAGGING):
         raise ValueError(f"unknown head {head!r}; valid: {CLASSIFICATION}, {TAGGING}")
     inputs = (TextTensor(TEXT, "TYPE_STRING", (1,), "one UTF-8 text per row"),)
-    outputs = [TextTensor(TOKENS, "TYPE_STRING", (-1,), "the text's tokens, '' past the text")]
-    if head == TAGGING:
-        outputs += [
-            TextTensor(TAGS, "TYPE_STRING", (-1,), "one label per token, '' past the text"),
-            TextTensor(LOGITS, "TYPE_FP32", (-1, num_labels), "the id model's logits per token"),
-            TextTensor(PROBABILITIES, "TYPE_FP32", (-1, num_labels),
-                       "their softmax over the labels"),
-        ]
-    else:
-        outputs += [
-            TextTensor(LABEL, "TYPE_STRING", (1,), "the label's name"),
-            TextTensor(LOGITS, "TYPE_FP32", (num_labels,), "the id model's logits"),
-            TextTensor(PROBABILITIES, "TYPE_FP32", (num_labels,), "their softmax"),
-        ]
-    if gated:
-        outputs.append(TextTensor(ATTENDED, "TYPE_STRING", (1,),
-                                  "tokens whose hard gates are open, in order, space-joined"))
-    return TextInterface(inputs=inputs, outputs=tuple(outputs))
+    tagging = head == TAGGING
+    outputs = tuple(
+        TextTensor(name, _CONFIG_TYPES[WIRE_DATATYPES[name]],
+                   *_output_dims_and_doc(name, tagging=tagging, num_labels=num_labels))
+        for name in wire_outputs(tagging=tagging, gated=gated)
+    )
+    return TextInterface(inputs=inputs, outputs=outputs)
 
 
 def text_model_name(base: str) -> str:
@@ -176,21 +197,16 @@ def check_tokenizer_record(record: dict[str, Any], info: ModelInfo, source: str)
     """RepositoryError unless a served text model can load `record` (checked by loading it,
     with the class a served model uses, when its required package is importable here)."""
 
-    kind = record.get("type")
-    if kind not in TOKENIZER_TYPES:
-        raise RepositoryError(
-            f"{source}: its tokenizer type {echo(repr(kind))} has no served text model in this "
-            f"attndeploy (it serves {', '.join(sorted(TOKENIZER_TYPES))}); package with "
-            "--no-text-model to write the id model alone"
-        )
-    entry = TOKENIZER_TYPES[kind]
-    if entry.requires is not None:
-        try:
-            importlib.import_module(entry.requires)
-        except ImportError:
-            return  # the server must have it; the served model says so at load if not
     try:
-        tokenizer = getattr(importlib.import_module(entry.module), entry.cls).from_dict(record)
+        tokenizer = tokenizer_from_record(record)
+    except UnknownTokenizerType:
+        raise RepositoryError(
+            f"{source}: its tokenizer type {echo(repr(record.get('type')))} has no served text "
+            f"model in this attndeploy (it serves {', '.join(sorted(TOKENIZER_TYPES))}); "
+            "package with --no-text-model to write the id model alone"
+        ) from None
+    except MissingTokenizerPackage:
+        return  # the server must have it; the served model says so at load if not
     except Exception as exc:  # the class's own message says what is wrong with the record
         raise RepositoryError(f"{source}: {META_TOKENIZER}: {exc}") from exc
     size = len(tokenizer) if hasattr(tokenizer, "__len__") else None

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from attndeploy.runtime.names import META_VERSION
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.generic import read_generic_info
-from attndeploy.serving.packaging.onnx_info import META_VERSION, load_onnx_graph, read_model_info
+from attndeploy.serving.packaging.onnx_info import load_onnx_graph, read_model_info
 from attndeploy.serving.packaging.options import Flavor, PackageOptions
 from attndeploy.serving.packaging.text_model import (
     CALL_ONNXRUNTIME,

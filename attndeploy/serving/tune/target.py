@@ -29,6 +29,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
 from attndeploy.fsutil import file_sha256, is_staging_name
+from attndeploy.runtime.names import META_QUANTIZATION  # what `attndeploy quantize` records
 from attndeploy.serving.loadtest.inputs import scales_per_batch
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.onnx_info import (
@@ -38,8 +39,6 @@ from attndeploy.serving.packaging.onnx_info import (
     uses_external_data,
 )
 from attndeploy.serving.packaging.text_model import CALL_ONNXRUNTIME, call_of, id_model_of
-
-META_QUANTIZATION = "attndeploy.quantization"  # what `attndeploy quantize` records
 
 
 @dataclass(frozen=True)

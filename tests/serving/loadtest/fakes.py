@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from attndeploy.serving.client.triton import ModelMetadata, TensorSpec
+from attndeploy.serving.client.triton import ServedModelMetadata, TensorSpec
 from attndeploy.serving.loadtest import run as loadtest_run  # where TritonRunner is looked up
 from tests.serving.loadtest_sim import served_statistics
 
@@ -87,10 +87,10 @@ class FakeRunner:
     def __exit__(self, *exc: object) -> None:
         self.client.close()
 
-    def metadata(self) -> ModelMetadata:
+    def metadata(self) -> ServedModelMetadata:
         inputs = tuple(TensorSpec(n, "INT64", (-1, -1)) for n in ("input_ids", "attention_mask"))
         outputs = (TensorSpec("logits", "FP32", (-1, 3)),)
-        return ModelMetadata("m", ("1",), "python", inputs, outputs)
+        return ServedModelMetadata("m", ("1",), "python", inputs, outputs)
 
     def model_config(self) -> dict[str, Any]:
         return self.served
