@@ -1,7 +1,7 @@
 """The PyTorch side of a layer-by-layer comparison: every `attndeploy` op call and every block's
 output of one forward pass, as numpy arrays.
 
-Op calls: the layers run their maths through `variants._common.call_op(functional.<op>, ...)`,
+Op calls: the layers run their maths through `variants.api.call_op(functional.<op>, ...)`,
 which in eager mode calls the reference it is handed, looked up on `attndeploy.variants.functional`
 at call time. `recording_op_calls` puts a recorder in front of each op of the set there for the
 duration of a `with` block (and restores the originals however it ends): the k-th recorded call

@@ -72,7 +72,7 @@ from attndeploy.config import ModelConfig
 from attndeploy.configbase import layers_below
 from attndeploy.errors import ConfigError
 from attndeploy.integrations.hf_hooks import ALWAYS_OPEN_LOGIT, install_hooks
-from attndeploy.variants._common import AttentionBase, LayerContext
+from attndeploy.variants.api import AttentionBase, LayerContext
 from attndeploy.variants.ganet.config import GANetConfig
 from attndeploy.variants.ganet.layer import GateNetwork
 from attndeploy.variants.registry import variant_spec

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
 from attndeploy.models.inputs import check_model_inputs
-from attndeploy.variants._gating import GateState, soft_density
+from attndeploy.variants.api import GateState, soft_density
 from attndeploy.variants.functional import hard_gates
 from attndeploy.variants.registry import variant_spec
 

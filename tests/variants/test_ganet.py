@@ -17,7 +17,7 @@ from attndeploy.errors import ConfigError
 from attndeploy.models import build_model
 from attndeploy.train import evaluate
 from attndeploy.variants import functional as Fn
-from attndeploy.variants._common import LayerContext
+from attndeploy.variants.api import LayerContext
 from attndeploy.variants.ganet.layer import (
     HARD_CONCRETE_FLOOR,
     GateController,

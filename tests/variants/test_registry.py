@@ -19,7 +19,7 @@ from attndeploy.variants import (
     variant_spec,
     variant_specs,
 )
-from attndeploy.variants._common import AttentionBase, call_op
+from attndeploy.variants.api import AttentionBase, call_op
 from attndeploy.variants.registry import VARIANT_NAMES, register_variant
 from tests.helpers import lengths_mask, qkv
 

@@ -10,14 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attndeploy.variants._common import (
+from attndeploy.variants.api import (
     AttentionBase,
+    GateState,
     LayerContext,
     LayerResult,
     as_key_padding_mask,
     call_op,
 )
-from attndeploy.variants._gating import GateState
 from attndeploy.variants.functional import hard_gates, masked_softmax, resolve_scale
 
 

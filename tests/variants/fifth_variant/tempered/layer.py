@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from attndeploy.variants._common import (
+from attndeploy.variants.api import (
     AttentionBase,
     LayerContext,
     LayerResult,
