@@ -164,6 +164,19 @@ class VariantSpec:
             raise ConfigError(f"variant {self.name!r} has no gates")
         return _import_attribute(self.gating)
 
+    def density_weight(self, sub_config: Any) -> float:
+        """The density penalty's starting weight for its sub-config (its `TrainingHooks`); 0 for
+        an ungated variant. Training a built-in model and fine-tuning a converted one read it."""
+        return float(self.training.penalty_weight(sub_config)) if self.gated else 0.0
+
+    def dense_gate(self, sub_config: Any) -> Any:
+        """Its sub-config with the density penalty off: the dense-gate teacher of `--distill`
+        (its `TrainingHooks`); an ungated variant has none."""
+        if not self.gated:
+            raise ConfigError(f"distillation from a dense-gate teacher applies to gated "
+                              f"variants (GA-Net), not {self.name!r}; leave --distill at 0")
+        return self.training.without_penalty(sub_config)
+
     def preset(self, name: str) -> Preset:
         """Its settings in the training preset `name` (empty when it has none there)."""
         return self.presets.get(name, Preset())
