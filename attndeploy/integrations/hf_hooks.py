@@ -1,10 +1,10 @@
-"""The forward hooks a converted model runs on: the mask, GA-Net's gate logits, the chain.
+"""The forward hooks a converted model runs on: the mask, a gated variant's gates, the chain.
 
 `install_hooks` puts on the base model (`model.base_model`) a forward pre-hook that reads the 2-D
 `attention_mask` as the layers' key padding mask (and hands the model None instead, so it builds
-no 4-D mask), a forward hook that ends the pass, and for GA-Net a hook on the word-embedding
-table that scores the token embeddings once per pass (`integrations.transformers`, module
-docstring).
+no 4-D mask), a forward hook that ends the pass, and for a gated variant a hook on the
+word-embedding table through which its gate machinery scores the token embeddings once per pass
+(`integrations.transformers`, module docstring).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
+from attndeploy.variants.registry import variant_spec
 
 if TYPE_CHECKING:
     from attndeploy.integrations.transformers import Conversion
@@ -44,7 +45,18 @@ def install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Modul
     state = conversion.state
     signature = _forward_signature(base)
     gate_network = conversion.gate_network
-    evolving_chain = conversion.expected_nodes().get("EvolvingAttention", 0) > 0
+    spec = variant_spec(conversion.variant)
+    open_ids = tuple(conversion.options.get("open_token_ids", ()))
+
+    def score(embeddings: Tensor, key_padding_mask: Tensor, input_ids: Tensor | None) -> None:
+        """This pass's gates from the machinery; the `open_token_ids` (a sub-config that has
+        them: GA-Net's) held open on the logits it decides on."""
+        if open_ids and input_ids is not None:
+            gate_state = gate_network(embeddings, key_padding_mask,
+                                      hold=lambda logits: hold_open(logits, input_ids, open_ids))
+        else:
+            gate_state = gate_network(embeddings, key_padding_mask)
+        state.set_gates(gate_state, gate_network.layer_context(gate_state, key_padding_mask))
 
     def before(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         bound = signature.bind(*args, **kwargs)
@@ -64,14 +76,15 @@ def install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Modul
             )
         else:
             key_padding_mask = mask != 0  # [B, T]
-        if evolving_chain and module.training and any(
+        if spec.chained and module.training and any(
             getattr(layer, "gradient_checkpointing", False) for layer in layers
         ):
-            raise ConfigError("gradient checkpointing recomputes layers out of order, which breaks "
-                              "the evolving-attention chain; disable it for evolving models")
+            raise ConfigError(f"gradient checkpointing recomputes layers out of order, which "
+                              f"breaks the chain of {spec.title}'s layers; disable it for "
+                              f"{spec.name} models")
         state.start(key_padding_mask)
         if gate_network is not None and ids is None:  # no token lookup: score the given embeds
-            state.gate_logits = gate_network(embeds, key_padding_mask)
+            score(embeds, key_padding_mask, None)
         if mask is None:
             return None
         arguments["attention_mask"] = None  # the layers read state.key_padding_mask
@@ -83,12 +96,10 @@ def install_hooks(conversion: Conversion, base: nn.Module, layers: list[nn.Modul
     conversion.hooks.append(base.register_forward_pre_hook(before, with_kwargs=True))
     conversion.hooks.append(base.register_forward_hook(after, with_kwargs=True))
     if gate_network is not None:
-        open_ids = tuple(conversion.options.get("open_token_ids", ()))
 
         def score_tokens(module: nn.Module, args: tuple, output: Tensor) -> None:
-            if state.active and state.gate_logits is None:
-                state.gate_logits = hold_open(gate_network(output, state.key_padding_mask),
-                                              args[0], open_ids)  # [B, T]
+            if state.active and state.gate_state is None:
+                score(output, state.key_padding_mask, args[0])
 
         word_embeddings = base.embeddings.word_embeddings
         conversion.hooks.append(word_embeddings.register_forward_hook(score_tokens))

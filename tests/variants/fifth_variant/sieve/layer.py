@@ -49,6 +49,13 @@ class SieveGates(nn.Module):
     def shift_threshold(self, shift: float) -> None:
         self.score.bias.add_(shift)
 
+    @torch.no_grad()
+    def start_open(self, logit: float = 4.0) -> None:
+        """Every gate open (s = `logit` for every token): a converted pretrained model's warm
+        start, which then computes what the model computed."""
+        self.score.weight.zero_()
+        self.score.bias.fill_(logit)
+
     def forward(self, embeddings: Tensor, key_padding_mask: Tensor) -> GateState:
         s = self.scores(embeddings, key_padding_mask)  # [B, T]
         if not self.training:
