@@ -38,7 +38,12 @@ LAYERS: tuple[Layer, ...] = (
                    "attndeploy.optimize_methods", "attndeploy.checkpoint_formats"),
           torch_free=True),
     Layer("runtime", ("attndeploy.runtime", "attndeploy.interface"), torch_free=True),
-    Layer("reference", ("attndeploy.variants.functional",)),
+    # the op references: each variant's own (`variants/<name>/reference.py`), what they share, and
+    # the facade that re-exports them
+    Layer("reference", ("attndeploy.variants.functional", "attndeploy.variants._reference",
+                        *(f"attndeploy.variants.{folder.name}.reference"
+                          for folder in sorted((PACKAGE / "variants").iterdir())
+                          if (folder / "reference.py").is_file()))),
     Layer("opspec", ("attndeploy.opspec",)),
     Layer("variants", ("attndeploy.variants", "attndeploy.nn")),
     Layer("config", ("attndeploy.config",)),

@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
-from attndeploy.variants import functional
 from attndeploy.variants._common import (
     AttentionBase,
     LayerContext,
@@ -31,7 +30,8 @@ from attndeploy.variants._gating import (  # noqa: F401  (GA-Net's names since 0
     soft_density,
 )
 from attndeploy.variants._recurrent import PaddedBiLSTM
-from attndeploy.variants.functional import hard_gates
+from attndeploy.variants._reference import hard_gates
+from attndeploy.variants.ganet import reference
 from attndeploy.variants.ganet.config import GANetConfig
 
 NOISE_EPS = 1e-6
@@ -299,7 +299,7 @@ class GatedAttention(AttentionBase):
                     gates = hard_gates(gate_logits, mask)  # [B, T]
             return probs @ v, gates
         return call_op(
-            functional.gated_attention, q, k, v, mask, gate_logits,
+            reference.gated_attention, q, k, v, mask, gate_logits,
             scale=self.scale, gather_open_keys=self.gather_open_keys,
         )
 
