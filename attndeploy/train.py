@@ -190,8 +190,8 @@ def _train_fresh(
 
     return fit(
         model, train_set, eval_set, config,
-        density_weight=(variant_spec(model_config.variant).training.penalty_weight(
-                            model_config.sub_config) if model.is_gated else 0.0),
+        density_weight=variant_spec(model_config.variant).density_weight(
+            model_config.sub_config),
         label=f"train {model_config.variant} {label}".rstrip(), progress=progress,
         eval_every=eval_every, val_set=val_set,
         corrupt=drop_words if config.word_dropout else None, clean_gates=model.eval_gates,

@@ -1,13 +1,14 @@
 """The PyTorch side of a layer-by-layer comparison: every `attndeploy` op call and every block's
 output of one forward pass, as numpy arrays.
 
-Op calls: the layers run their maths through `variants._common.call_op(functional.<op>, ...)`,
-which in eager mode calls the reference it is handed, looked up on `attndeploy.variants.functional`
-at call time. `recording_op_calls` puts a recorder in front of each op of the set there for the
-duration of a `with` block (and restores the originals however it ends): the k-th recorded call
-is what the k-th `attndeploy` node of the export computes. Only outermost calls are recorded (an
-op that calls another from inside is one call). The recorder is process-wide while it is in
-place: run nothing else in PyTorch at the same time.
+Op calls: the layers run their maths through `variants.api.call_op(<op reference>, ...)`,
+which in eager mode calls the reference it is handed, looked up at call time on its variant's
+`reference` module (re-exported by `attndeploy.variants.functional`). `recording_op_calls` puts a
+recorder in front of each op of the set in both places for the duration of a `with` block (and
+restores the originals however it ends): the k-th recorded call is what the k-th `attndeploy`
+node of the export computes. Only outermost calls are recorded (an op that calls another from
+inside is one call). The recorder is process-wide while it is in place: run nothing else in
+PyTorch at the same time.
 
 Blocks: `recording_modules` adds forward hooks to named modules and keeps the tensors each call
 takes (positional and keyword arguments) and returns (a tuple, list, dict or dataclass flattened
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -111,16 +113,21 @@ def recording_op_calls(recording: Recording) -> Iterator[None]:
 
         return record
 
-    originals = {spec.functional_name: getattr(functional, spec.functional_name)
-                 for spec in op_specs()}
+    # (module, name, original): each reference where the layers look it up, its variant's own
+    # `reference` module, and the `functional` facade that re-exports it
+    places = [
+        (module, spec)
+        for spec in op_specs()
+        for module in (sys.modules[spec.reference.__module__], functional)
+        if getattr(module, spec.functional_name, None) is spec.reference
+    ]
     try:
-        for spec in op_specs():
-            setattr(functional, spec.functional_name,
-                    recorder(spec, originals[spec.functional_name]))
+        for module, spec in places:
+            setattr(module, spec.functional_name, recorder(spec, spec.reference))
         yield
     finally:
-        for name, original in originals.items():
-            setattr(functional, name, original)
+        for module, spec in places:
+            setattr(module, spec.functional_name, spec.reference)
 
 
 @contextmanager

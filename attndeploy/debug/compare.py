@@ -51,7 +51,7 @@ from attndeploy.debug.sources import (
 )
 from attndeploy.errors import ValidationError
 from attndeploy.validate.grid import Shape, make_inputs
-from attndeploy.variants._common import AttentionBase
+from attndeploy.variants.api import AttentionBase
 
 TORCH = "torch"
 

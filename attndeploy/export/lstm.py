@@ -3,13 +3,13 @@
 Letters: b batch, t position, f input features, h hidden size.
 
 torch.export unrolls `nn.LSTM` over time and pins `seq` to the example's length. While the
-exporter traces, `attndeploy.variants._recurrent.override_lstm` routes each direction run to the
+exporter traces, `attndeploy.variants.api.override_lstm` routes each direction run to the
 torch custom op `attndeploy_std::lstm` (its own namespace: the op is standard ONNX, not part of
 the `attndeploy` domain of docs/ops.md), which `translate_lstm` turns into one `LSTM` node
 (time-major between two Transposes: onnxruntime's CPU kernel refuses the batch-first `layout=1`),
 with symbolic batch and seq, zero initial state and no `sequence_lens`: padding never reaches the
 states of real tokens, because the forward direction reads them before any padding and the backward
-one reverses each sequence within its own length (`_recurrent.reverse_within_length`).
+one reverses each sequence within its own length (`variants.api.reverse_within_length`).
 
 Weights enter in ONNX layout, converted once before tracing (`onnx_lstm_weights`) and held as
 buffers of `LSTMWeights`, so the graph holds them as plain initializers (no Split/Concat left to
@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from attndeploy.errors import ExportError
 from attndeploy.opspec.bodies import TFloat
-from attndeploy.variants._recurrent import PaddedBiLSTM
+from attndeploy.variants.api import PaddedBiLSTM
 
 NAMESPACE = "attndeploy_std"
 # Row blocks of torch's [4h, ...] LSTM weights (i, f, g, o) in ONNX gate order (i, o, f, c).

@@ -1,7 +1,7 @@
 """torch.export -> ONNX, shared by `export_model` and `export_checkpoint`: the tracing machinery.
 
 Route (docs/architecture.md, "Export: facts established"): while torch.export traces the model, the
-attention layers call torch custom ops (`variants._common.call_op` sees
+attention layers call torch custom ops (`variants.api.call_op` sees
 `torch.compiler.is_exporting()`) and every LSTM direction run calls `attndeploy_std::lstm`
 (`attndeploy.export.lstm`, entered with `lstm_route`); the translation table turns each
 attention op into an opaque node of domain `attndeploy` and each LSTM run into one standard ONNX
@@ -33,7 +33,7 @@ import torch
 from attndeploy.errors import ExportError
 from attndeploy.export import gelu, lstm
 from attndeploy.opspec.bodies import DOMAIN, DOMAIN_VERSION
-from attndeploy.variants._recurrent import override_lstm
+from attndeploy.variants.api import override_lstm
 from attndeploy.variants.op_registry import custom_translation_table, function_protos, torch_ops
 
 # G11: an exported graph is deterministic; none of these may appear, in the graph or a function.

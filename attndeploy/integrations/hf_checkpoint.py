@@ -53,8 +53,8 @@ from attndeploy.integrations.transformers import (
     supported_class,
 )
 from attndeploy.models.inputs import check_model_inputs, position_limit
+from attndeploy.variants.api import soft_density
 from attndeploy.variants.functional import hard_gates
-from attndeploy.variants.ganet.layer import relaxed_gates, soft_density
 from attndeploy.variants.registry import variant_spec
 
 FAMILY = "hf"
@@ -131,17 +131,16 @@ class HFClassifier(nn.Module):
     """A converted HF classifier or tagger behind attndeploy's model-level interface.
 
     `forward(input_ids [B,T], attention_mask [B,T]) -> {"logits": [B,C] or [B,T,C],
-    "gates": bool [B,T] (GA-Net)}`; with `details=True` also GA-Net's "gate_logits" (the logits
-    the gates were decided on) and in training "density_penalty" (R, docs/variants.md §3.5), as the
-    built-in models (`attndeploy.train.evaluate` and the validators call it this way).
+    "gates": bool [B,T] (a gated variant)}`; with `details=True` also "gate_logits" (the logits
+    the gates were decided on) and in training "density_penalty" (R, docs/variants.md §3.5, of
+    the soft gates its gate machinery gave), as the built-in models (`attndeploy.train.evaluate`
+    and the validators call it this way).
     """
 
     def __init__(self, model: nn.Module, config: HFModelConfig) -> None:
         super().__init__()
         self.model = model
         self.config = config
-        self.temperature = float(config.options.get("temperature", 1.0))
-        self.relaxation = str(config.options.get("relaxation", "concrete"))
         self._gated = variant_spec(config.variant).gated  # once: the registry reads files
 
     @property
@@ -166,7 +165,7 @@ class HFClassifier(nn.Module):
 
     @torch.no_grad()
     def shift_gate_threshold(self, shift: float) -> None:
-        """Move every gate logit by `shift` for good (the gate network's last bias)."""
+        """Move every gate logit by `shift` for good (the gate machinery's `shift_threshold`)."""
         self._gate_network().shift_threshold(shift)
 
     def forward(
@@ -194,9 +193,8 @@ class HFClassifier(nn.Module):
         out["gates"] = gates
         if details:
             out["gate_logits"] = state.gate_logits
-            if self.training:
-                soft = relaxed_gates(state.gate_logits, self.temperature,
-                                     self.relaxation)  # g_soft [B, T]
+            soft = state.gate_state.soft_gates  # g_soft [B, T] in training
+            if self.training and soft is not None:
                 out["density_penalty"] = soft_density(soft, mask)
         return out
 

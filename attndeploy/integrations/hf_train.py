@@ -247,14 +247,11 @@ def train_hf_checkpoint(
                              seed=train_config.seed)
     if not model.is_gated:
         train_config = replace(train_config, density_target=None)  # no gates to steer
-    hooks = variant_spec(variant).training  # a gated variant's (None otherwise)
-    density_weight = float(hooks.penalty_weight(sub)) if model.is_gated else 0.0
+    spec = variant_spec(variant)
+    density_weight = spec.density_weight(sub)  # its TrainingHooks, as `train` reads them
     teacher = None
-    if train_config.distill:  # GA-Net learns from its dense-gate run (training.distill)
-        if not model.is_gated:
-            raise ConfigError(f"distillation from a dense-gate teacher applies to gated "
-                              f"variants (GA-Net), not {variant!r}; leave --distill at 0")
-        dense = build_classifier(source, data, variant, asdict(hooks.without_penalty(sub)),
+    if train_config.distill:  # a gated variant learns from its dense-gate run (training.distill)
+        dense = build_classifier(source, data, variant, asdict(spec.dense_gate(sub)),
                                  max_seq=max_seq, seed=train_config.seed)
         teacher = fine_tune(dense, data.train_set, data.eval_set,
                             replace(train_config, density_target=None, distill=0.0),

@@ -31,12 +31,22 @@ What `convert` changes (and nothing else):
 - The mask: a forward pre-hook on the base model (`model.base_model`) reads the 2-D
   `attention_mask` [B, T] (non-zero = real token) as the layers' `key_padding_mask` and hands the
   model None instead, so it builds no 4-D additive mask that nothing would read.
-- Evolving attention (EA-BERT): one chain through the encoder stack. Layer 0 starts it (vanilla,
-  no conv); layer l > 0 mixes its logits with those layer l-1 handed on ([B, H, T, T]). With the
+- Every layer runs through its `forward_context`, as in attndeploy's own models, and whatever
+  the variant needs beyond its layers comes from its `VariantSpec`: a gated variant's gates from
+  its gate machinery (`gating`), a chain through the layers from `chained`, the lower layers left
+  as they were from `layer_span`, the training hooks from `training`. So a registered plug-in
+  variant converts as the built-in ones do.
+- Evolving attention (EA-BERT, a `chained` variant): one chain through the encoder stack.
+  Layer 0 starts it (vanilla, no conv); layer l > 0 mixes its logits with those layer l-1
+  handed on ([B, H, T, T]). With the
   option `evolving_layers="upper_half"` (the `train --hf-model` default) every layer of the lower
   half starts the chain anew (vanilla attention, no conv) and only the upper half mixes, the
   first of them with the logits of the layer below it; `"upper_third"` mixes in the top third.
-- GA-Net: ONE `GateNetwork` (registered as `<embeddings>.gate_network`) scores the token
+- A gated variant: ONE gate machinery (its spec's `gating` class, through its
+  `for_conversion(embed_dim, model_config)` where it has one; registered as
+  `<embeddings>.gate_network`) turns the token embeddings into this pass's `GateState` once per
+  forward pass, and every layer is handed its `layer_context`; a warm start calls its
+  `start_open()`. GA-Net's is its `GateNetwork` (`ConvertedGates`), which scores the token
   embeddings (the word-embedding table's output, before positions; docs/variants.md §3.2) once per
   forward pass; every layer gates its keys with those logits. The ids of the option
   `open_token_ids` (e.g. a tokenizer's [CLS] and [SEP], where a pretrained BERT's heads park
@@ -52,8 +62,9 @@ What `convert` changes (and nothing else):
 
 Not carried over: the attention-probability dropout of the original layers (the attndeploy
 layers have none; hidden dropout is unchanged) and attention weights (`output_attentions`).
-Refused: decoders and cross-attention, 4-D attention masks, GA-Net `gate_mode` `sample`, and
-gradient checkpointing with evolving attention (a recomputed layer would read the wrong chain).
+Refused: decoders and cross-attention, 4-D attention masks, what a gate machinery's
+`check_conversion` refuses (GA-Net `gate_mode` `sample`), and gradient checkpointing with a
+chained variant (a recomputed layer would read the wrong chain).
 The hooks belong to the converted model: deep-copy a model before converting it, not after (a
 copy's layers refuse to run).
 """
@@ -72,10 +83,8 @@ from attndeploy.config import ModelConfig
 from attndeploy.configbase import layers_below
 from attndeploy.errors import ConfigError
 from attndeploy.integrations.hf_hooks import ALWAYS_OPEN_LOGIT, ForwardState, install_hooks
-from attndeploy.variants._common import AttentionBase, LayerContext
-from attndeploy.variants.ganet.config import GANetConfig
-from attndeploy.variants.ganet.layer import GateNetwork
-from attndeploy.variants.registry import variant_spec
+from attndeploy.variants.api import AttentionBase, LayerContext
+from attndeploy.variants.registry import VariantSpec, variant_spec
 
 __all__ = [
     "SUPPORTED_CLASSES",
@@ -157,14 +166,21 @@ def variant_config(variant: str, options: dict[str, Any] | None = None) -> Any:
         raise ConfigError(f"unknown {variant} option(s) {', '.join(unknown)}; valid: "
                           f"{', '.join(valid)}")
     config = spec.config(**options)  # validates, says what to change
-    if spec.gated and not isinstance(config, GANetConfig):
-        raise ConfigError(f"a converted model gates with GA-Net's gate network, which reads a "
-                          f"GANetConfig; the gated variant {variant!r} has a "
-                          f"{type(config).__name__} and runs in attndeploy's own models only")
-    if spec.gated and config.gate_mode != "threshold":
-        raise ConfigError("converted models decide GA-Net gates on the logits (gate_mode "
-                          "'threshold'); 'sample' is not supported")
+    check = getattr(spec.gating_class(), "check_conversion", None) if spec.gated else None
+    if check is not None:  # what its gate machinery cannot do in a converted model
+        check(config)
     return config
+
+
+def gate_machinery(spec: VariantSpec, embed_dim: int, layer_config: ModelConfig) -> nn.Module:
+    """A gated variant's gates for a converted model: its spec's machinery class builds them,
+    through its `for_conversion(embed_dim, model_config)` when it has one (GA-Net: its gate
+    network, under the names its checkpoints hold), else as it does in attndeploy's own models
+    (`Class(embed_dim, model_config)`)."""
+    machinery = spec.gating_class()
+    build = getattr(machinery, "for_conversion", None)
+    return build(embed_dim, layer_config) if build is not None else machinery(embed_dim,
+                                                                               layer_config)
 
 
 # ----------------------------------------------------------------------------- state
@@ -180,7 +196,7 @@ class Conversion:
     layer_config: ModelConfig  # what the layers were built from (head "tagging": no pooling)
     state: ForwardState
     num_layers: int
-    gate_network: GateNetwork | None = None
+    gate_network: nn.Module | None = None  # a gated variant's gate machinery
     hooks: list[Any] = field(default_factory=list, repr=False)
     warm_start: bool = False  # started at the original function (module docstring)
     warm_start_progress: float = 1.0  # how far the variant's hyperparameters have come in
@@ -216,10 +232,12 @@ def forward_state(model: nn.Module) -> ForwardState:
 
 class ConvertedSelfAttention(nn.Module):
     """Stands in for a BERT-family self-attention module: `forward(hidden_states [B,T,D], ...)
-    -> (context [B,T,D], None)`, computed by `attention`, an `attndeploy.nn` layer.
+    -> (context [B,T,D], None)`, computed by `attention`, an `attndeploy.nn` layer, through its
+    `forward_context` as in attndeploy's own models.
 
-    The key padding mask, the GA-Net gate logits and the evolving chain come from the model's
-    `ForwardState` (set by the base model's hooks); the HF mask argument is not read.
+    The key padding mask, a gated variant's layer context and a chained variant's carried logits
+    come from the model's `ForwardState` (set by the base model's hooks); the HF mask argument is
+    not read.
     """
 
     def __init__(self, attention: AttentionBase, state: ForwardState, *, index: int,
@@ -228,7 +246,7 @@ class ConvertedSelfAttention(nn.Module):
         self.attention = attention
         self.index = index
         self.gated = gated
-        self.open_gates = open_gates  # a GA-Net layer below `gated_layers`: every key attended
+        self.open_gates = open_gates  # a gated layer below the spec's layer_span: every key open
         self._state = state  # a plain attribute: shared by every layer of one model
 
     def forward(
@@ -240,19 +258,16 @@ class ConvertedSelfAttention(nn.Module):
                 f"converted attention layer {self.index} runs inside its model's forward pass "
                 "(the model's hooks set its mask); call the model, not the layer"
             )
-        mask = state.key_padding_mask  # [B, T] bool
-        if self.gated and self.open_gates:  # the same op, every gate held open
-            logits = torch.full_like(state.gate_logits, ALWAYS_OPEN_LOGIT)  # [B, T]
-            y, _ = self.attention(hidden_states, mask, logits)  # [B, T, D]
-            return y, None
-        if self.gated:
-            y, gates = self.attention(hidden_states, mask, state.gate_logits)  # [B,T,D], [B,T]
-            state.gates = gates
-            return y, None
-        result = self.attention.forward_context(
-            hidden_states, LayerContext(mask, prev_logits=state.prev_logits)
-        )
-        state.prev_logits = result.logits  # [B, H, T, T] (evolving) or None
+        context = state.context if self.gated else LayerContext(state.key_padding_mask)
+        if self.open_gates:  # the same layer, every gate held open (hard, in training too)
+            context = dataclasses.replace(
+                context, gate_logits=torch.full_like(context.gate_logits, ALWAYS_OPEN_LOGIT),
+                log_gates=None, hard_gates=None)  # [B, T]
+        result = self.attention.forward_context(hidden_states,
+                                                context.with_prev_logits(state.prev_logits))
+        state.prev_logits = result.logits  # [B, H, T, T] (a chained variant) or None
+        if self.gated and not self.open_gates:
+            state.gates = result.gates  # [B, T] where the layer reports them
         return result.output, None
 
     def extra_repr(self) -> str:
@@ -335,8 +350,9 @@ def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
 
     `model`: BertModel / BertFor*, RobertaModel / RobertaFor*, DistilBertModel / DistilBertFor*
     (transformers 5.x), an encoder. `variant`: a registered attndeploy variant (standard, qvi,
-    ganet, evolving). `options`: fields of the variant's config, e.g. `form="pairwise"` (QVI),
-    `aux="conv"`, `temperature=1.0` (GA-Net), `alpha=0.5, beta=1.0` (evolving).
+    ganet, evolving, or a plug-in's). `options`: fields of the variant's config, e.g.
+    `form="pairwise"` (QVI), `aux="conv"`, `temperature=1.0` (GA-Net), `alpha=0.5, beta=1.0`
+    (evolving).
     The model keeps its forward signature; with `warm_start` (the default) its outputs too, until
     training moves it (module docstring).
     """
@@ -355,13 +371,15 @@ def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
     )
     if spec.gated:
         embeddings = base.embeddings.word_embeddings.weight
-        gate_network = GateNetwork(
-            embeddings.shape[1], kind=sub.aux, hidden=sub.aux_hidden,
-            bias_init=sub.aux_bias_init, lstm_hidden=layer_config.lstm_hidden,
-        ).to(embeddings.device, embeddings.dtype)
+        gate_network = gate_machinery(spec, embeddings.shape[1], layer_config).to(
+            embeddings.device, embeddings.dtype)
+        if warm_start and not hasattr(gate_network, "start_open"):
+            raise ConfigError(f"a warm start opens every gate, and {variant!r}'s gate machinery "
+                              f"({type(gate_network).__name__}) has no start_open(); convert "
+                              "with warm_start=False")
         base.embeddings.add_module(GATE_NETWORK_NAME, gate_network)
         conversion.gate_network = gate_network
-    open_below = open_layers(sub, len(sites)) if spec.gated else 0
+    open_below = open_layers(spec, sub, len(sites))
     for index, site in enumerate(sites):
         layer = _build_layer(spec, layer_config, index, site)
         if warm_start:
@@ -375,9 +393,8 @@ def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
             conversion.gate_network.start_open()
     encoder_layers = list(base.transformer.layer if model_type == "distilbert"
                           else base.encoder.layer)
-    evolving_chain = conversion.expected_nodes().get("EvolvingAttention", 0) > 0
     conversion.hooks.extend(install_hooks(
-        base, encoder_layers, state, conversion.gate_network, evolving_chain=evolving_chain,
+        base, encoder_layers, state, conversion.gate_network, variant=conversion.variant,
         open_ids=tuple(conversion.options.get("open_token_ids", ()))))
     for module in layer_modules(model) + ([conversion.gate_network] if spec.gated else []):
         module.train(model.training)  # new modules take the model's mode (eval stays eval)
@@ -385,11 +402,14 @@ def convert(model: nn.Module, variant: str, *, warm_start: bool = True,
     return model
 
 
-def open_layers(config: GANetConfig, num_layers: int) -> int:
-    """How many of the lowest layers attend every key (GA-Net's `gated_layers`): none for
-    "all", the lower half (rounded down) for "upper_half", the lower two thirds (rounded down)
-    for "upper_third"; the top layer always gates."""
-    return layers_below(config.gated_layers, num_layers)
+def open_layers(spec: VariantSpec, config: Any, num_layers: int) -> int:
+    """How many of the lowest layers of a gated variant attend every key (its spec's
+    `layer_span`, GA-Net's `gated_layers`): none for "all", the lower half (rounded down) for
+    "upper_half", the lower two thirds (rounded down) for "upper_third"; the top layer always
+    gates. None for an ungated variant or one without a layer span."""
+    if not spec.gated or spec.layer_span is None:
+        return 0
+    return layers_below(getattr(config, spec.layer_span), num_layers)
 
 
 def layer_modules(model: nn.Module) -> list[ConvertedSelfAttention]:

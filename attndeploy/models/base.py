@@ -15,23 +15,22 @@ from torch import Tensor, nn
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
 from attndeploy.models.inputs import check_model_inputs
-from attndeploy.variants._gating import GateState, soft_density
+from attndeploy.variants.api import GateState, soft_density
 from attndeploy.variants.functional import hard_gates
 from attndeploy.variants.registry import variant_spec
 
-# The options that keep the lowest layers of a converted Hugging Face model as they were
-# (docs/variants.md §7): what the variant does in every layer of attndeploy's own models.
-_LAYER_SPAN_OPTIONS = {"gated_layers": "gate every layer", "evolving_layers": "mix every layer"}
-
 
 def _check_layer_span(config: ModelConfig) -> None:
-    sub = getattr(config, config.variant, None)
-    for option, every in _LAYER_SPAN_OPTIONS.items():
-        span = getattr(sub, option, "all")
-        if span != "all":
-            raise ConfigError(f"{option}={span!r} applies to converted Hugging Face models "
-                              f"(train --hf-model); attndeploy's own models {every}: leave it "
-                              "at 'all'")
+    """The spec's `layer_span` option keeps the lowest layers of a converted Hugging Face model as
+    they were (docs/variants.md §7); attndeploy's own models run the variant in every layer."""
+    spec = variant_spec(config.variant)
+    if spec.layer_span is None:
+        return
+    span = getattr(getattr(config, config.variant), spec.layer_span)
+    if span != "all":
+        raise ConfigError(f"{spec.layer_span}={span!r} applies to converted Hugging Face models "
+                          f"(train --hf-model); attndeploy's own models run {spec.title} in "
+                          "every layer: leave it at 'all'")
 
 
 class AttnModel(nn.Module):

@@ -8,8 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attndeploy.variants._common import LayerContext
-from attndeploy.variants._gating import gated_pooling
+from attndeploy.variants.api import LayerContext, gated_pooling
 from attndeploy.variants.functional import masked_softmax
 
 

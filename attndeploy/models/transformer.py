@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from attndeploy.config import ModelConfig
 from attndeploy.models.base import AttnModel
 from attndeploy.models.heads import PoolingClassifier
-from attndeploy.variants._common import LayerContext
+from attndeploy.variants.api import LayerContext
 from attndeploy.variants.registry import get_variant
 
 

@@ -35,9 +35,9 @@ from attndeploy.variants.registry import variant_spec
 def dense_gate_config(model_config: Any) -> Any:
     """The teacher's ModelConfig: the same model with the density penalty off (the variant's
     `TrainingHooks.without_penalty` on its sub-config)."""
-    hooks = variant_spec(model_config.variant).training
+    spec = variant_spec(model_config.variant)
     return dataclasses.replace(  # the sub-config's field is the variant's name
-        model_config, **{model_config.variant: hooks.without_penalty(model_config.sub_config)})
+        model_config, **{model_config.variant: spec.dense_gate(model_config.sub_config)})
 
 
 def teacher_training(config: Any) -> Any:

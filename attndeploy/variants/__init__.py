@@ -3,8 +3,10 @@
     variants/<name>/__init__.py   its spec: layer, config, ops, extra outputs (light, no torch)
     variants/<name>/config.py     its sub-config dataclass (`ModelConfig.<name>`), if any
     variants/<name>/layer.py      its `attndeploy.nn` layer
+    variants/<name>/reference.py  the PyTorch reference of each of its ops
     variants/<name>/ops.py        its ops of the `attndeploy` ONNX set, one `op_*.py` per op
-    functional.py                 the PyTorch reference of every op (the stable functional API)
+    functional.py                 every op's reference, re-exported (the stable functional API)
+    api.py                        the public extension API (AttentionBase, GateState, call_op, ...)
     _common.py                    what every layer shares (projections, heads, masks, call_op)
 
 Importing this package is light; `variant_specs()` finds the variant packages.

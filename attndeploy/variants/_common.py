@@ -43,10 +43,12 @@ class LayerContext:
 
 @dataclass(frozen=True)
 class LayerResult:
-    """An attention layer's output [B, T, D] and what it hands on (Evolving: logits)."""
+    """An attention layer's output [B, T, D], what it hands on (Evolving: logits) and, for a
+    gated layer that knows them, the hard gates bool [B, T] it applied (GA-Net)."""
 
     output: Tensor
     logits: Tensor | None = None
+    gates: Tensor | None = None
 
 
 def call_op(reference: Callable[..., Any], *args: Any, **attrs: Any) -> Any:

@@ -101,6 +101,14 @@ class VariantSpec:
     limits:      {sub-config field: largest value} a checkpoint's config.json may ask for (the
                  size fields a hostile config could blow up, like GA-Net's `aux_hidden`).
     figures:     the quickstart figures it asks for (`FIGURE_KINDS`).
+    chained:     whether its layers hand a tensor on to the next (`LayerResult.logits`, as
+                 Evolving Attention's logits): they must run once each, in order (a converted
+                 Hugging Face model then refuses gradient checkpointing).
+    layer_span:  the sub-config field (one of `configbase.LAYER_SPANS`) that confines the variant
+                 to the upper layers of a converted Hugging Face model ("gated_layers"); its own
+                 models run it in every layer and refuse any other value than "all". A gated
+                 variant's lower layers then run with every gate open (the conversion does it);
+                 another reads the field in its layer's `from_config`.
     """
 
     name: str
@@ -121,6 +129,8 @@ class VariantSpec:
     presets: Mapping[str, Preset] = dataclasses.field(default_factory=dict)
     limits: Mapping[str, int] = dataclasses.field(default_factory=dict)
     figures: tuple[str, ...] = ()
+    chained: bool = False
+    layer_span: str | None = None
 
     def __post_init__(self) -> None:
         if self.gated and (self.gating is None or self.training is None):
@@ -136,6 +146,10 @@ class VariantSpec:
                               f"valid: {', '.join(FIGURE_KINDS)}")
         if self.limits and self.config is None:
             raise ConfigError(f"variant {self.name!r} has limits but no config")
+        if self.layer_span is not None and (self.config is None or self.layer_span not in {
+                field.name for field in dataclasses.fields(self.config)}):
+            raise ConfigError(f"variant {self.name!r}: layer_span {self.layer_span!r} is not a "
+                              "field of its config")
         if not self.title:
             object.__setattr__(self, "title", self.name)
 
@@ -149,6 +163,19 @@ class VariantSpec:
         if self.gating is None:
             raise ConfigError(f"variant {self.name!r} has no gates")
         return _import_attribute(self.gating)
+
+    def density_weight(self, sub_config: Any) -> float:
+        """The density penalty's starting weight for its sub-config (its `TrainingHooks`); 0 for
+        an ungated variant. Training a built-in model and fine-tuning a converted one read it."""
+        return float(self.training.penalty_weight(sub_config)) if self.gated else 0.0
+
+    def dense_gate(self, sub_config: Any) -> Any:
+        """Its sub-config with the density penalty off: the dense-gate teacher of `--distill`
+        (its `TrainingHooks`); an ungated variant has none."""
+        if not self.gated:
+            raise ConfigError(f"distillation from a dense-gate teacher applies to gated "
+                              f"variants (GA-Net), not {self.name!r}; leave --distill at 0")
+        return self.training.without_penalty(sub_config)
 
     def preset(self, name: str) -> Preset:
         """Its settings in the training preset `name` (empty when it has none there)."""

@@ -19,7 +19,7 @@ from torch import nn
 from attndeploy.errors import ExportError
 from attndeploy.export import lstm, tracing
 from attndeploy.variants import _recurrent
-from attndeploy.variants._recurrent import PaddedBiLSTM, override_lstm, run_lstm
+from attndeploy.variants.api import PaddedBiLSTM, override_lstm, run_lstm
 from tests.helpers import assert_close, lengths_mask, randn
 
 F, H = 5, 4

@@ -24,7 +24,7 @@ import torch
 
 from attndeploy.errors import ExportError
 from attndeploy.variants import functional, op_registry
-from attndeploy.variants._common import call_op
+from attndeploy.variants.api import call_op
 
 HEADS, HEAD_DIM, MODEL_DIM = 2, 4, 6
 SCALE = 0.4  # not 1/sqrt(d), so a lost attribute shows

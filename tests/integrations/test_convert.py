@@ -4,6 +4,7 @@ forward signature and outputs (models built from small configs; nothing is downl
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 
 import pytest
@@ -353,10 +354,10 @@ def test_upper_half_gating_leaves_the_lower_half_attending_every_key(model_type:
     ids, mask = padded_batch(2, 8)
     hold = torch.zeros_like(mask, dtype=torch.bool)  # [B, T]
     hold[:, ::2] = True  # the gates keep every other key
+    logits = torch.where(hold, 5.0, -5.0)  # [B, T]
     for model in (upper, every):  # the gate network's logits: +5 at kept keys, -5 elsewhere
         conversion_of(model).gate_network.register_forward_hook(
-            lambda m, a, out: torch.where(hold, torch.full_like(out, 5.0),
-                                          torch.full_like(out, -5.0)))
+            lambda m, a, out: dataclasses.replace(out, gate_logits=logits, raw_logits=logits))
     with torch.no_grad():
         want = original(input_ids=ids, attention_mask=mask, output_hidden_states=True)
         got = upper(input_ids=ids, attention_mask=mask, output_hidden_states=True)
@@ -382,8 +383,10 @@ def test_gated_layers_names_how_many_lower_layers_attend_every_key(
         gated_layers: str, layers: int, open_below: int):
     from attndeploy.integrations.transformers import open_layers
     from attndeploy.variants.ganet.config import GANetConfig
+    from attndeploy.variants.registry import variant_spec
 
-    assert open_layers(GANetConfig(gated_layers=gated_layers), layers) == open_below
+    assert open_layers(variant_spec("ganet"), GANetConfig(gated_layers=gated_layers),
+                       layers) == open_below
 
 
 @pytest.mark.parametrize(("variant", "option"), [
@@ -405,20 +408,3 @@ def test_the_layer_spans_are_a_choice_and_only_for_converted_models(variant: str
 def test_open_token_ids_must_be_token_ids():
     with pytest.raises(ConfigError, match="open_token_ids must be token ids"):
         convert(make_model("bert", "seq"), "ganet", open_token_ids=(-1,))
-
-
-def test_a_gated_variant_without_ganet_s_config_is_refused(monkeypatch):
-    """The conversion builds GA-Net's gate network from GA-Net's config fields: another gated
-    variant (a plug-in's, with its own machinery) runs in attndeploy's models, and converting to
-    it says so instead of failing on a missing field."""
-    import dataclasses
-    import types
-
-    @dataclasses.dataclass(frozen=True)
-    class SieveLikeConfig:
-        density_weight: float = 0.1
-
-    toy = types.SimpleNamespace(name="sieve_like", config=SieveLikeConfig, gated=True)
-    monkeypatch.setattr("attndeploy.integrations.transformers.variant_spec", lambda name: toy)
-    with pytest.raises(ConfigError, match="'sieve_like' has a SieveLikeConfig.*own models only"):
-        convert(make_model("bert", "seq"), "sieve_like")

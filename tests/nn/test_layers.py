@@ -10,7 +10,7 @@ import attndeploy.nn as adnn
 from attndeploy.errors import ConfigError
 from attndeploy.models import build_model
 from attndeploy.variants import functional as Fn
-from attndeploy.variants._common import merge_heads, split_heads
+from attndeploy.variants.api import merge_heads, split_heads
 from tests.cases import CASES_BY_ID
 from tests.helpers import assert_close, lengths_mask, randn, vanilla_attention
 

@@ -16,7 +16,7 @@ from torch import Tensor
 from attndeploy.config import EvolvingConfig
 from attndeploy.models import build_model
 from attndeploy.variants import functional as Fn
-from attndeploy.variants._common import LayerContext
+from attndeploy.variants.api import LayerContext
 from attndeploy.variants.evolving.layer import EvolvingAttention
 from attndeploy.variants.standard.layer import StandardAttention
 from tests.cases import CASES_BY_ID

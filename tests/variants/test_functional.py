@@ -187,3 +187,21 @@ def test_evolving_start_and_all_open_gates_match_vanilla_with_explicit_scale(sca
     for actual in (out, gated):
         for b, n in enumerate([5, 2]):
             assert_close(actual[b, :, :n], expected[b, :, :n])
+
+
+def test_every_variant_keeps_its_op_references_in_its_own_package():
+    """One convention: a variant's references live in `variants/<name>/reference.py`, beside its
+    layer and ops; `functional` re-exports them as the stable functional API."""
+    import importlib
+
+    from attndeploy.variants.registry import variant_specs
+
+    seen = []
+    for spec in variant_specs():
+        if spec.ops is None:
+            continue
+        for op in importlib.import_module(spec.ops).OPS:
+            assert op.reference.__module__ == f"attndeploy.variants.{spec.name}.reference", op.name
+            assert getattr(Fn, op.functional_name) is op.reference
+            seen.append(op.functional_name)
+    assert sorted(set(seen) | {"hard_gates", "masked_softmax"}) == sorted(Fn.__all__)

@@ -17,7 +17,7 @@ from attndeploy.errors import ConfigError
 from attndeploy.models import build_model
 from attndeploy.train import evaluate
 from attndeploy.variants import functional as Fn
-from attndeploy.variants._common import LayerContext
+from attndeploy.variants.api import LayerContext
 from attndeploy.variants.ganet.layer import (
     HARD_CONCRETE_FLOOR,
     GateController,
@@ -507,8 +507,11 @@ def test_every_layer_and_the_pooling_apply_the_same_gates(case_id, monkeypatch):
             return result
         return run
 
-    for name in ("gated_attention", "gated_attention_pooling"):  # the layers call Fn.<name>
-        monkeypatch.setattr(Fn, name, recording(getattr(Fn, name)))
+    from attndeploy.variants.ganet import reference
+
+    for name in ("gated_attention", "gated_attention_pooling"):  # the layers call
+        for module in (Fn, reference):  # reference.<name>, the pooling Fn.<name>
+            monkeypatch.setattr(module, name, recording(getattr(module, name)))
     gates = model(ids, am)["gates"]
     n_attention = 0 if CASES_BY_ID[case_id].family == "bilstm" else model.config.n_layers
     n_pooling = 1 if CASES_BY_ID[case_id].head == "classification" else 0

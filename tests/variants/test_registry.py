@@ -19,7 +19,7 @@ from attndeploy.variants import (
     variant_spec,
     variant_specs,
 )
-from attndeploy.variants._common import AttentionBase, call_op
+from attndeploy.variants.api import AttentionBase, call_op
 from attndeploy.variants.registry import VARIANT_NAMES, register_variant
 from tests.helpers import lengths_mask, qkv
 
@@ -72,6 +72,16 @@ def test_what_a_variant_adds_to_the_toolkit_is_read_from_its_spec():
     assert {s.name: s.figures for s in variant_specs() if s.figures} == {
         "ganet": ("gates",), "evolving": ("layer_maps",)}
     assert [s.title for s in variant_specs()] == ["standard", "QVI", "GA-Net", "Evolving attention"]
+    # What the Hugging Face conversion and the built-in models read: chained layers, layer spans,
+    # the density penalty's starting weight and the dense-gate teacher.
+    assert [s.name for s in variant_specs() if s.chained] == ["evolving"]
+    assert {s.name: s.layer_span for s in variant_specs() if s.layer_span} == {
+        "ganet": "gated_layers", "evolving": "evolving_layers"}
+    assert ganet.density_weight(config.ganet) == config.ganet.density_weight
+    assert variant_spec("qvi").density_weight(config.qvi) == 0.0
+    assert ganet.dense_gate(config.ganet).density_weight == 0.0
+    with pytest.raises(ConfigError, match="applies to gated variants"):
+        variant_spec("qvi").dense_gate(config.qvi)
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -79,7 +89,8 @@ def test_what_a_variant_adds_to_the_toolkit_is_read_from_its_spec():
     ({"presets": {"weekend": None}}, "unknown presets"),
     ({"figures": ("histogram",)}, "unknown figures"),
     ({"limits": {"width": 4}}, "has limits but no config"),
-], ids=["gated without machinery", "preset", "figure", "limits"])
+    ({"layer_span": "gated_layers"}, "layer_span 'gated_layers' is not a field of its config"),
+], ids=["gated without machinery", "preset", "figure", "limits", "layer span"])
 def test_a_spec_that_cannot_work_is_refused_when_declared(changes, message):
     with pytest.raises(ConfigError, match=message):
         dataclasses.replace(variant_spec("standard"), name="broken", **changes)

@@ -35,4 +35,6 @@ SPEC = register_variant(VariantSpec(
     presets={"pretrained": Preset(config={"alpha": 0.3, "beta": 0.5,
                                           "evolving_layers": "upper_half"})},
     figures=("layer_maps",),
+    chained=True,  # each layer hands its logits to the next
+    layer_span="evolving_layers",  # read by its layer's from_config: the lower layers start anew
 ))

@@ -12,7 +12,6 @@ import torch
 from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
-from attndeploy.variants import functional
 from attndeploy.variants._common import (
     AttentionBase,
     LayerContext,
@@ -20,6 +19,7 @@ from attndeploy.variants._common import (
     as_key_padding_mask,
     call_op,
 )
+from attndeploy.variants.evolving import reference
 from attndeploy.variants.evolving.config import EvolvingConfig
 
 
@@ -98,14 +98,14 @@ class EvolvingAttention(AttentionBase):
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, prev_logits: Tensor | None
     ) -> tuple[Tensor, Tensor]:
         if prev_logits is None:
-            return call_op(functional.evolving_attention_start, q, k, v, mask, scale=self.scale)
+            return call_op(reference.evolving_attention_start, q, k, v, mask, scale=self.scale)
         if self.is_chain_start:
             raise ConfigError(
                 "this evolving attention layer was made with chain_start=True (no conv): call it "
                 "with prev_logits=None, or make it with chain_start=False to continue a chain"
             )
         return call_op(
-            functional.evolving_attention, q, k, v, mask, prev_logits,
+            reference.evolving_attention, q, k, v, mask, prev_logits,
             self.conv.weight, self.conv.bias,
             scale=self.scale, alpha=self.alpha_in_use, beta=self.beta_in_use,
             negative_slope=self.negative_slope,

@@ -18,7 +18,7 @@ from attndeploy.opspec.bodies import (
     TFloat,
     ZeroPads,
 )
-from attndeploy.variants import functional
+from attndeploy.variants.evolving import reference
 
 
 @torch.library.custom_op("attndeploy::evolving_attention", mutates_args=())
@@ -37,7 +37,7 @@ def evolving_attention(
     negative_slope: float,
 ) -> tuple[Tensor, Tensor]:
     """Eager: `functional.evolving_attention`. Export: one `attndeploy::EvolvingAttention`."""
-    return functional.evolving_attention(
+    return reference.evolving_attention(
         query, key, value, key_padding_mask, prev_logits, conv_weight, conv_bias,
         scale=scale, alpha=alpha, beta=beta, negative_slope=negative_slope,
     )

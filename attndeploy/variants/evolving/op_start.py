@@ -18,7 +18,7 @@ from attndeploy.opspec.bodies import (
     TFloat,
     ZeroPads,
 )
-from attndeploy.variants import functional
+from attndeploy.variants.evolving import reference
 
 
 @torch.library.custom_op("attndeploy::evolving_attention_start", mutates_args=())
@@ -26,7 +26,7 @@ def evolving_attention_start(
     query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor, *, scale: float
 ) -> tuple[Tensor, Tensor]:
     """Eager: `functional.evolving_attention_start`. Export: one `EvolvingAttentionStart`."""
-    return functional.evolving_attention_start(query, key, value, key_padding_mask, scale=scale)
+    return reference.evolving_attention_start(query, key, value, key_padding_mask, scale=scale)
 
 
 @evolving_attention_start.register_fake

@@ -5,13 +5,12 @@ from __future__ import annotations
 import torch
 
 from attndeploy.opspec.spec import OpSpec
-from attndeploy.variants import functional
-from attndeploy.variants.evolving import op_evolving, op_start
+from attndeploy.variants.evolving import op_evolving, op_start, reference
 
 OPS = (
-    OpSpec("EvolvingAttentionStart", functional.evolving_attention_start,
+    OpSpec("EvolvingAttentionStart", reference.evolving_attention_start,
            torch.ops.attndeploy.evolving_attention_start.default,
            op_start.EvolvingAttentionStart),
-    OpSpec("EvolvingAttention", functional.evolving_attention,
+    OpSpec("EvolvingAttention", reference.evolving_attention,
            torch.ops.attndeploy.evolving_attention.default, op_evolving.EvolvingAttention),
 )

@@ -96,4 +96,5 @@ SPEC = register_variant(VariantSpec(
     presets={"data": _REAL_TEXT, "pretrained": _PRETRAINED},
     limits={"aux_hidden": 65_536},
     figures=("gates",),
+    layer_span="gated_layers",  # a converted model's lower layers attend every key
 ))

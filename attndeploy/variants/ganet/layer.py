@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
-from attndeploy.variants import functional
 from attndeploy.variants._common import (
     AttentionBase,
     LayerContext,
@@ -31,7 +30,8 @@ from attndeploy.variants._gating import (  # noqa: F401  (GA-Net's names since 0
     soft_density,
 )
 from attndeploy.variants._recurrent import PaddedBiLSTM
-from attndeploy.variants.functional import hard_gates
+from attndeploy.variants._reference import hard_gates
+from attndeploy.variants.ganet import reference
 from attndeploy.variants.ganet.config import GANetConfig
 
 NOISE_EPS = 1e-6
@@ -165,6 +165,47 @@ class GateController(nn.Module):
             hard_gates=state.hard_gates,
         )
 
+    @staticmethod
+    def check_conversion(config: GANetConfig) -> None:
+        """Why a converted Hugging Face model cannot gate with this sub-config (ConfigError)."""
+        if config.gate_mode != "threshold":
+            raise ConfigError("converted models decide GA-Net gates on the logits (gate_mode "
+                              "'threshold'); 'sample' is not supported")
+
+    @classmethod
+    def for_conversion(cls, embed_dim: int, config: Any) -> ConvertedGates:
+        """The gates of a converted Hugging Face model (`integrations.transformers`)."""
+        cls.check_conversion(config.ganet)
+        return ConvertedGates(embed_dim, config)
+
+
+class ConvertedGates(GateNetwork):
+    """GA-Net's gates in a converted Hugging Face model: the `GateNetwork` itself (its parameters
+    keep their names), scoring the token embeddings once per pass. Its decision logits are s in
+    eval and s + L in training (the layers relax them themselves, as `GatedAttention` does);
+    `hold` (the conversion's `open_token_ids`) moves some logits before anything reads them.
+    In training the state carries the relaxed gates for the density penalty."""
+
+    def __init__(self, embed_dim: int, config: Any) -> None:  # a ModelConfig
+        sub = config.ganet
+        super().__init__(embed_dim, kind=sub.aux, hidden=sub.aux_hidden,
+                         bias_init=sub.aux_bias_init, lstm_hidden=config.lstm_hidden)
+        self.temperature = sub.temperature
+        self.relaxation = sub.relaxation
+
+    def forward(self, x: Tensor, key_padding_mask: Tensor | None = None, *,
+                hold: Any = None) -> GateState:  # hold: logits [B, T] -> logits [B, T]
+        logits = super().forward(x, key_padding_mask)  # s, or s + L in training
+        if hold is not None:
+            logits = hold(logits)
+        if not self.training:
+            return GateState(logits, logits, None, None, None)
+        soft = relaxed_gates(logits, self.temperature, self.relaxation)  # g_soft [B, T]
+        return GateState(logits, logits, None, soft, None)
+
+    def layer_context(self, state: GateState, key_padding_mask: Tensor) -> LayerContext:
+        return LayerContext(key_padding_mask, gate_logits=state.gate_logits)
+
 
 def relaxed_gates(gate_logits: Tensor, temperature: float, relaxation: str = "concrete"
                   ) -> Tensor:
@@ -258,7 +299,7 @@ class GatedAttention(AttentionBase):
                     gates = hard_gates(gate_logits, mask)  # [B, T]
             return probs @ v, gates
         return call_op(
-            functional.gated_attention, q, k, v, mask, gate_logits,
+            reference.gated_attention, q, k, v, mask, gate_logits,
             scale=self.scale, gather_open_keys=self.gather_open_keys,
         )
 
@@ -272,8 +313,8 @@ class GatedAttention(AttentionBase):
         )
 
     def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
-        y, _ = self(x, context.key_padding_mask, context.gate_logits)
-        return LayerResult(y)
+        y, gates = self(x, context.key_padding_mask, context.gate_logits)
+        return LayerResult(y, gates=gates)
 
 
 _relaxed_probs = relaxed_probs  # its name before the gated machinery was shared

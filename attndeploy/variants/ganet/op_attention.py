@@ -18,7 +18,7 @@ from attndeploy.opspec.bodies import (
     ScaledScores,
     TFloat,
 )
-from attndeploy.variants import functional
+from attndeploy.variants.ganet import reference
 
 
 @torch.library.custom_op("attndeploy::gated_attention", mutates_args=())
@@ -32,7 +32,7 @@ def gated_attention(
     scale: float,
 ) -> tuple[Tensor, Tensor]:
     """Eager: `functional.gated_attention`. Export: one `attndeploy::GatedAttention` node."""
-    return functional.gated_attention(
+    return reference.gated_attention(
         query, key, value, key_padding_mask, gate_logits, scale=scale
     )
 

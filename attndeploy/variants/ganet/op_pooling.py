@@ -12,7 +12,7 @@ from onnxscript import opset18 as op
 from torch import Tensor
 
 from attndeploy.opspec.bodies import ATTNDEPLOY, HardGates, MaskedSoftmax, TFloat
-from attndeploy.variants import functional
+from attndeploy.variants.ganet import reference
 
 
 @torch.library.custom_op("attndeploy::gated_attention_pooling", mutates_args=())
@@ -20,7 +20,7 @@ def gated_attention_pooling(
     values: Tensor, scores: Tensor, key_padding_mask: Tensor, gate_logits: Tensor
 ) -> tuple[Tensor, Tensor]:
     """Eager: `functional.gated_attention_pooling`. Export: one `GatedAttentionPooling` node."""
-    return functional.gated_attention_pooling(values, scores, key_padding_mask, gate_logits)
+    return reference.gated_attention_pooling(values, scores, key_padding_mask, gate_logits)
 
 
 @gated_attention_pooling.register_fake

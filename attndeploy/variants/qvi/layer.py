@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attndeploy.variants import functional
 from attndeploy.variants._common import (
     AttentionBase,
     LayerContext,
@@ -18,6 +17,7 @@ from attndeploy.variants._common import (
     call_op,
     per_head_weight,
 )
+from attndeploy.variants.qvi import reference
 from attndeploy.variants.qvi.config import QVIConfig
 
 GATE_BIAS_INIT = 2.0  # sigmoid(2) ≈ 0.88: the layer starts close to vanilla attention
@@ -79,11 +79,11 @@ class QVIAttention(AttentionBase):
         )
         if self.form == "pooled":
             return call_op(
-                functional.qvi_attention, q, k, v, mask, *weights, self.pool_weight,
+                reference.qvi_attention, q, k, v, mask, *weights, self.pool_weight,
                 scale=self.scale,
             )
         return call_op(
-            functional.qvi_pairwise_attention, q, k, v, mask, *weights,
+            reference.qvi_pairwise_attention, q, k, v, mask, *weights,
             scale=self.scale, chunk_size=self.pairwise_chunk,
         )
 

@@ -12,7 +12,7 @@ from onnxscript import opset18 as op
 from torch import Tensor
 
 from attndeploy.opspec.bodies import ATTNDEPLOY, MaskedSoftmax, ScaledScores, TFloat
-from attndeploy.variants import functional
+from attndeploy.variants.qvi import reference
 
 
 @torch.library.custom_op("attndeploy::qvi_attention", mutates_args=())
@@ -33,7 +33,7 @@ def qvi_attention(
     scale: float,
 ) -> Tensor:
     """Eager: `functional.qvi_attention`. Export: one `attndeploy::QVIAttention` node."""
-    return functional.qvi_attention(
+    return reference.qvi_attention(
         query, key, value, key_padding_mask, u_weight, u_bias, w_weight, w_bias,
         gate_value_weight, gate_interaction_weight, gate_bias, pool_weight, scale=scale,
     )

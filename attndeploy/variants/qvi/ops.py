@@ -5,13 +5,12 @@ from __future__ import annotations
 import torch
 
 from attndeploy.opspec.spec import OpSpec
-from attndeploy.variants import functional
-from attndeploy.variants.qvi import op_pairwise, op_pooled
+from attndeploy.variants.qvi import op_pairwise, op_pooled, reference
 
 OPS = (
-    OpSpec("QVIAttention", functional.qvi_attention,
+    OpSpec("QVIAttention", reference.qvi_attention,
            torch.ops.attndeploy.qvi_attention.default, op_pooled.QVIAttention),
-    OpSpec("QVIPairwiseAttention", functional.qvi_pairwise_attention,
+    OpSpec("QVIPairwiseAttention", reference.qvi_pairwise_attention,
            torch.ops.attndeploy.qvi_pairwise_attention.default,
            op_pairwise.QVIPairwiseAttention, torch_only=("chunk_size",)),
 )

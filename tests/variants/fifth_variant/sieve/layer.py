@@ -1,8 +1,10 @@
-"""The `sieve` gate machinery, layer and PyTorch reference. Letters: b h t d as in `_common`.
+"""The `sieve` gate machinery and layer (its op's reference is `reference.py`). Letters: b h t d
+as in `_common`.
 
 Gates: s = w·tanh(W e_t) + b per token [B, T]; training weighs key t by σ(s_t / τ) (in log space,
 added to the scores); eval keeps the keys whose hard gate is open (s > 0, with the rescue).
 """
+# ruff: noqa: I001  (here `attndeploy.variants.sieve` does not exist; ruff sorts it as third-party)
 
 from __future__ import annotations
 
@@ -10,25 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attndeploy.variants._common import (
+from attndeploy.variants.api import (
     AttentionBase,
+    GateState,
     LayerContext,
     LayerResult,
     as_key_padding_mask,
     call_op,
 )
-from attndeploy.variants._gating import GateState
-from attndeploy.variants.functional import hard_gates, masked_softmax, resolve_scale
-
-
-def sieve_attention(
-    query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor, gate_logits: Tensor,
-    *, scale: float | None = None,
-) -> Tensor:
-    """SieveAttention(query, key, value, key_padding_mask, gate_logits; scale) -> output"""
-    gates = hard_gates(gate_logits, key_padding_mask)  # [B, T]
-    scores = resolve_scale(query, scale) * (query @ key.transpose(-2, -1))  # [B, H, T, T]
-    return masked_softmax(scores, gates[:, None, None, :]) @ value  # [B, H, T, d]
+from attndeploy.variants.functional import masked_softmax
+from attndeploy.variants.sieve.reference import sieve_attention
 
 
 class SieveGates(nn.Module):
@@ -48,6 +41,13 @@ class SieveGates(nn.Module):
     @torch.no_grad()
     def shift_threshold(self, shift: float) -> None:
         self.score.bias.add_(shift)
+
+    @torch.no_grad()
+    def start_open(self, logit: float = 4.0) -> None:
+        """Every gate open (s = `logit` for every token): a converted pretrained model's warm
+        start, which then computes what the model computed."""
+        self.score.weight.zero_()
+        self.score.bias.fill_(logit)
 
     def forward(self, embeddings: Tensor, key_padding_mask: Tensor) -> GateState:
         s = self.scores(embeddings, key_padding_mask)  # [B, T]

@@ -10,7 +10,7 @@ from onnxscript import opset18 as op
 from torch import Tensor
 
 from attndeploy.opspec.bodies import ATTNDEPLOY, HardGates, MaskedSoftmax, ScaledScores, TFloat
-from attndeploy.variants.sieve.layer import sieve_attention as reference
+from attndeploy.variants.sieve.reference import sieve_attention as reference
 
 
 @torch.library.custom_op("attndeploy::sieve_attention", mutates_args=())

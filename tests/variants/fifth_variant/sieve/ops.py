@@ -7,7 +7,7 @@ import torch
 
 from attndeploy.opspec.spec import OpSpec
 from attndeploy.variants.sieve import op_sieve
-from attndeploy.variants.sieve.layer import sieve_attention
+from attndeploy.variants.sieve.reference import sieve_attention
 
 OPS = (
     OpSpec("SieveAttention", sieve_attention,

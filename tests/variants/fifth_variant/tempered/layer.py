@@ -1,26 +1,18 @@
-"""The `tempered` layer and its PyTorch reference. Letters: b h t d as in `_common`."""
+"""The `tempered` layer Letters: b h t d as in `_common`."""
+# ruff: noqa: I001  (here `attndeploy.variants.tempered` does not exist; ruff sorts it as third-party)
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from attndeploy.variants._common import (
+from attndeploy.variants.api import (
     AttentionBase,
     LayerContext,
     LayerResult,
     as_key_padding_mask,
     call_op,
 )
-from attndeploy.variants.functional import masked_softmax, resolve_scale
-
-
-def tempered_attention(
-    query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Tensor,
-    *, scale: float | None = None, tau: float = 1.0,
-) -> Tensor:
-    """TemperedAttention(query, key, value, key_padding_mask; scale, tau) -> output"""
-    scores = resolve_scale(query, scale) * (query @ key.transpose(-2, -1)) / tau  # [B,H,T,T]
-    return masked_softmax(scores, key_padding_mask[:, None, None, :]) @ value  # [B, H, T, d]
+from attndeploy.variants.tempered.reference import tempered_attention
 
 
 class TemperedAttention(AttentionBase):

@@ -10,7 +10,7 @@ from onnxscript import opset18 as op
 from torch import Tensor
 
 from attndeploy.opspec.bodies import ATTNDEPLOY, MaskedSoftmax, ScaledScores, TFloat
-from attndeploy.variants.tempered.layer import tempered_attention as reference
+from attndeploy.variants.tempered.reference import tempered_attention as reference
 
 
 @torch.library.custom_op("attndeploy::tempered_attention", mutates_args=())

@@ -7,7 +7,7 @@ import torch
 
 from attndeploy.opspec.spec import OpSpec
 from attndeploy.variants.tempered import op_tempered
-from attndeploy.variants.tempered.layer import tempered_attention
+from attndeploy.variants.tempered.reference import tempered_attention
 
 OPS = (
     OpSpec("TemperedAttention", tempered_attention,

@@ -1,0 +1,57 @@
+"""The public extension API: what a variant's package (in this tree or a plug-in) builds on.
+
+    AttentionBase          a layer's projections, head split/merge, `scale`, the model hand-off
+    LayerContext           what the built-in models hand every layer and the pooling per pass
+    LayerResult            a layer's output and what it hands on (`logits`: a chained variant)
+    call_op                the reference eagerly, one `attndeploy` ONNX node while exporting
+    as_key_padding_mask    a layer's mask argument as bool [B, T]
+    split_heads, merge_heads, per_head_weight
+    GateState              a gated variant's gates for one pass (its gate machinery's output)
+    soft_density, relaxed_probs, gated_pooling
+                           what every gated variant shares (the density, the relaxed weights,
+                           the gated pooling of the classifier head)
+    PaddedBiLSTM, run_lstm, override_lstm, reverse_within_length
+                           a padding-aware BiLSTM that exports as ONNX `LSTM` nodes
+
+The names live in `variants/_common.py`, `_gating.py` and `_recurrent.py`; import them from
+here (docs/adding-a-variant.md). The ops' PyTorch references are `attndeploy.variants.functional`.
+"""
+
+from attndeploy.variants._common import (
+    AttentionBase,
+    LayerContext,
+    LayerResult,
+    as_key_padding_mask,
+    call_op,
+    merge_heads,
+    per_head_weight,
+    split_heads,
+)
+from attndeploy.variants._gating import GateState, gated_pooling, relaxed_probs, soft_density
+from attndeploy.variants._recurrent import (
+    LSTMRunner,
+    PaddedBiLSTM,
+    override_lstm,
+    reverse_within_length,
+    run_lstm,
+)
+
+__all__ = [
+    "AttentionBase",
+    "GateState",
+    "LSTMRunner",
+    "LayerContext",
+    "LayerResult",
+    "PaddedBiLSTM",
+    "as_key_padding_mask",
+    "call_op",
+    "gated_pooling",
+    "merge_heads",
+    "override_lstm",
+    "per_head_weight",
+    "relaxed_probs",
+    "reverse_within_length",
+    "run_lstm",
+    "soft_density",
+    "split_heads",
+]

@@ -1,0 +1,66 @@
+"""GA-Net's op references (docs/variants.md §3): `GatedAttention`, `GatedAttentionPooling` (the
+gated pooling every gated variant's classifier head runs).
+
+Letters: b batch, h heads, i query position, j key position, d/e head features. Conventions as in
+`attndeploy.variants.functional` (docs/ops.md), which re-exports these as the stable functional
+API; the layer and the op run them (`call_op`), and the ONNX bodies are tested against them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attndeploy.variants._reference import (
+    _key_allowed,
+    _scores,
+    hard_gates,
+    masked_softmax,
+    resolve_scale,
+)
+
+
+def gated_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor,
+    gate_logits: Tensor,
+    *,
+    scale: float | None = None,
+    gather_open_keys: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """GatedAttention(query, key, value, key_padding_mask, gate_logits; scale) -> output, gates
+
+    Hard-gated attention: softmax over the open keys only (closed keys weigh exactly 0).
+    `gather_open_keys` evaluates it by gathering the open keys (N = the batch's largest open
+    count) instead of masking the full score matrix; both give the same result.
+    """
+    scale = resolve_scale(query, scale)
+    gates = hard_gates(gate_logits, key_padding_mask)  # [B, Tk]
+    if not gather_open_keys:
+        probs = masked_softmax(_scores(query, key, scale), _key_allowed(gates))
+        return probs @ value, gates
+    batch, heads, t_k, dim = key.shape
+    n_open = int(gates.sum(-1).max())  # N >= 1 thanks to the rescue
+    positions = torch.arange(t_k, device=gates.device)
+    order_key = gates.long() * (2 * t_k) - positions[None, :]  # open first, then by position
+    slots = torch.topk(order_key, n_open, dim=-1).indices  # [B, N]
+    slot_ok = torch.gather(gates, 1, slots)  # [B, N]
+    gather_index = slots[:, None, :, None].expand(batch, heads, n_open, dim)  # [B, H, N, d]
+    open_keys = torch.gather(key, 2, gather_index)  # [B, H, N, d]
+    open_values = torch.gather(value, 2, gather_index)  # [B, H, N, d]
+    probs = masked_softmax(_scores(query, open_keys, scale), slot_ok[:, None, None, :])
+    return probs @ open_values, gates  # [B, H, Tq, d]
+
+
+def gated_attention_pooling(
+    values: Tensor, scores: Tensor, key_padding_mask: Tensor, gate_logits: Tensor
+) -> tuple[Tensor, Tensor]:
+    """GatedAttentionPooling(values, scores, key_padding_mask, gate_logits) -> context, gates
+
+    alpha = softmax over open positions of scores; context = Σ_t alpha_t values_t  [B, D].
+    """
+    gates = hard_gates(gate_logits, key_padding_mask)  # [B, T]
+    alpha = masked_softmax(scores, gates)  # [B, T]
+    return torch.einsum("bt,btd->bd", alpha, values), gates

@@ -1,0 +1,114 @@
+"""QVI's op references (docs/variants.md §2): `QVIAttention`, `QVIPairwiseAttention`.
+
+Letters: b batch, h heads, i query position, j key position, d/e head features. Conventions as in
+`attndeploy.variants.functional` (docs/ops.md), which re-exports these as the stable functional
+API; the layer and the op run them (`call_op`), and the ONNX bodies are tested against them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from attndeploy.variants._reference import (
+    _key_allowed,
+    _scores,
+    head_linear,
+    masked_softmax,
+    resolve_scale,
+)
+
+
+def qvi_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor,
+    u_weight: Tensor,
+    u_bias: Tensor,
+    w_weight: Tensor,
+    w_bias: Tensor,
+    gate_value_weight: Tensor,
+    gate_interaction_weight: Tensor,
+    gate_bias: Tensor,
+    pool_weight: Tensor,
+    *,
+    scale: float | None = None,
+) -> Tensor:
+    """QVIAttention(query, key, value, key_padding_mask, u_weight, u_bias, w_weight, w_bias,
+    gate_value_weight, gate_interaction_weight, gate_bias, pool_weight; scale) -> output
+
+    Pooled form: one attention-pooled summary query per sequence and head builds query-aware
+    values, mixed with the values through a learned gate; the Q-K attention weights are vanilla.
+    """
+    scale = resolve_scale(query, scale)
+    pool_scores = scale * torch.einsum("bhtd,hd->bht", query, pool_weight)  # [B, H, T]
+    beta = masked_softmax(pool_scores, key_padding_mask[:, None, :])  # [B, H, T]
+    q_bar = torch.einsum("bht,bhtd->bhd", beta, query)[:, :, None, :]  # [B, H, 1, d]
+    v_hat = head_linear(q_bar, u_weight, u_bias) * head_linear(value, w_weight, w_bias)  # [B,H,T,d]
+    gamma = torch.sigmoid(
+        head_linear(value, gate_value_weight)
+        + head_linear(v_hat, gate_interaction_weight)
+        + gate_bias[:, None, :]
+    )  # [B, H, T, d]
+    v_tilde = gamma * value + (1 - gamma) * v_hat
+    probs = masked_softmax(_scores(query, key, scale), _key_allowed(key_padding_mask))
+    return probs @ v_tilde  # [B, H, T, d]
+
+
+def _pairwise_block(
+    probs: Tensor, u: Tensor, w: Tensor, value: Tensor, gate_from_value: Tensor,
+    gate_interaction_weight: Tensor,
+) -> Tensor:
+    """Output rows for one query block: probs [B,H,c,Tk], u [B,H,c,d] -> [B,H,c,d]."""
+    v_hat = u[:, :, :, None, :] * w[:, :, None, :, :]  # [B, H, c, Tk, d]
+    gamma = torch.sigmoid(
+        gate_from_value[:, :, None, :, :]
+        + torch.einsum("bhijd,hde->bhije", v_hat, gate_interaction_weight)
+    )  # [B, H, c, Tk, d]
+    v_tilde = gamma * value[:, :, None, :, :] + (1 - gamma) * v_hat  # [B, H, c, Tk, d]
+    return torch.einsum("bhij,bhijd->bhid", probs, v_tilde)  # [B, H, c, d]
+
+
+def qvi_pairwise_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor,
+    u_weight: Tensor,
+    u_bias: Tensor,
+    w_weight: Tensor,
+    w_bias: Tensor,
+    gate_value_weight: Tensor,
+    gate_interaction_weight: Tensor,
+    gate_bias: Tensor,
+    *,
+    scale: float | None = None,
+    chunk_size: int | None = None,
+) -> Tensor:
+    """QVIPairwiseAttention(query, key, value, key_padding_mask, u_weight, u_bias, w_weight,
+    w_bias, gate_value_weight, gate_interaction_weight, gate_bias; scale) -> output
+
+    Exact per-pair form: Ṽ_ij = Γ_ij ⊙ v_j + (1 − Γ_ij) ⊙ (u_i ⊙ w_j), o_i = Σ_j P_ij Ṽ_ij.
+    Evaluated in query blocks of `chunk_size` rows (all at once if None) so memory stays
+    O(B·H·c·T·d); with autograd on, each block is recomputed in backward (checkpointing).
+    The result does not depend on the block size.
+    """
+    scale = resolve_scale(query, scale)
+    probs = masked_softmax(_scores(query, key, scale), _key_allowed(key_padding_mask))
+    u = head_linear(query, u_weight, u_bias)  # [B, H, Tq, d]
+    w = head_linear(value, w_weight, w_bias)  # [B, H, Tk, d]
+    gate_from_value = head_linear(value, gate_value_weight, gate_bias)  # [B, H, Tk, d]
+    t_q = query.shape[2]
+    block = t_q if chunk_size is None else max(1, int(chunk_size))
+    outputs = []
+    for start in range(0, t_q, block):
+        rows = slice(start, start + block)
+        args = (probs[:, :, rows], u[:, :, rows], w, value, gate_from_value,
+                gate_interaction_weight)
+        if torch.is_grad_enabled() and block < t_q:
+            outputs.append(checkpoint(_pairwise_block, *args, use_reentrant=False))
+        else:
+            outputs.append(_pairwise_block(*args))
+    return torch.cat(outputs, dim=2)  # [B, H, Tq, d]
