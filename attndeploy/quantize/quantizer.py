@@ -23,10 +23,11 @@ from attndeploy.quantize.per_row import per_row_activations
 from attndeploy.runtime.model import InferenceModel
 from attndeploy.runtime.names import ATTENTION_MASK, INPUT_IDS, META_QUANTIZATION
 
-# GA-Net's gate network, by the class of the module its nodes are traced in: `GateNetwork` where a
-# converted Hugging Face model calls it, `GateController` in attndeploy's own models (which call
-# the network's `scores`, so torch.onnx records the controller's scope, not the network's).
-GATE_NETWORK_CLASSES = ("GateNetwork", "GateController")
+# GA-Net's gate network, by the class of the module its nodes are traced in: `ConvertedGates` (a
+# `GateNetwork`) where a converted Hugging Face model calls it, `GateController` in attndeploy's
+# own models (which call the network's `scores`, so torch.onnx records the controller's scope,
+# not the network's), `GateNetwork` where a model of one's own calls it directly.
+GATE_NETWORK_CLASSES = ("GateNetwork", "GateController", "ConvertedGates")
 
 
 @dataclass
