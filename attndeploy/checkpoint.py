@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,12 @@ from attndeploy import __version__, checkpoint_formats
 from attndeploy.config import ModelConfig
 from attndeploy.configbase import SIZE_LIMITS, above_limit
 from attndeploy.errors import AttnDeployError, CheckpointError
-from attndeploy.fsutil import atomic_directory, check_replaceable, file_sha256
+from attndeploy.fsutil import (
+    atomic_directory,
+    check_replaceable,
+    current_umask,
+    file_sha256,
+)
 from attndeploy.jsonread import read_json_file
 from attndeploy.models import AttnModel, build_model
 from attndeploy.variants.registry import variant_specs
@@ -157,6 +163,8 @@ def write_checkpoint(
     header = {"format": FORMAT, CONFIG_DIGEST_KEY: config_digest(config)}
     with atomic_directory(out_dir, replace=force) as staging:
         save_file(tensors, str(staging / WEIGHTS_FILE), metadata=header)
+        # safetensors writes 0600; a checkpoint gets the modes the umask gives, like every output
+        os.chmod(staging / WEIGHTS_FILE, 0o666 & ~current_umask())
         config["weights_sha256"] = file_sha256(staging / WEIGHTS_FILE)
         (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     return out_dir
@@ -192,6 +200,11 @@ def check_config_digest(path: Path, raw: dict[str, Any]) -> None:
 def read_config(path: Path) -> dict[str, Any]:
     """Parse and check `config.json` of checkpoint directory `path`."""
     path = Path(path)
+    if path.is_file():
+        hint = (" (an exported model: give the checkpoint folder it was exported from)"
+                if path.suffix == ".onnx" else "")
+        raise CheckpointError(f"{path} is a file; give a checkpoint folder (config.json + "
+                              f"model.safetensors){hint}")
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {path} does not exist")
     config_path = path / CONFIG_FILE

@@ -91,6 +91,21 @@ def test_config_records_metadata_and_the_weights_sha256(saved):
     assert read_checkpoint(saved).weights_sha256 == config["weights_sha256"]
 
 
+def test_both_files_get_the_modes_the_umask_gives(tmp_path):
+    """A server running as another user must read a checkpoint's export folder; safetensors
+    itself writes 0600."""
+    import os
+    import stat
+
+    previous = os.umask(0o022)
+    try:
+        path = _save(build_model(CASES_BY_ID["standard"].config()), tmp_path / "ckpt")
+    finally:
+        os.umask(previous)
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        assert stat.S_IMODE((path / name).stat().st_mode) == 0o644, name
+
+
 def test_load_checkpoint_returns_the_model_in_eval_mode(saved):
     model = load_checkpoint(saved)
     assert not model.training and model.is_gated

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -84,7 +85,7 @@ def command(
         else:
             console.print(f"serving {', '.join(models)} on grpc {state['grpc_url']} "
                           f"(pid {state['pid']}, log {state['log_path']}); stop with "
-                          "`attndeploy stop`")
+                          f"`{escape(stop_hint(repo, state_file))}`", highlight=False)
         return
     server = TritonServer(repo, ready_timeout_s=ready_timeout, **common)
     # SIGTERM ends the process like Ctrl-C, so the `with` block stops the server cleanly.
@@ -102,6 +103,16 @@ def command(
             signal.pause()
         except KeyboardInterrupt:
             console.print("stopping the server")
+
+
+def stop_hint(repo: Path, state_file: Path | None) -> str:
+    """The exact command that stops the server `serve --background` started for these."""
+    words = ["attndeploy", "stop"]
+    if state_file is not None:
+        words += ["--state-file", str(state_file)]
+    elif Path(repo) != Path(DEFAULT_REPOSITORY):
+        words += ["--repo", str(repo)]
+    return shlex.join(words)
 
 
 def stop_command(

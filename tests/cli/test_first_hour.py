@@ -381,3 +381,35 @@ def test_make_installs_torch_by_version_from_pip_s_own_index_by_default():
 def test_make_takes_torch_from_torch_index_when_given():
     index = "https://download.pytorch.org/whl/cpu"
     assert torch_installs(f"TORCH_INDEX={index}") == [f" --index-url {index}"]
+
+
+# --------------------------------------------------------------------------- 5. an ONNX file
+# where a checkpoint folder is wanted, and the way back from a background server
+
+
+@pytest.mark.parametrize("command", [("export", "--out", "again.onnx"), ("validate",)])
+def test_export_and_validate_given_an_onnx_file_say_it_is_a_file_and_a_folder_is_wanted(
+    monkeypatch, capsys, tmp_path: Path, onnx_file: Path, command: tuple[str, ...]
+) -> None:
+    name, *rest = command
+    args = (name, onnx_file, *([onnx_file] if name == "validate" else []), *rest)
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(run_main(monkeypatch, capsys, *args), 1, "checkpoint")
+    assert f"{onnx_file} is a file; give a checkpoint folder" in line
+    assert "the checkpoint folder it was exported from" in line
+    assert "does not exist" not in line
+
+
+def test_the_stop_hint_is_the_exact_command_for_the_repository_served() -> None:
+    from attndeploy.cli.serve import stop_hint
+    from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
+
+    assert stop_hint(Path(DEFAULT_REPOSITORY), None) == "attndeploy stop"
+    assert stop_hint(Path("runs/my repo"), None) == "attndeploy stop --repo 'runs/my repo'"
+    assert stop_hint(Path("runs/repo"), Path("s.json")) == "attndeploy stop --state-file s.json"
+
+
+def test_stop_without_a_record_names_the_repo_option(monkeypatch, capsys, tmp_path: Path):
+    line = one_line_error(run_main(monkeypatch, capsys, "stop", "--repo", tmp_path), 1,
+                          "server")
+    assert "No background server is recorded" in line and "--repo" in line

@@ -47,7 +47,8 @@ def _read_state(path: Path) -> dict[str, Any] | None:
     if not path.exists():
         raise ServerError(
             f"No background server is recorded at {path}; start one with "
-            "`attndeploy serve --background` or pass the right --state-file."
+            "`attndeploy serve --background`, or give `attndeploy stop` the --repo (or "
+            "--state-file) that the server was started with."
         )
     if not path.is_file():
         raise _not_ours(path, "not a regular file")
