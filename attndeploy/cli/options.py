@@ -31,6 +31,7 @@ MEANINGS: dict[str, str] = {
     "--repo": "Model repository folder.",
     "--text": "A text to classify.",
     "--text-file": "Texts, one per line (a file, a pipe, or '-' for stdin).",
+    "--dataset": "A built-in data set (sparse_evidence, tagging).",
     "--data": "Labelled texts: a JSONL file of {\"text\", \"label\"} objects (or a pipe).",
     "--json": "Print the result as one JSON document on stdout.",
     "--jsonl": "Print one JSON object per line (JSON lines) on stdout.",

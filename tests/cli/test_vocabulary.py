@@ -66,6 +66,26 @@ def test_every_registered_meaning_is_used() -> None:
     assert sorted(set(MEANINGS) - used) == []
 
 
+# Names the ecosystem gives a meaning the command line must not contradict
+RESERVED = {
+    # the kind of model in Optimum and transformers pipelines (text-classification,
+    # token-classification, ...); train's built-in data set is `--dataset` (old `--task` kept
+    # for one release, `deprecated.RENAMED_OPTIONS`)
+    "--task",
+}
+
+
+def test_no_command_takes_a_name_the_ecosystem_means_otherwise() -> None:
+    assert sorted({name for _, name, _, _ in _options()} & RESERVED) == []
+
+
+def test_train_s_old_task_option_names_the_built_in_data_set() -> None:
+    rewritten, warnings = rewrite_deprecated(["train", "--task", "tagging", "--out", "o"],
+                                             cli_app.value_options)
+    assert rewritten == ["train", "--dataset", "tagging", "--out", "o"]
+    assert warnings == ["--task is deprecated; use --dataset"]
+
+
 # ------------------------------------------------------------------ defaults typed in the CLI
 
 TYPE_CONVERSIONS = {"Path", "str", "int", "float"}

@@ -1,4 +1,5 @@
-"""The data's options: a built-in task or a JSONL file, and how much of it trains, selects and
+"""The data's options: a built-in data set (`--dataset`, a task of `attndeploy.data`) or a
+JSONL file, and how much of it trains, selects and
 is held out (`load_training_data`)."""
 
 from __future__ import annotations
@@ -49,11 +50,9 @@ class DataArgs(OptionGroup):
 
     @staticmethod
     def options(
-        task: Annotated[
-            str | None, typer.Option(help="Built-in task (sparse_evidence, tagging).")
-        ] = None,
+        dataset: Annotated[str | None, shared("--dataset")] = None,
         data: Annotated[
-            Path | None, shared("--data", "Trained on instead of --task.",
+            Path | None, shared("--data", "Trained on instead of --dataset.",
                                 callback=readable_text_file)
         ] = None,
         n_train: Annotated[
@@ -82,6 +81,7 @@ class DataArgs(OptionGroup):
     def parse(self, values: Mapping[str, Any]) -> Data:
         from attndeploy.errors import ConfigError
 
-        if values["task"] is not None and values["data"] is not None:
-            raise ConfigError("give either --task or --data, not both")
-        return Data(**self.values(values))
+        if values["dataset"] is not None and values["data"] is not None:
+            raise ConfigError("give either --dataset or --data, not both")
+        given = self.values(values)
+        return Data(task=given.pop("dataset"), **given)
