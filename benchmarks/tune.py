@@ -43,7 +43,7 @@ Run: `.venv/bin/python benchmarks/tune.py --repo REPO --model NAME [--latency-bu
 [--window-s 2] [--text-file TEXTS] [--quick] [--out DIR]`. Writes DIR/tune.json and
 DIR/tune.png (DIR defaults to benchmarks/results/). `--quick`: a 3-minute budget, 2 rounds,
 1-second windows.
-Quickstart-like model: `attndeploy train --variant standard --task sparse_evidence --out
+Quickstart-like model: `attndeploy train --variant standard --dataset sparse_evidence --out
 /tmp/tune/ckpt`, `attndeploy package /tmp/tune/ckpt --repo /tmp/tune/repo`, then
 `--repo /tmp/tune/repo --model ckpt_text` (the text model and its id model) or `--model ckpt`.
 """

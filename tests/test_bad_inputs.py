@@ -36,7 +36,7 @@ from attndeploy.cli import predict as predict_cli
 from attndeploy.serving.server import free_port
 
 TINY = ["--d-model", "16", "--heads", "2", "--layers", "2", "--d-ff", "32", "--steps", "2",
-        "--batch-size", "8", "--task", "sparse_evidence", "--n-train", "16", "--n-eval", "8",
+        "--batch-size", "8", "--dataset", "sparse_evidence", "--n-train", "16", "--n-eval", "8",
         "--max-seq", "32"]
 
 
@@ -257,9 +257,9 @@ CASES: dict[str, BadInput] = {
     # ---- train: options and data
     "train unknown variant": case("train", "--variant", "flash", stage="usage",
                                   fragment="unknown variant 'flash'; valid:"),
-    "train unknown task": case("train", "--task", "nope", "--out", "{tmp}/o", stage="data",
+    "train unknown task": case("train", "--dataset", "nope", "--out", "{tmp}/o", stage="data",
                                fragment="nope"),
-    "train both task and data": case("train", "--task", "sparse_evidence", "--data", "{tmp}/d",
+    "train both task and data": case("train", "--dataset", "sparse_evidence", "--data", "{tmp}/d",
                                      "--out", "{tmp}/o", stage="config", fragment="not both",
                                      prepare=_write("d", JSONL_OK)),
     "train missing data file": case("train", "--data", "{tmp}/absent.jsonl", "--out",
@@ -305,28 +305,28 @@ CASES: dict[str, BadInput] = {
                             "--out", "{tmp}/o", stage="config", fragment="alpha"),
     # ---- train --hf-model: the weights' safetensors header
     "train hf weights header not json": case(
-        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        "train", "--hf-model", "{tmp}/bert", "--dataset", "sparse_evidence", "--out", "{tmp}/o",
         stage="checkpoint", fragment="bert/model.safetensors is corrupt",
         prepare=_hf_model(_safetensors(b"{not json at all!!!}"))),
     "train hf weights header too large": case(
-        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        "train", "--hf-model", "{tmp}/bert", "--dataset", "sparse_evidence", "--out", "{tmp}/o",
         stage="checkpoint", fragment="bert/model.safetensors is corrupt: its header claims",
         prepare=_hf_model(_safetensors(b"{}", claimed=1 << 40))),
     "train hf weights index not json": case(
-        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        "train", "--hf-model", "{tmp}/bert", "--dataset", "sparse_evidence", "--out", "{tmp}/o",
         stage="checkpoint", fragment="model.safetensors.index.json is not a safetensors index",
         prepare=_hf_model(b"{", name="model.safetensors.index.json")),
     # ---- train --hf-model: the folder's config.json, checked before any model is built
     "train hf config huge width": case(
-        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        "train", "--hf-model", "{tmp}/bert", "--dataset", "sparse_evidence", "--out", "{tmp}/o",
         stage="config", fragment="bert/config.json: hidden_size is 1,000,000,000, above the "
         "limit of 65,536", prepare=_hf_config(hidden_size=10**9)),
     "train hf config no heads": case(
-        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        "train", "--hf-model", "{tmp}/bert", "--dataset", "sparse_evidence", "--out", "{tmp}/o",
         stage="config", fragment="num_attention_heads must be at least 1, got 0",
         prepare=_hf_config(num_attention_heads=0)),
     "train hf config a million layers": case(
-        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/o",
+        "train", "--hf-model", "{tmp}/bert", "--dataset", "sparse_evidence", "--out", "{tmp}/o",
         stage="config", fragment="num_hidden_layers is 1,000,000, above the limit of 1,024",
         prepare=_hf_config(num_hidden_layers=10**6)),
     # ---- checkpoints: missing, corrupt, tampered
@@ -732,7 +732,7 @@ CASES: dict[str, BadInput] = {
                                        fragment="{tmp}/link already exists; pass --force",
                                        prepare=_dangling("link")),
     "train hf over a dangling link": case(
-        "train", "--hf-model", "{tmp}/bert", "--task", "sparse_evidence", "--out", "{tmp}/link",
+        "train", "--hf-model", "{tmp}/bert", "--dataset", "sparse_evidence", "--out", "{tmp}/link",
         stage="checkpoint", fragment="{tmp}/link already exists; pass --force",
         prepare=_dangling("link")),
     "export over a dangling link": case("export", "{ckpt}", "--out", "{tmp}/link",

@@ -7,7 +7,9 @@ Renamed options (`RENAMED_OPTIONS`), so that each option name has one meaning
 `--text-model/--no-text-model` and its `--truncate-text` is `--truncate`, serve's `--timeout`
 (waiting for the models) is `--ready-timeout`, loadtest's `--warmup N` is `--warmup-requests N`
 and its `--batch` is `--batch-size`, predict's `--file` is `--text-file`, quantize's `--grid` is
-`--shapes`, and check-repo's repository is `--repo` (a positional argument before).
+`--shapes`, train's `--task` (a built-in data set) is `--dataset` (`--task` is the kind of model
+in the Hugging Face ecosystem: text-classification, token-classification...), and check-repo's
+repository is `--repo` (a positional argument before).
 
 `--json` is a flag everywhere (the command's result as one JSON document on stdout); a JSON
 report written to a file is `--json-out PATH`. `validate` and `loadtest` used to take
@@ -30,6 +32,7 @@ RENAMED_OPTIONS: dict[str, dict[str, str]] = {
     "loadtest": {"--warmup": "--warmup-requests", "--batch": "--batch-size"},
     "predict": {"--file": "--text-file"},
     "quantize": {"--grid": "--shapes"},
+    "train": {"--task": "--dataset"},
 }
 # command -> the option its old positional argument now is
 POSITIONAL_TO_OPTION: dict[str, str] = {"check-repo": "--repo"}

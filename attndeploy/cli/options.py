@@ -21,8 +21,6 @@ import typer
 from attndeploy.config import FAMILIES
 from attndeploy.errors import ServerError
 from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol, server_address
-from attndeploy.variants.ganet.config import AUX_NETWORKS, GATE_MODES, RELAXATIONS
-from attndeploy.variants.qvi.config import QVI_FORMS
 from attndeploy.variants.registry import variant_names
 
 # option name -> its one meaning: the first words of its help wherever it is used
@@ -33,6 +31,7 @@ MEANINGS: dict[str, str] = {
     "--repo": "Model repository folder.",
     "--text": "A text to classify.",
     "--text-file": "Texts, one per line (a file, a pipe, or '-' for stdin).",
+    "--dataset": "A built-in data set (sparse_evidence, tagging).",
     "--data": "Labelled texts: a JSONL file of {\"text\", \"label\"} objects (or a pipe).",
     "--json": "Print the result as one JSON document on stdout.",
     "--jsonl": "Print one JSON object per line (JSON lines) on stdout.",
@@ -133,12 +132,9 @@ VariantOption = Annotated[str, typer.Option(
     help="Attention variant.")]
 
 
-# Choices of train's options, the library's tuples (never typed again here)
+# Choices of train's options, the library's tuples (never typed again here); a variant's own
+# come from its spec (`TrainOption.choices`, cli/args/variants.py)
 Family = choices("Family", FAMILIES)
-QVIForm = choices("QVIForm", QVI_FORMS)
-AuxNetwork = choices("AuxNetwork", AUX_NETWORKS)
-GateMode = choices("GateMode", GATE_MODES)
-GateRelaxation = choices("GateRelaxation", RELAXATIONS)
 
 
 CheckpointArg = Annotated[

@@ -80,7 +80,7 @@ def train_hf_command(
     from attndeploy.training.config import defaults_for
 
     if task is not None and data is not None:
-        raise ConfigError("give either --task or --data, not both")
+        raise ConfigError("give either --dataset or --data, not both")
     check_output_dir(out)  # a file in the way, a read-only place: refused before training
     check_replaceable(out, force=force, error=CheckpointError)
     options = dataclasses.asdict(variant_config) if variant_config is not None else {}

@@ -225,7 +225,7 @@ def train_hf_checkpoint(
     out_dir = Path(out_dir)
     check_replaceable(out_dir, force=force, error=CheckpointError)  # before the training time
     if task is not None and data_file is not None:
-        raise ConfigError("give either --task or --data, not both")
+        raise ConfigError("give either --dataset or --data, not both")
     options = dict(options or {})
     variant_config(variant, options)  # an unknown variant or option fails before any loading
     source = load_source(Path(hf_model))

@@ -75,6 +75,41 @@ class TrainingHooks:
     without_penalty: Callable[[Any], Any]
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainOption:
+    """A named option of `attndeploy train` for one field of the variant's sub-config: a shortcut
+    for `--option FIELD=VALUE`, which sets any field. Light: the CLI builds the option from it
+    (cli/args/variants.py), so a variant's package declares its own options and the CLI names
+    no variant.
+
+    field:     the sub-config field it sets; the option's type and default are the field's.
+    help:      its help text. Where a preset sets the field, the option's default depends on
+               what is trained: it defaults to none (the preset's value) and the CLI adds the
+               presets' values to the help (a task's and --data's, and with `note_pretrained`
+               fine-tuning pretrained weights').
+    name:      the option's name; default `--` and the field with dashes.
+    choices:   the values it takes (the config's own tuple), shown as its choices.
+    note_pretrained: whether its help lists the pretrained preset's value too.
+    pinned:    {model family: the value the field always takes in that family}, whatever is given.
+    converted: False where its presets' values were measured on the built-in models only: a
+               converted Hugging Face model (`--hf-model`) then takes the config's default
+               unless the option is given.
+    """
+
+    field: str
+    help: str
+    name: str = ""
+    choices: tuple[str, ...] = ()
+    note_pretrained: bool = True
+    pinned: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    converted: bool = True
+
+    @property
+    def option(self) -> str:
+        """The option's name (`--temperature`)."""
+        return self.name or "--" + self.field.replace("_", "-")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class VariantSpec:
     """An attention variant, declared once in its own package.
@@ -109,6 +144,8 @@ class VariantSpec:
                  models run it in every layer and refuse any other value than "all". A gated
                  variant's lower layers then run with every gate open (the conversion does it);
                  another reads the field in its layer's `from_config`.
+    train_options: its named `attndeploy train` options (`TrainOption`s, e.g. GA-Net's
+                 `--temperature`); `--option NAME=VALUE` sets any field of its config.
     """
 
     name: str
@@ -131,6 +168,7 @@ class VariantSpec:
     figures: tuple[str, ...] = ()
     chained: bool = False
     layer_span: str | None = None
+    train_options: tuple[TrainOption, ...] = ()
 
     def __post_init__(self) -> None:
         if self.gated and (self.gating is None or self.training is None):
@@ -150,6 +188,12 @@ class VariantSpec:
                 field.name for field in dataclasses.fields(self.config)}):
             raise ConfigError(f"variant {self.name!r}: layer_span {self.layer_span!r} is not a "
                               "field of its config")
+        fields = ({field.name for field in dataclasses.fields(self.config)}
+                  if self.config is not None else set())
+        unknown = [option.field for option in self.train_options if option.field not in fields]
+        if unknown:
+            raise ConfigError(f"variant {self.name!r}: train_options {unknown} are not fields "
+                              "of its config")
         if not self.title:
             object.__setattr__(self, "title", self.name)
 

@@ -291,7 +291,7 @@ def test_ctrl_c_during_training_prints_interrupted_and_exits_130(tmp_path):
     master, slave = pty.openpty()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TERM": "xterm", "COLUMNS": "120"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "attndeploy", "train", "--task", "sparse_evidence", "--steps",
+        [sys.executable, "-m", "attndeploy", "train", "--dataset", "sparse_evidence", "--steps",
          "1000000", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "16",
          "--n-train", "64", "--n-eval", "16", "--out", "ckpt"],
         cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=env,

@@ -22,7 +22,7 @@ from tests.runtime.records import assert_same_record
 pytestmark = pytest.mark.integration
 
 TINY = ["--d-model", "16", "--heads", "2", "--layers", "2", "--d-ff", "32", "--steps", "3",
-        "--batch-size", "16", "--task", "sparse_evidence", "--n-train", "48", "--n-eval", "24",
+        "--batch-size", "16", "--dataset", "sparse_evidence", "--n-train", "48", "--n-eval", "24",
         "--max-seq", "64"]
 
 

@@ -22,7 +22,7 @@ from attndeploy.variants.registry import VARIANT_NAMES
 
 TINY = ["--d-model", "16", "--heads", "2", "--layers", "2", "--d-ff", "32", "--steps", "3",
         "--batch-size", "16"]
-TINY_TASK = ["--task", "sparse_evidence", "--n-train", "48", "--n-eval", "24", "--max-seq", "64"]
+TINY_TASK = ["--dataset", "sparse_evidence", "--n-train", "48", "--n-eval", "24", "--max-seq", "64"]
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -132,11 +132,11 @@ def test_train_on_jsonl_reports_the_baseline_and_says_plainly_when_it_is_not_bea
 LONG_PATH = "a_rather_long_directory_name_" * 3 + "/checkpoint"
 FAILING: dict[str, list[str]] = {
     "unknown-variant": ["train", "--variant", "flash", "--out", "m"],
-    "unknown-task": ["train", "--task", "nope", *TINY, "--out", "m"],
+    "unknown-task": ["train", "--dataset", "nope", *TINY, "--out", "m"],
     "heads": ["train", "--d-model", "30", "--heads", "4", "--out", "m"],
     "alpha": ["train", "--variant", "evolving", "--alpha", "1.5", "--out", "m"],
     "temperature": ["train", "--variant", "ganet", "--temperature", "0", "--out", "m"],
-    "task-and-data": ["train", "--task", "sparse_evidence", "--data", "d.jsonl", "--out", "m"],
+    "task-and-data": ["train", "--dataset", "sparse_evidence", "--data", "d.jsonl", "--out", "m"],
     "jsonl-without-text": ["train", "--data", "d.jsonl", *TINY, "--out", "m"],
     "missing-checkpoint": ["info", "nowhere", "--json"],
     "existing-out": ["train", *TINY, *TINY_TASK, "--out", "existing"],
@@ -190,7 +190,7 @@ def test_unknown_task_fails_listing_the_valid_names(failures):
         ("heads", "d_model (30) must be divisible by n_heads (4)"),
         ("alpha", "alpha must lie in [0, 1], got 1.5"),
         ("temperature", "temperature must be > 0, got 0.0"),
-        ("task-and-data", "give either --task or --data, not both"),
+        ("task-and-data", "give either --dataset or --data, not both"),
         ("unknown-option", "NAME one of form, pairwise_chunk"),
         ("bad-option-value", "pairwise_chunk: 'x' is not a int"),
         ("no-options", "variant 'standard' has no options"),

@@ -66,6 +66,26 @@ def test_every_registered_meaning_is_used() -> None:
     assert sorted(set(MEANINGS) - used) == []
 
 
+# Names the ecosystem gives a meaning the command line must not contradict
+RESERVED = {
+    # the kind of model in Optimum and transformers pipelines (text-classification,
+    # token-classification, ...); train's built-in data set is `--dataset` (old `--task` kept
+    # for one release, `deprecated.RENAMED_OPTIONS`)
+    "--task",
+}
+
+
+def test_no_command_takes_a_name_the_ecosystem_means_otherwise() -> None:
+    assert sorted({name for _, name, _, _ in _options()} & RESERVED) == []
+
+
+def test_train_s_old_task_option_names_the_built_in_data_set() -> None:
+    rewritten, warnings = rewrite_deprecated(["train", "--task", "tagging", "--out", "o"],
+                                             cli_app.value_options)
+    assert rewritten == ["train", "--dataset", "tagging", "--out", "o"]
+    assert warnings == ["--task is deprecated; use --dataset"]
+
+
 # ------------------------------------------------------------------ defaults typed in the CLI
 
 TYPE_CONVERSIONS = {"Path", "str", "int", "float"}
@@ -99,11 +119,22 @@ def _command_functions() -> list[tuple[str, ast.FunctionDef]]:
     return found
 
 
+def _group_functions() -> list[tuple[str, ast.FunctionDef]]:
+    """The `options` functions of the option groups (cli/args/), which declare a command's
+    options for it (`args.base.takes_options`)."""
+    found = []
+    for path in sorted((CLI_DIR / "args").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found += [(f"args/{path.name}:options", node) for node in ast.walk(tree)
+                  if isinstance(node, ast.FunctionDef) and node.name == "options"]
+    return found
+
+
 def test_no_command_types_a_default_of_its_own() -> None:
     """Every default comes from the library (`cli/defaults.py`): a number, a string or a
     choice typed in a command's signature is a second source of truth."""
     typed = []
-    for where, function in _command_functions():
+    for where, function in [*_command_functions(), *_group_functions()]:
         arguments = function.args
         defaults = [*arguments.defaults, *(d for d in arguments.kw_defaults if d is not None)]
         names = [a.arg for a in arguments.args[len(arguments.args) - len(arguments.defaults):]]
@@ -114,6 +145,7 @@ def test_no_command_types_a_default_of_its_own() -> None:
             if why is not None:
                 typed.append(f"{where} {name} = {why}")
     assert len(_command_functions()) == len(cli_app.COMMANDS)
+    assert len(_group_functions()) > 1
     assert typed == []
 
 

@@ -78,7 +78,7 @@ def test_a_config_that_cannot_be_built_is_one_line_before_any_model(name, tmp_pa
 
     monkeypatch.setattr("attndeploy.integrations.hf_train.build_classifier", no_model)
     monkeypatch.setattr("sys.argv", [
-        "attndeploy", "train", "--hf-model", str(folder), "--task", "sparse_evidence",
+        "attndeploy", "train", "--hf-model", str(folder), "--dataset", "sparse_evidence",
         "--n-train", "8", "--n-eval", "4", "--steps", "1", "--max-seq", "32",
         "--out", str(tmp_path / "out")])
     with pytest.raises(SystemExit) as info:

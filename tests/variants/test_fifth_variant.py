@@ -86,7 +86,7 @@ def test_a_gated_fifth_variant_goes_from_training_to_the_server(tmp_path):
         return done.stdout
 
     assert "sieve" in cli("train", "--help")
-    trained = json.loads(cli("train", "--variant", "sieve", "--task", "sparse_evidence",
+    trained = json.loads(cli("train", "--variant", "sieve", "--dataset", "sparse_evidence",
                              "--steps", "80", "--n-train", "400", "--n-eval", "100",
                              "--n-val", "100", "--out", "ckpt", "--json"))
     metrics, training = trained["metrics"], trained["training"]

@@ -2,7 +2,7 @@
 convolution of the previous layer's."""
 
 from attndeploy.variants.evolving.config import EvolvingConfig
-from attndeploy.variants.registry import Preset, VariantSpec, register_variant
+from attndeploy.variants.registry import Preset, TrainOption, VariantSpec, register_variant
 
 
 def _model_ops(config) -> dict[str, int]:
@@ -37,4 +37,9 @@ SPEC = register_variant(VariantSpec(
     figures=("layer_maps",),
     chained=True,  # each layer hands its logits to the next
     layer_span="evolving_layers",  # read by its layer's from_config: the lower layers start anew
+    train_options=(
+        TrainOption("alpha", "Evolving: weight of the previous logits."),
+        TrainOption("beta", "Evolving: weight of the conv branch."),
+        TrainOption("negative_slope", "Evolving: LeakyReLU slope."),
+    ),
 ))

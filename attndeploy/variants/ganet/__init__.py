@@ -4,8 +4,14 @@ attended; hard gates at inference, an extra `gates` output."""
 import dataclasses
 
 from attndeploy.errors import ConfigError, ExportError
-from attndeploy.variants.ganet.config import GANetConfig
-from attndeploy.variants.registry import Preset, TrainingHooks, VariantSpec, register_variant
+from attndeploy.variants.ganet.config import AUX_NETWORKS, GATE_MODES, RELAXATIONS, GANetConfig
+from attndeploy.variants.registry import (
+    Preset,
+    TrainingHooks,
+    TrainOption,
+    VariantSpec,
+    register_variant,
+)
 
 
 def _model_ops(config) -> dict[str, int]:
@@ -77,6 +83,23 @@ _PRETRAINED = Preset(config={"relaxation": "hard_concrete", "temperature": 0.5,
                              "gated_layers": "upper_third"},
                      training={"density_target": 0.6})
 
+# `attndeploy train`'s GA-Net options (`--option NAME=VALUE` sets the other fields). The gate
+# network of its presets was measured on the built-in Transformer only, and the bilstm family
+# (the paper's model) always gates with a BiLSTM.
+_TRAIN_OPTIONS = (
+    TrainOption("aux", "GA-Net auxiliary network (fine-tuning a Hugging Face model: "
+                       f"{GANetConfig().aux} unless given).", choices=AUX_NETWORKS,
+                note_pretrained=False, pinned={"bilstm": "bilstm"}, converted=False),
+    TrainOption("temperature", "GA-Net Gumbel-sigmoid temperature."),
+    TrainOption("density_weight", "GA-Net density penalty weight (lambda); with a density "
+                                  "target, its starting value."),
+    TrainOption("gate_mode", "GA-Net eval gates.", choices=GATE_MODES),
+    TrainOption("straight_through", "GA-Net straight-through hard gates in training."),
+    TrainOption("relaxation", "GA-Net training gates: the paper's binary concrete, or hard "
+                              "concrete (closed gates exactly 0, as at inference).",
+                choices=RELAXATIONS, note_pretrained=False),
+)
+
 SPEC = register_variant(VariantSpec(
     name="ganet",
     order=2,
@@ -97,4 +120,5 @@ SPEC = register_variant(VariantSpec(
     limits={"aux_hidden": 65_536},
     figures=("gates",),
     layer_span="gated_layers",  # a converted model's lower layers attend every key
+    train_options=_TRAIN_OPTIONS,
 ))

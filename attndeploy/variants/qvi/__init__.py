@@ -1,8 +1,8 @@
 """`qvi`: query-value interaction (docs/variants.md §2): values replaced by gated query-aware
 values."""
 
-from attndeploy.variants.qvi.config import QVIConfig
-from attndeploy.variants.registry import VariantSpec, register_variant
+from attndeploy.variants.qvi.config import QVI_FORMS, QVIConfig
+from attndeploy.variants.registry import TrainOption, VariantSpec, register_variant
 
 FORM_OPS = {"pooled": "QVIAttention", "pairwise": "QVIPairwiseAttention"}
 
@@ -22,4 +22,5 @@ SPEC = register_variant(VariantSpec(
     model_ops=_model_ops,
     title="QVI",
     limits={"pairwise_chunk": 1_048_576},
+    train_options=(TrainOption("form", "QVI form.", name="--qvi-form", choices=QVI_FORMS),),
 ))

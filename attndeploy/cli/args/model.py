@@ -1,0 +1,68 @@
+"""The model's options: its variant, family and sizes (`ModelConfig`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+
+from attndeploy.cli.args.base import OptionGroup
+from attndeploy.cli.args.notes import DATA, TASK, by_data
+from attndeploy.cli.defaults import field_default
+from attndeploy.cli.options import Family, VariantOption, shared
+from attndeploy.config import ModelConfig
+
+
+def _size(key: str) -> str:
+    return by_data(TASK.model[key], DATA.model[key])
+
+
+# option -> the ModelConfig field it sets (each None: the preset's)
+SIZES = {"d_model": "d_model", "heads": "n_heads", "layers": "n_layers", "d_ff": "d_ff",
+         "dropout": "dropout"}
+
+
+@dataclass(frozen=True)
+class Model:
+    variant: str
+    family: str
+    max_seq: int
+    sizes: Mapping[str, Any]  # the ModelConfig fields given
+
+    def architecture(self, defaults: Any) -> dict[str, Any]:
+        """The ModelConfig fields of its architecture: the preset's, then those given."""
+        return {**defaults.model, "max_seq": self.max_seq, **self.sizes}
+
+
+class ModelArgs(OptionGroup):
+    """The model: its attention variant, family and sizes."""
+
+    @staticmethod
+    def options(
+        variant: VariantOption = field_default(ModelConfig, "variant"),
+        family: Annotated[
+            Family, typer.Option(help="Model family.")  # type: ignore[valid-type]
+        ] = Family(field_default(ModelConfig, "family")),
+        d_model: Annotated[int | None, typer.Option(
+            help=f"Model width. {_size('d_model')}")] = None,
+        heads: Annotated[int | None, typer.Option(
+            help=f"Attention heads. {_size('n_heads')}")] = None,
+        layers: Annotated[int | None, typer.Option(
+            help=f"Encoder layers. {_size('n_layers')}")] = None,
+        d_ff: Annotated[int | None, typer.Option(
+            help=f"Feed-forward width. {_size('d_ff')}")] = None,
+        dropout: Annotated[float | None, typer.Option(
+            help="Dropout on the attention and feed-forward outputs. "
+                 f"{_size('dropout')}; --hf-model: the model's own (its config's "
+                 "hidden_dropout_prob)")] = None,
+        max_seq: Annotated[int, shared("--max-seq")] = field_default(ModelConfig, "max_seq"),
+    ) -> None:
+        """The model's options."""
+
+    def parse(self, values: Mapping[str, Any]) -> Model:
+        return Model(variant=values["variant"], family=values["family"].value,
+                     max_seq=values["max_seq"],
+                     sizes={field: values[option] for option, field in SIZES.items()
+                            if values[option] is not None})
