@@ -55,7 +55,7 @@ def process_cpu_s(pid: int | None) -> float:
 
 def measure_setup(server: Any, model: str, protocol: str, level: int, onnx: str, texts: Path,
                   args: argparse.Namespace, check: bool) -> dict[str, Any]:
-    guard_pid = server._guard_proc.pid if server._guard_proc is not None else None
+    guard_pid = server.guard_pid
     url = server.grpc_url if protocol == "grpc" else server.http_url
     before = group_cpu_s(server.pid) + process_cpu_s(guard_pid)
     guard_before = process_cpu_s(guard_pid)

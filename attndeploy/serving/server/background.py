@@ -10,7 +10,12 @@ from typing import Any
 from attndeploy.errors import ServerError
 from attndeploy.serving.client.protocol import Protocol, server_address
 from attndeploy.serving.server.binary import find_tritonserver
-from attndeploy.serving.server.processes import _end_leftovers, _pid_alive, _terminate
+from attndeploy.serving.server.processes import (
+    _end_leftovers,
+    _is_guard_of,
+    _pid_alive,
+    _terminate,
+)
 from attndeploy.serving.server.state import (
     STATE_FORMAT,
     _read_state,
@@ -133,6 +138,7 @@ def start_background(
         "started_at": time.time(),
         "models": list(models) if models is not None else None,
         "guard": guard,  # the ports above are then the guard's; the server's are behind it
+        "guard_pid": server.guard_pid,
         "upstream_grpc_port": server.upstream_grpc_port,
         "upstream_http_port": server.upstream_http_port,
     }
@@ -177,6 +183,12 @@ def stop_background(state_path: Path, grace_s: float = 15.0) -> dict[str, Any]:
             f"{len(leftovers['shm'])} shared-memory file(s) and the stale record."
         )
     started = time.monotonic()
+    guard_pid = state.get("guard_pid")
+    if isinstance(guard_pid, int) and guard_pid > 1 and _is_guard_of(guard_pid,
+                                                                     state["shm_prefix"]):
+        # SIGTERM first: the guard closes its listening sockets itself and no request gets in;
+        # a killed one leaves them to the kernel, which closes them a moment after it exits.
+        _terminate(guard_pid, grace_s)
     used = _terminate(pid, grace_s)
     leftovers = _clean_up_after(state)
     state_path.unlink(missing_ok=True)

@@ -104,6 +104,15 @@ def _new_shm_prefix() -> str:
 GUARD_MODULE = b"attndeploy.serving.server.guard"  # on the request guard's command line
 
 
+def _is_guard_of(pid: int, marker: str) -> bool:
+    """Whether `pid` runs the request guard of the server whose shm prefix is `marker`."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return GUARD_MODULE in cmdline and b"--marker=" + marker.encode() in cmdline
+
+
 def _leftover_processes(pgid: int, marker: str) -> list[int]:
     """Live processes of group `pgid` whose command line holds `marker` (the server, its stubs),
     and the server's request guard (a session of its own, `--marker=<marker>` on its line).

@@ -151,6 +151,11 @@ class TritonServer:
         return self._proc.pid if self._proc is not None else None
 
     @property
+    def guard_pid(self) -> int | None:
+        """The request guard's pid (None without a guard or before `start()`)."""
+        return self._guard_proc.pid if self._guard_proc is not None else None
+
+    @property
     def log_path(self) -> Path | None:
         """The server's stdout+stderr, rewritten at each start (a temp file unless given)."""
         return self._log_file
