@@ -57,11 +57,10 @@ def measure_setup(server: Any, model: str, protocol: str, level: int, onnx: str,
                   args: argparse.Namespace, check: bool) -> dict[str, Any]:
     guard_pid = server.guard_pid
     url = server.grpc_url if protocol == "grpc" else server.http_url
-    before = group_cpu_s(server.pid) + process_cpu_s(guard_pid)
-    guard_before = process_cpu_s(guard_pid)
+    group_before, guard_before = group_cpu_s(server.pid), process_cpu_s(guard_pid)
     result = measure(model, url, protocol, onnx, texts, level, args, check, server.pid)
-    result["server_cpu_s"] = group_cpu_s(server.pid) + process_cpu_s(guard_pid) - before
     result["guard_cpu_s"] = process_cpu_s(guard_pid) - guard_before
+    result["server_cpu_s"] = group_cpu_s(server.pid) - group_before + result["guard_cpu_s"]
     return result
 
 

@@ -28,7 +28,10 @@ import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-MODULE = "attndeploy.serving.server.guard"
+from attndeploy.serving.server import guard_checks as checks
+from attndeploy.serving.server.processes import GUARD_MODULE, _pid_alive, guard_marker_argument
+
+MODULE = GUARD_MODULE
 MAX_MESSAGE_BYTES = 2**31 - 1  # gRPC's own ceiling, which tritonserver uses too
 MAX_HTTP_BODY_BYTES = 2**31 - 1
 SERVICE = "/inference.GRPCInferenceService/"
@@ -49,7 +52,7 @@ def guard_command(*, host: str, grpc_port: int, http_port: int, upstream_grpc_po
     return [sys.executable, "-m", MODULE, f"--host={host}", f"--grpc-port={grpc_port}",
             f"--http-port={http_port}", f"--upstream-grpc-port={upstream_grpc_port}",
             f"--upstream-http-port={upstream_http_port}", f"--server-pid={server_pid}",
-            f"--marker={marker}"]
+            guard_marker_argument(marker)]
 
 
 def _bind_address(host: str, port: int) -> str:
@@ -97,8 +100,6 @@ class GrpcGuard:
 
     async def refusal(self, data: bytes) -> tuple[Any, str] | None:
         """(the parsed request, why) when the guard answers this ModelInferRequest itself."""
-        from attndeploy.serving.server import guard_checks as checks
-
         request = checks.grpc_classification_request(data, self._pb.ModelInferRequest.FromString)
         if request is None:
             return None
@@ -262,8 +263,6 @@ class HttpGuard:
         return {output["name"]: output["datatype"] for output in metadata.get("outputs", [])}
 
     async def _refusal(self, request: Any, body: bytes) -> str | None:
-        from attndeploy.serving.server import guard_checks as checks
-
         part = checks.http_json_part(_decoded_body(body, request.headers.get(
             "Content-Encoding")), request.headers)
         try:
@@ -321,8 +320,6 @@ async def _serve_http(host: str, port: int, upstream_port: int) -> tuple[Any, Ht
 
 
 async def _run(args: argparse.Namespace) -> None:
-    from attndeploy.serving.server.processes import _pid_alive
-
     grpc_server = await _serve_grpc(args.host, args.grpc_port, args.upstream_grpc_port)
     runner, http_guard = await _serve_http(args.host, args.http_port, args.upstream_http_port)
     stop = asyncio.Event()

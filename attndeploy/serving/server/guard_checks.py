@@ -25,11 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from attndeploy.jsonread import MAX_JSON_DEPTH as JSON_DEPTH_LIMIT
+from attndeploy.jsonread import MAX_JSON_DEPTH  # what attndeploy's own JSON readers accept
 
-# What attndeploy's own JSON readers accept; a tensor of rank 8 nests 11 levels deep in a KServe
-# v2 request.
-MAX_JSON_DEPTH = JSON_DEPTH_LIMIT
+# A tensor of rank 8 nests 11 levels deep in a KServe v2 request: MAX_JSON_DEPTH leaves room.
 CLASSIFICATION = "classification"  # the output parameter of Triton's classification extension
 UNCLASSIFIABLE = frozenset({"BYTES"})  # datatypes whose classification ends the server
 

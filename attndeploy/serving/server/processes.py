@@ -101,7 +101,18 @@ def _new_shm_prefix() -> str:
     return f"attndeploy_{secrets.token_hex(6)}_"
 
 
-GUARD_MODULE = b"attndeploy.serving.server.guard"  # on the request guard's command line
+GUARD_MODULE = "attndeploy.serving.server.guard"  # the request guard, run with `python -m`
+
+
+def guard_marker_argument(marker: str) -> str:
+    """The argument that names, on the request guard's command line, the server it guards."""
+    return f"--marker={marker}"
+
+
+def _guards(cmdline: bytes, marker: str) -> bool:
+    """Whether a process's command line is that of the request guard of server `marker`."""
+    return (GUARD_MODULE.encode() in cmdline
+            and guard_marker_argument(marker).encode() in cmdline)
 
 
 def _is_guard_of(pid: int, marker: str) -> bool:
@@ -110,7 +121,7 @@ def _is_guard_of(pid: int, marker: str) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return GUARD_MODULE in cmdline and b"--marker=" + marker.encode() in cmdline
+    return _guards(cmdline, marker)
 
 
 def _leftover_processes(pgid: int, marker: str) -> list[int]:
@@ -137,7 +148,7 @@ def _leftover_processes(pgid: int, marker: str) -> list[int]:
         except OSError:
             continue
         in_group = proc_stat[1] == pgid and needle in cmdline
-        if in_group or (GUARD_MODULE in cmdline and b"--marker=" + needle in cmdline):
+        if in_group or _guards(cmdline, marker):
             found.append(int(entry.name))
     return found
 
