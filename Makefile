@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # onnxruntime as the Triton release `deploy kubernetes` pins bundles it (26.05, server 2.69:
-# serving/packaging/check_repo.py TRITON_RELEASE), in its own environment: tests/interop runs
+# serving/packaging/triton_releases.py TRITON_RELEASE), in its own environment: tests/interop runs
 # every exported model there; numpy<2 as in the main environment (nvidia-pytriton pins it).
 # ORT_PYTHON: a Python it has a wheel for (3.11 here).
 TRITON_ORT := 1.24.4

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from attndeploy import __version__
 from attndeploy.deploy import manifests as mf
-from attndeploy.serving.packaging.check_repo import TRITON_RELEASE
+from attndeploy.serving.packaging.triton_releases import TRITON_RELEASE
 
 # The folder's files other than the top-level manifests.
 MODELS_DOCKERFILE = "images/models.Dockerfile"

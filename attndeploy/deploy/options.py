@@ -22,7 +22,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from attndeploy.errors import DeployError
-from attndeploy.serving.packaging.check_repo import TRITON_RELEASE, TRITON_RELEASES, TritonRelease
+from attndeploy.serving.packaging.triton_releases import (
+    TRITON_RELEASE,
+    TRITON_RELEASES,
+    TritonRelease,
+)
 
 NGC_IMAGE = "nvcr.io/nvidia/tritonserver"
 DEFAULT_IMAGE = f"{NGC_IMAGE}:{TRITON_RELEASE.ngc}-py3"

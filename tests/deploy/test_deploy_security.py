@@ -27,7 +27,7 @@ from attndeploy.deploy.kubernetes import (
 from attndeploy.deploy.options import INT32_MAX, SERVER_PACKAGES, ModelStore
 from attndeploy.errors import DeployError
 from attndeploy.runtime.shipping import TOKENIZER_TYPES
-from attndeploy.serving.packaging.check_repo import TRITON_RELEASE
+from attndeploy.serving.packaging.triton_releases import TRITON_RELEASE
 from attndeploy.serving.server.restricted import (
     ADMIN_KEY_HEADER,
     RESTRICTED_PROTOCOLS,

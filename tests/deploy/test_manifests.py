@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from attndeploy.deploy import KubernetesOptions, deploy_kubernetes, parse_model_store
 from attndeploy.deploy.options import DEFAULT_IMAGE, image_release
 from attndeploy.errors import DeployError, OutputError, RepositoryError
-from attndeploy.serving.packaging import check_repo
+from attndeploy.serving.packaging import triton_releases
 
 from .golden_cases import (
     CASES,
@@ -188,8 +188,8 @@ def test_the_default_image_runs_the_release_check_repo_assumes(
     generated: dict[str, Path],
 ) -> None:
     release = image_release(DEFAULT_IMAGE)
-    assert release == check_repo.TRITON_RELEASE
-    assert check_repo.TRITON_ORT_MAX_OPSET == release.max_opset
+    assert release == triton_releases.TRITON_RELEASE
+    assert triton_releases.TRITON_ORT_MAX_OPSET == release.max_opset
     assert DEFAULT_IMAGE == f"nvcr.io/nvidia/tritonserver:{release.ngc}-py3"
     # the python flavour's image installs the onnxruntime that Triton's backend bundles
     lines = comparable(generated["plain-cpu-local"] / "images" / "server.Dockerfile")
@@ -209,11 +209,11 @@ def test_an_image_whose_onnxruntime_is_unknown_is_refused(image: str) -> None:
         KubernetesOptions(image=image)
 
 
-@pytest.mark.parametrize("release", sorted(check_repo.TRITON_RELEASES))
+@pytest.mark.parametrize("release", sorted(triton_releases.TRITON_RELEASES))
 def test_a_mirrored_image_of_a_known_release_is_accepted(release: str) -> None:
     image = f"registry.example.com:5000/mirror/tritonserver:{release}-py3"
     options = KubernetesOptions(image=image, gpu=1)
-    assert options.release == check_repo.TRITON_RELEASES[release]
+    assert options.release == triton_releases.TRITON_RELEASES[release]
     assert options.serving_image() == image
 
 
@@ -336,9 +336,9 @@ def test_an_opset_beyond_the_image_onnxruntime_is_refused(
     model = onnx.load(str(path))
     for entry in [*model.opset_import, *(i for f in model.functions for i in f.opset_import)]:
         if entry.domain == "":
-            entry.version = check_repo.TRITON_ORT_MAX_OPSET + 2
+            entry.version = triton_releases.TRITON_ORT_MAX_OPSET + 2
     onnx.save(model, str(path))
-    with pytest.raises(DeployError, match=f"uses opset {check_repo.TRITON_ORT_MAX_OPSET + 2}"):
+    with pytest.raises(DeployError, match=f"uses opset {triton_releases.TRITON_ORT_MAX_OPSET + 2}"):
         deploy_kubernetes(repo, tmp_path / "out", KubernetesOptions(gpu=1,
                                                                     model_store="s3://bucket/m"))
 

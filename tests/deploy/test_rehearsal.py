@@ -15,7 +15,7 @@ import yaml
 
 from attndeploy.deploy import KubernetesOptions, deploy_kubernetes
 from attndeploy.deploy.manifests import ADMIN_KEY_ENV
-from attndeploy.serving.packaging import check_repo
+from attndeploy.serving.packaging import triton_releases
 from attndeploy.serving.server import TritonServer, free_ports
 from attndeploy.serving.server.restricted import ADMIN_KEY_HEADER
 
@@ -31,7 +31,7 @@ LOCAL_ONLY_FLAGS = {"--backend-directory", "--backend-config"}
 
 # The release of the local tritonserver (2.51): the manifests rehearsed here name its image, and
 # differ from the default image's only there (test_the_default_manifests_differ_only_in_image).
-LOCAL_RELEASE = check_repo.TRITON_RELEASES["24.10"]
+LOCAL_RELEASE = triton_releases.TRITON_RELEASES["24.10"]
 LOCAL_IMAGE = f"nvcr.io/nvidia/tritonserver:{LOCAL_RELEASE.ngc}-py3"
 
 

@@ -43,7 +43,7 @@ import onnx
 import pytest
 
 from attndeploy.opspec.spec import SUPPORTED_OPSETS
-from attndeploy.serving.packaging.check_repo import TRITON_ORT_MAX_OPSET
+from attndeploy.serving.packaging.triton_releases import TRITON_ORT_MAX_OPSET
 from attndeploy.validate.compare import CompareResult, Tolerance, compare_outputs
 from attndeploy.validate.grid import Shape, make_inputs, valid_mask
 from tests.cases import CASES_BY_ID
@@ -51,7 +51,7 @@ from tests.export.conftest import Exported, Exports
 from tests.interop import ort_runner
 
 REPO = Path(__file__).resolve().parents[2]
-# The onnxruntime Triton 26.05 (server 2.69) bundles; check_repo.TRITON_RELEASE names 1.24.
+# The onnxruntime Triton 26.05 (server 2.69) bundles; triton_releases.TRITON_RELEASE names 1.24.
 TRITON_ORT_VERSION = "1.24.4"
 TRITON_ORT_PYTHON = Path(os.environ.get("ATTNDEPLOY_TRITON_ORT_PYTHON",
                                         REPO / ".venv" / "ort-triton" / "bin" / "python"))

@@ -2,7 +2,7 @@
 
 A test per runtime and entry (ids `case-dtype-opN`), each comparing with the current
 onnxruntime's plain run of the same file; tolerances and their measurements in matrix.py.
-Triton's onnxruntime (1.24.4 in 26.05) runs opsets up to 25 (check_repo.TRITON_ORT_MAX_OPSET):
+Triton's onnxruntime (1.24.4 in 26.05) runs opsets up to 25 (triton_releases.TRITON_ORT_MAX_OPSET):
 a model one opset above it is refused, the limitation check-repo and deploy warn about (the
 exporter's highest, 23, is below it: every row runs there).
 """
@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 from attndeploy.opspec.bodies import DOMAIN
-from attndeploy.serving.packaging.check_repo import TRITON_ORT_MAX_OPSET, TRITON_RELEASE
+from attndeploy.serving.packaging.triton_releases import TRITON_ORT_MAX_OPSET, TRITON_RELEASE
 from attndeploy.variants.registry import variant_names
 from tests.interop.matrix import (
     CROSS_VERSION,
