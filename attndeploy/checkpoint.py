@@ -37,13 +37,13 @@ from attndeploy.config import ModelConfig
 from attndeploy.configbase import SIZE_LIMITS, above_limit
 from attndeploy.errors import AttnDeployError, CheckpointError
 from attndeploy.fsutil import (
-    atomic_directory,
     check_replaceable,
     current_umask,
     file_sha256,
 )
 from attndeploy.jsonread import read_json_file
 from attndeploy.models import AttnModel, build_model
+from attndeploy.output_set import atomic_directory
 from attndeploy.variants.registry import variant_specs
 
 FORMAT = "attndeploy-checkpoint"

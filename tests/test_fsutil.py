@@ -1,4 +1,5 @@
-"""Atomic writes (attndeploy/fsutil.py): the target appears whole or not at all."""
+"""Atomic writes (attndeploy/fsutil.py, attndeploy/output_set.py): the target appears whole or
+not at all."""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def test_file_sha256_is_the_digest_of_the_whole_file(tmp_path: Path):
 def test_written_files_and_folders_get_the_umask_modes_not_0600(tmp_path: Path):
     import os
 
-    from attndeploy.fsutil import atomic_directory, current_umask
+    from attndeploy.fsutil import current_umask
+    from attndeploy.output_set import atomic_directory
 
     previous = os.umask(0o022)
     try:
@@ -106,7 +108,8 @@ def test_a_folder_given_as_a_file_output_is_refused_up_front(tmp_path: Path):
 
 def test_a_file_in_the_way_of_a_folder_output_is_refused(tmp_path: Path):
     from attndeploy.errors import OutputError
-    from attndeploy.fsutil import atomic_directory, check_output_dir
+    from attndeploy.fsutil import check_output_dir
+    from attndeploy.output_set import atomic_directory
 
     blocker = tmp_path / "repo"
     blocker.write_text("not a folder")
@@ -119,7 +122,7 @@ def test_a_file_in_the_way_of_a_folder_output_is_refused(tmp_path: Path):
 
 def test_an_overlong_name_is_refused_and_a_failed_write_leaves_no_empty_parents(tmp_path: Path):
     from attndeploy.errors import OutputError
-    from attndeploy.fsutil import atomic_directory
+    from attndeploy.output_set import atomic_directory
 
     with pytest.raises(OutputError, match="characters"):
         atomic_write_bytes(tmp_path / ("x" * 300), b"x")
@@ -141,7 +144,7 @@ def dead_pid() -> int:
 
 def test_an_os_error_without_an_errno_keeps_its_message(tmp_path: Path):
     from attndeploy.errors import OutputError
-    from attndeploy.fsutil import atomic_directory
+    from attndeploy.output_set import atomic_directory
 
     with pytest.raises(OutputError, match="disk full"), atomic_directory(tmp_path / "m"):
         raise OSError("disk full")
@@ -272,7 +275,7 @@ def test_a_link_at_an_output_path_is_an_existing_output(links, kind: str):
 
 @pytest.mark.parametrize("kind", ["live", "dangling"])
 def test_a_replaced_link_is_replaced_itself_never_followed(links, tmp_path: Path, kind: str):
-    from attndeploy.fsutil import atomic_directory, atomic_outputs
+    from attndeploy.output_set import atomic_directory, atomic_outputs
 
     link = links[kind]  # a file, a set's file, a folder written over it
     atomic_write_bytes(link, b"written")
@@ -316,7 +319,7 @@ def test_a_dangling_link_on_the_way_to_an_output_is_named(links, tmp_path: Path)
 
 
 def test_outputs_of_a_set_appear_together_at_the_end(tmp_path: Path):
-    from attndeploy.fsutil import atomic_outputs
+    from attndeploy.output_set import atomic_outputs
 
     with atomic_outputs() as outputs:
         atomic_write_bytes(outputs.file(tmp_path / "a" / "report.json"), b"{}")
@@ -331,7 +334,7 @@ def test_outputs_of_a_set_appear_together_at_the_end(tmp_path: Path):
 
 
 def test_an_interrupted_set_leaves_nothing_and_keeps_what_was_there(tmp_path: Path):
-    from attndeploy.fsutil import atomic_outputs
+    from attndeploy.output_set import atomic_outputs
 
     (tmp_path / "old.json").write_text("old")
     with pytest.raises(KeyboardInterrupt), atomic_outputs(replace=True) as outputs:
@@ -346,11 +349,11 @@ def test_an_interrupted_set_leaves_nothing_and_keeps_what_was_there(tmp_path: Pa
 def test_a_rename_that_fails_undoes_those_done_and_puts_back_what_they_replaced(
     tmp_path: Path, monkeypatch, interruption
 ):
-    import attndeploy.fsutil as fsutil
+    import attndeploy.output_set as output_set
     from attndeploy.errors import OutputError
 
     (tmp_path / "a.json").write_text("old a")
-    real = fsutil._rename_new
+    real = output_set._rename_new
     calls = []
 
     def rename_new(source: Path, target: Path) -> None:
@@ -359,9 +362,9 @@ def test_a_rename_that_fails_undoes_those_done_and_puts_back_what_they_replaced(
             raise interruption(5, "Input/output error")
         real(source, target)
 
-    monkeypatch.setattr(fsutil, "_rename_new", rename_new)
+    monkeypatch.setattr(output_set, "_rename_new", rename_new)
     expected = KeyboardInterrupt if interruption is KeyboardInterrupt else OutputError
-    with pytest.raises(expected), fsutil.atomic_outputs(replace=True) as outputs:
+    with pytest.raises(expected), output_set.atomic_outputs(replace=True) as outputs:
         atomic_write_bytes(outputs.file(tmp_path / "b.png"), b"new b")
         atomic_write_bytes(outputs.file(tmp_path / "a.json"), b"new a")
     assert calls == ["a.json", "b.png"]
@@ -373,7 +376,7 @@ def test_an_output_another_process_wrote_meanwhile_is_kept_and_nothing_of_this_s
     tmp_path: Path
 ):
     from attndeploy.errors import ConcurrentWriteError
-    from attndeploy.fsutil import atomic_outputs
+    from attndeploy.output_set import atomic_outputs
 
     with pytest.raises(ConcurrentWriteError, match="another process wrote it") as caught, \
             atomic_outputs() as outputs:
@@ -388,17 +391,17 @@ def test_an_output_another_process_wrote_meanwhile_is_kept_and_nothing_of_this_s
 
 
 def test_a_file_another_process_wrote_meanwhile_is_not_replaced(tmp_path: Path, monkeypatch):
-    import attndeploy.fsutil as fsutil
+    import attndeploy.output_set as output_set
     from attndeploy.errors import ConcurrentWriteError
 
-    real = fsutil._rename_new
+    real = output_set._rename_new
 
     def rename_new(source: Path, target: Path) -> None:
         target.write_bytes(b"theirs")  # the other writer, between the check and the rename
         real(source, target)
 
-    monkeypatch.setattr(fsutil, "_rename_new", rename_new)
-    with pytest.raises(ConcurrentWriteError), fsutil.atomic_outputs() as outputs:
+    monkeypatch.setattr(output_set, "_rename_new", rename_new)
+    with pytest.raises(ConcurrentWriteError), output_set.atomic_outputs() as outputs:
         atomic_write_bytes(outputs.file(tmp_path / "r.json"), b"mine")
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
     assert (tmp_path / "r.json").read_bytes() == b"theirs"
@@ -408,7 +411,7 @@ def test_an_os_error_while_writing_a_set_names_the_output_not_its_temporary(tmp_
     import errno
 
     from attndeploy.errors import OutputError
-    from attndeploy.fsutil import atomic_outputs
+    from attndeploy.output_set import atomic_outputs
 
     with pytest.raises(OutputError) as caught, atomic_outputs() as outputs:
         outputs.file(tmp_path / "r.json")

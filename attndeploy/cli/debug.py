@@ -164,7 +164,7 @@ def _write_reports(report: Any, json_path: Path | None, plot: Path | None, *,
                    force: bool) -> None:
     """--json-out and --plot, both or neither: an error or a Ctrl-C between the two leaves none
     (so a rerun needs no --force)."""
-    from attndeploy.fsutil import atomic_outputs
+    from attndeploy.output_set import atomic_outputs
 
     with atomic_outputs(replace=force) as outputs:
         if json_path is not None:

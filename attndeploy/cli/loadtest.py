@@ -146,7 +146,8 @@ def command(
     part-way, both, --csv and --plot still receive what was measured (the JSON marked
     "partial": true with the reason), and the command exits 1 (130 for Ctrl-C).
     """
-    from attndeploy.fsutil import atomic_outputs, check_output_file, check_replaceable
+    from attndeploy.fsutil import check_output_file, check_replaceable
+    from attndeploy.output_set import atomic_outputs
     from attndeploy.serving.loadtest import parse_number_list, run_load_test
     from attndeploy.serving.server.launch import find_model_onnx
 

@@ -117,7 +117,8 @@ def command(
     get it, marked partial; exit 130); nothing is applied then, nor when no candidate meets the
     budget.
     """
-    from attndeploy.fsutil import atomic_outputs, check_output_file, check_replaceable
+    from attndeploy.fsutil import check_output_file, check_replaceable
+    from attndeploy.output_set import atomic_outputs
     from attndeploy.serving.tune import apply_candidate, run_tune
     from attndeploy.serving.tune.report import write_plot
 

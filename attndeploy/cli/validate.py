@@ -56,7 +56,7 @@ def command(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from attndeploy.errors import ValidationError
-    from attndeploy.fsutil import atomic_outputs
+    from attndeploy.output_set import atomic_outputs
 
     checkpoint, model = _sources(checkpoint, onnx_file, user_model, weights, shapes)
     inputs = [weights] if weights is not None else [checkpoint / n for n in _checkpoint_files()]

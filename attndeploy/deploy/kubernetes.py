@@ -46,12 +46,12 @@ from attndeploy.deploy.instructions import (  # noqa: F401  (the folder's files,
 from attndeploy.deploy.options import SERVER_PACKAGES, KubernetesOptions
 from attndeploy.errors import DeployError, OutputError, RepositoryError
 from attndeploy.fsutil import (
-    atomic_directory,
     check_output_dir,
     check_replaceable,
     file_sha256,
     same_path,
 )
+from attndeploy.output_set import atomic_directory
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.check_repo import check_repository, text_model_requirement
 from attndeploy.serving.packaging.text_model import id_model_of

@@ -20,10 +20,10 @@ calls the python flavour when that is written, else the onnxruntime one.
 
 Every model folder is built in a temp folder beside it and renamed into place; the folders of
 one source (both flavours, the text model) are committed only after all are complete, all or
-none (`fsutil.atomic_outputs`), so a failure or a Ctrl-C leaves neither a half-written folder nor
-one model without the others. An existing folder (or a symbolic link) is replaced only with
-`force`. Of two runs writing one model at the same time, one writes every folder and the other
-none, and says so.
+none (`output_set.atomic_outputs`), so a failure or a Ctrl-C leaves neither a half-written
+folder nor one model without the others. An existing folder (or a symbolic link) is replaced
+only with `force`. Of two runs writing one model at the same time, one writes every folder and
+the other none, and says so.
 """
 
 from __future__ import annotations
@@ -38,13 +38,12 @@ from typing import Any
 
 from attndeploy.errors import ConcurrentWriteError, RepositoryError
 from attndeploy.fsutil import (
-    atomic_outputs,
     check_output_container,
     file_sha256,
     output_exists,
     remove_stale_temporaries_in,
-    write_files,
 )
+from attndeploy.output_set import atomic_outputs, write_files
 from attndeploy.runtime.names import META_VERSION
 from attndeploy.serving.packaging.generic import GenericInfo, read_generic_info
 from attndeploy.serving.packaging.model_config import (

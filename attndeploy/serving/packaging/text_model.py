@@ -65,9 +65,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.echo import echo
 from attndeploy.errors import RepositoryError
-from attndeploy.fsutil import write_files
 from attndeploy.interface import CLASSIFICATION, TAGGING
 from attndeploy.jsonread import parse_json
+from attndeploy.output_set import write_files
 from attndeploy.runtime.contract import (
     ATTENDED,
     CONTRACT_VERSION,

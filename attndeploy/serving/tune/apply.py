@@ -34,7 +34,8 @@ from typing import Any
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.errors import RepositoryError
-from attndeploy.fsutil import atomic_directory, atomic_write_text, output_exists
+from attndeploy.fsutil import atomic_write_text, output_exists
+from attndeploy.output_set import atomic_directory
 from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.check_repo import RepoReport, check_repository
 from attndeploy.serving.tune.configs import id_config, served_version, text_config
