@@ -43,7 +43,9 @@ LAYERS: tuple[Layer, ...] = (
                    "attndeploy.configbase", "attndeploy.check_defaults",
                    "attndeploy.optimize_methods", "attndeploy.checkpoint_formats"),
           torch_free=True),
-    Layer("runtime", ("attndeploy.runtime", "attndeploy.interface"), torch_free=True),
+    # the family registry and each family's declaration and runtime part (numpy only, shipped)
+    Layer("runtime", ("attndeploy.runtime", "attndeploy.interface", "attndeploy.families",
+                      "attndeploy.families.*.runtime"), torch_free=True),
     Layer("opspec", ("attndeploy.opspec",)),
     # the variants, their op references (`variants/<name>/reference.py`, `variants/_reference.py`,
     # the `variants.functional` facade) among them: opspec, below, names no variant
@@ -51,9 +53,9 @@ LAYERS: tuple[Layer, ...] = (
     Layer("config", ("attndeploy.config",)),
     Layer("models", ("attndeploy.models", "attndeploy.data")),
     Layer("checkpoint", ("attndeploy.checkpoint",)),
-    Layer("train", ("attndeploy.train", "attndeploy.training")),
+    Layer("train", ("attndeploy.train", "attndeploy.training", "attndeploy.families.*.training")),
     Layer("export", ("attndeploy.export",)),
-    Layer("validate", ("attndeploy.validate",)),
+    Layer("validate", ("attndeploy.validate", "attndeploy.families.*.checks")),
     Layer("optimize", ("attndeploy.optimize",)),
     Layer("debug", ("attndeploy.debug",)),
     Layer("quantize", ("attndeploy.quantize",)),
@@ -93,13 +95,18 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
+def _matches(module: str, prefix: str) -> bool:
+    """`module` is `prefix` or inside it; a `*` in the prefix stands for one name (a family's
+    package: `attndeploy.families.*.training`)."""
+    want, got = prefix.split("."), module.split(".")
+    return len(got) >= len(want) and all(w in ("*", g) for w, g in zip(want, got, strict=False))
+
+
 def layer_of(module: str) -> Layer | None:
     best: tuple[int, Layer] | None = None
     for layer in LAYERS:
         for prefix in layer.prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and (
-                best is None or len(prefix) > best[0]
-            ):
+            if _matches(module, prefix) and (best is None or len(prefix) > best[0]):
                 best = (len(prefix), layer)
     return best[1] if best else None
 
@@ -157,7 +164,26 @@ def _variant_op_modules() -> set[str]:
     return {spec.ops for spec in variant_specs() if spec.ops is not None}
 
 
+def _family_modules() -> set[str]:
+    packages = {f"attndeploy.families.{folder.name}"  # what the family registry imports
+                for folder in (PACKAGE / "families").iterdir()
+                if (folder / "__init__.py").is_file() and not folder.name.startswith("_")}
+    return packages
+
+
+def _family_parts(part: str) -> Any:
+    def parts() -> set[str]:
+        from attndeploy.families.registry import family_specs
+
+        return {spec.part(part) for spec in family_specs()}
+    return parts
+
+
 IMPORTLIB: dict[str, Any] = {
+    "attndeploy.families.registry": _family_modules,
+    "attndeploy.runtime.families": _family_parts("runtime"),
+    "attndeploy.training.families": _family_parts("training"),
+    "attndeploy.validate.families": _family_parts("checks"),
     "attndeploy.runtime": lambda: _homes("attndeploy.runtime"),
     "attndeploy.deploy": lambda: _homes("attndeploy.deploy"),
     "attndeploy.export": lambda: {f"attndeploy.export.{m}" for m in

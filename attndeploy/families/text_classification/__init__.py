@@ -1,0 +1,24 @@
+"""text-classification: a text in, one label out (a sequence-level head over the pooled encoder)."""
+
+from __future__ import annotations
+
+from attndeploy.families.registry import FamilySpec, register_family
+from attndeploy.interface import BATCH, TensorSpec
+from attndeploy.runtime.names import LOGITS
+
+
+def _outputs(num_labels: int) -> tuple[TensorSpec, ...]:
+    return (TensorSpec(LOGITS, "float32", (BATCH, num_labels), "unnormalised scores"),)
+
+
+SPEC = register_family(FamilySpec(
+    name="text-classification",
+    head="classification",
+    order=0,
+    summary="a text in, one label out",
+    outputs=_outputs,
+    architectures=("transformer", "bilstm"),
+    datasets=("sparse_evidence",),
+    hf_heads=("ForSequenceClassification",),
+    title="text classification",
+), __name__)
