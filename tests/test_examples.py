@@ -1,6 +1,6 @@
-"""The README's "Bring your own model" examples are examples/own_model.py and
+"""The examples of docs/own-model.md ("Bring your own model") are examples/own_model.py and
 examples/my_models.py, verbatim, and they run: the first as a script, the second through the
-README's commands (export --factory, validate --factory, package, check-repo)."""
+page's commands (export --factory, validate --factory, package, check-repo)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ EXAMPLE = ROOT / "examples" / "own_model.py"
 FACTORY = ROOT / "examples" / "my_models.py"
 
 
-def readme_examples() -> list[str]:
-    """The python blocks of the README's "Bring your own model" section, in order."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Bring your own model", 1)[1].split("\n## ", 1)[0]
+def page_examples() -> list[str]:
+    """The python blocks of docs/own-model.md before its functional API, in order."""
+    page = (ROOT / "docs" / "own-model.md").read_text()
+    section = page.split("# Bring your own model", 1)[1].split("\n## Functional API", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
-def test_the_readme_shows_the_example_files_verbatim():
-    assert readme_examples() == [EXAMPLE.read_text(), FACTORY.read_text()]
+def test_docs_own_model_shows_the_example_files_verbatim():
+    assert page_examples() == [EXAMPLE.read_text(), FACTORY.read_text()]
 
 
 def test_the_own_model_example_trains_exports_and_validates(tmp_path):
@@ -41,7 +41,7 @@ def test_the_own_model_example_trains_exports_and_validates(tmp_path):
     assert out.is_file()
 
 
-def test_the_readme_commands_take_the_factory_example_through_export_to_a_checked_repository(
+def test_the_page_s_commands_take_the_factory_example_through_export_to_a_checked_repository(
     tmp_path,
 ):
     import shutil
