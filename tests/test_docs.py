@@ -277,7 +277,7 @@ def test_the_readme_s_typical_session_uses_real_commands_and_not_the_quickstart_
             assert not Path(arg).is_relative_to(quickstart.workdir), command
 
 
-# ----------------------------------------------------------------------------- README and docs/ pages
+# ------------------------------------------------------------------------ README and docs/ pages
 
 # The pages written for users (the README and the reference moved out of it); the design notes
 # keep their own line lengths.
