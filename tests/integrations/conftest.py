@@ -20,7 +20,7 @@ def _one_thread_and_a_seed():
 
 
 # Converted models with a WordPiece tokenizer, exported once per session (a few seconds each):
-# EA-BERT and a GA-Net DistilBERT, as README's path takes them.
+# EA-BERT and a GA-Net DistilBERT, as docs/hugging-face.md's path takes them.
 TEXT_MODELS = {"ea_bert": ("bert", "evolving"), "ga_distilbert": ("distilbert", "ganet")}
 
 

@@ -160,7 +160,7 @@ def test_a_failed_export_leaves_no_file_and_no_temporary(tmp_path: Path, monkeyp
 def test_export_model_takes_string_dims_on_a_converted_model_and_finds_the_position_limit(
     tmp_path: Path, model_type: str
 ):
-    """The README's `dynamic_shapes` form, as a new user writes it: torch.export needs seq
+    """docs/hugging-face.md's `dynamic_shapes` form, as a new user writes it: torch.export needs seq
     bounded by the position table, and export_model finds that bound itself."""
     import torch
 

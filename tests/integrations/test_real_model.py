@@ -1,7 +1,7 @@
 """A real pretrained encoder end to end: all-MiniLM-L6-v2 (6 x 384, 12 heads, WordPiece),
 warm-started into every variant, fine-tuned with `train --hf-model`'s defaults, exported,
 validated, its held-out texts made again and int8 checked on them, packaged with its text model,
-served, and asked over gRPC and in process: the README's "A real pretrained model", as
+served, and asked over gRPC and in process: docs/hugging-face.md's "A real pretrained model", as
 commands. Marked slow and integration; CI runs it (about 3 minutes on 2 cores)."""
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def test_minilm_trains_exports_validates_packages_serves_and_answers_text(minilm
     (int8,) = quantized["candidates"]
     assert int8["data"]["texts"] == held["examples"] and int8["data"]["gate_flips"] == 0
     assert len(int8["gate_network"]) == 2
-    assert quantized["options"]["activations"] == "per-row"  # the README's recipe: the default
+    assert quantized["options"]["activations"] == "per-row"  # docs/quantize.md: the default
     grpc, http, metrics = free_ports()
     with TritonServer(tmp_path / "repo", grpc_port=grpc, http_port=http, metrics_port=metrics,
                       models=["minilm", "minilm_text"], log_file=tmp_path / "server.log"

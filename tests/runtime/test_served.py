@@ -1,5 +1,5 @@
-"""In-process `predict` against the real tritonserver, the README's three ways side by side:
-`attndeploy infer --text` over gRPC and a KServe v2 JSON request over HTTP (what the README's
+"""In-process `predict` against the real tritonserver, docs/serving.md's three ways side by side:
+`attndeploy infer --text` over gRPC and a KServe v2 JSON request over HTTP (what the page's
 curl sends) give the labels, tags and open gates that `InferenceModel.predict` gives.
 
 The served TEXT model does not exist yet, so the server runs the id model (python flavour) and
@@ -42,7 +42,7 @@ def served(text_exports: TextExports, tmp_path_factory) -> Iterator[tuple[Triton
 
 
 def kserve_v2(http_url: str, model: str, ids: list[int]) -> dict[str, np.ndarray]:
-    """POST /v2/models/<model>/infer with a JSON body, as the README's curl does."""
+    """POST /v2/models/<model>/infer with a JSON body, as docs/serving.md's curl does."""
     body = {"inputs": [
         {"name": name, "shape": [1, len(ids)], "datatype": "INT64", "data": data}
         for name, data in (("input_ids", ids), ("attention_mask", [1] * len(ids)))
