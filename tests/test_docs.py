@@ -364,3 +364,59 @@ def test_every_command_in_the_readme_and_docs_is_a_real_command_with_real_option
             if name.startswith("--") and name not in options:
                 wrong.append(f"{page}: {words[1]} has no option {name}: {' '.join(words)}")
     assert not wrong, "\n".join(wrong)
+
+
+def _option_takes_value(command) -> dict[str, bool]:
+    """{option name: whether it takes a value} of a click command."""
+    return {name: not getattr(param, "is_flag", False) and param.nargs != 0
+            for param in command.params if param.param_type_name == "option"
+            for name in (*param.opts, *param.secondary_opts)}
+
+
+def test_every_file_an_example_reads_under_runs_is_one_an_example_writes():
+    """The examples of README.md and docs/ write under runs/ (and benchmarks/results/): each file
+    or folder there that a command reads is one that some example's command writes, or that a
+    shell or Python line of an example names (a redirect, an unzip), so no example reads a path
+    that no step of the documented flow makes. (It does not run them.)"""
+    import typer
+
+    from attndeploy.cli.app import app
+
+    click_commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    written = {"benchmarks/results/real_text/debian.jsonl"}  # benchmarks/real_text.py's --out
+    read = []
+    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    for path in pages:
+        for block in re.findall(r"```bash\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.S):
+            for line in _shell_lines(block):
+                if not line.startswith("attndeploy "):
+                    written.update(re.findall(r"(runs/[\w./-]+)", line))
+    for page, words in _attndeploy_commands():
+        takes_value = _option_takes_value(click_commands[words[1]])
+        rest, index = words[2:], 0
+        while index < len(rest):
+            word = rest[index]
+            if word == ">":  # a redirect: the rest is the file written
+                written.update(rest[index + 1:])
+                break
+            name = word.split("=", 1)[0]
+            value = None
+            if name.startswith("--") and takes_value.get(name):
+                value = word.split("=", 1)[1] if "=" in word else rest[index + 1]
+                index += 1 if "=" in word else 2
+            elif name.startswith("-"):
+                index += 1
+                continue
+            else:
+                read.append((page, word, words))
+                index += 1
+                continue
+            if name in ("--out", "--json-out", "--plot", "--csv", "--markdown") or (
+                    name == "--repo" and words[1] == "package"):
+                written.add(value)
+            elif name in ("--data", "--text-file", "--int8", "--hf-model", "--weights",
+                          "--against", "--repo"):
+                read.append((page, value, words))
+    missing = [f"{page}: {target} ({' '.join(words[:3])} ...)" for page, target, words in read
+               if target.startswith(("runs/", "benchmarks/results/")) and target not in written]
+    assert not missing, "read but written by no example:\n" + "\n".join(missing)
