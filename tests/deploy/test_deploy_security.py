@@ -24,7 +24,7 @@ from attndeploy.deploy.kubernetes import (
     instructions,
     pip_requirement,
 )
-from attndeploy.deploy.options import INT32_MAX, SERVER_PACKAGES, ModelStore
+from attndeploy.deploy.options import INT32_MAX, MAX_REPLICAS, SERVER_PACKAGES, ModelStore
 from attndeploy.errors import DeployError
 from attndeploy.runtime.shipping import TOKENIZER_TYPES
 from attndeploy.serving.packaging.triton_releases import TRITON_RELEASE
@@ -323,26 +323,31 @@ def test_a_model_store_of_safe_names_is_taken(text: str, uri: str) -> None:
 
 
 @pytest.mark.parametrize("option", ["replicas", "min_replicas", "max_replicas"])
-def test_a_replica_count_beyond_int32_is_refused(option: str) -> None:
+def test_a_replica_count_beyond_the_practical_bound_is_refused(option: str) -> None:
+    """The library refuses what the CLI's range refuses: one past MAX_REPLICAS, and int32's
+    largest, which Kubernetes would take."""
     kwargs = {"replicas": 1, "min_replicas": 1} if option == "max_replicas" else {}
-    with pytest.raises(DeployError, match=f"--{option.replace('_', '-')} must be at most "
-                                          f"{INT32_MAX}") as caught:
-        KubernetesOptions(**{**kwargs, option: INT32_MAX + 1})
-    assert "\n" not in str(caught.value)
-    with pytest.raises(DeployError, match="at most 2147483647"):
-        KubernetesOptions(**{**kwargs, option: 100_000_000_000})
+    for value in (MAX_REPLICAS + 1, INT32_MAX, 100_000_000_000):
+        with pytest.raises(DeployError, match=f"--{option.replace('_', '-')} must be at most "
+                                              f"{MAX_REPLICAS} \\(a practical bound") as caught:
+            KubernetesOptions(**{**kwargs, option: value})
+        assert "\n" not in str(caught.value)
 
 
-def test_the_largest_int32_counts_make_manifests_the_schema_takes(tmp_path: Path) -> None:
+def test_the_largest_counts_make_manifests_the_schema_takes(tmp_path: Path) -> None:
     with pytest.raises(DeployError, match=f"--gpu must be 0 \\(CPU\\) to {INT32_MAX}"):
         KubernetesOptions(gpu=INT32_MAX + 1)
-    options = KubernetesOptions(max_replicas=INT32_MAX, gpu=INT32_MAX, model_store="s3://abc")
-    assert options.replica_range == (2, 2, INT32_MAX)
+    options = KubernetesOptions(replicas=MAX_REPLICAS, max_replicas=MAX_REPLICAS, gpu=INT32_MAX,
+                                model_store="s3://abc")
+    assert options.replica_range == (MAX_REPLICAS, MAX_REPLICAS, MAX_REPLICAS)
     repo = build_sample_repository(tmp_path)
     deploy_kubernetes(repo, tmp_path / "out", options)
     (hpa,) = yaml.safe_load_all((tmp_path / "out" / "hpa.yaml").read_text())
-    assert hpa["spec"]["maxReplicas"] == INT32_MAX
+    assert hpa["spec"]["maxReplicas"] == MAX_REPLICAS
     validate(hpa)
+    (deployment,) = yaml.safe_load_all((tmp_path / "out" / "deployment.yaml").read_text())
+    assert deployment["spec"]["replicas"] == MAX_REPLICAS
+    validate(deployment)
 
 
 # --------------------------------------------------------------------------- the server image
