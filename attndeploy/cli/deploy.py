@@ -11,7 +11,7 @@ from rich.markup import escape
 from attndeploy.cli.defaults import field_default
 from attndeploy.cli.options import ForceFlag, JsonFlag, choices, shared
 from attndeploy.cli.output import console, error_console, print_json
-from attndeploy.deploy.options import DEFAULT_OUT, TARGETS, KubernetesOptions
+from attndeploy.deploy.options import DEFAULT_OUT, MAX_REPLICAS, TARGETS, KubernetesOptions
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 
 
@@ -35,13 +35,19 @@ def command(
         str, typer.Option(help="Triton image; its release tag must be one check-repo knows.")
     ] = _default("image"),
     replicas: Annotated[
-        int | None, typer.Option(help="Starting replicas [default: --min-replicas or 2].")
+        int | None, typer.Option(min=1, max=MAX_REPLICAS,
+                                 help="Starting replicas [default: --min-replicas or 2].")
     ] = None,
     min_replicas: Annotated[
-        int | None, typer.Option(help="Autoscaler minimum [default: --replicas].")
+        int | None, typer.Option(min=1, max=MAX_REPLICAS,
+                                 help="Autoscaler minimum [default: --replicas].")
     ] = None,
     max_replicas: Annotated[
-        int | None, typer.Option(help="Autoscaler maximum [default: 4, or more to fit].")
+        int | None, typer.Option(min=1, max=MAX_REPLICAS, help=(
+            "Autoscaler maximum [default: 4, or more to fit]. At most "
+            f"{MAX_REPLICAS}, as are the other replica counts: a practical bound (hundreds of "
+            "nodes of tritonserver pods, far beyond what one autoscaled Service runs), which "
+            "keeps a typo from letting the autoscaler take the cluster; split a larger fleet."))
     ] = None,
     gpu: Annotated[
         int, typer.Option(help="nvidia.com/gpu per pod; >0 serves the onnxruntime flavour, 0 the "

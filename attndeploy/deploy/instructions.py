@@ -65,9 +65,12 @@ def instructions(repo: Path, out: Path, plan: mf.Plan, images: dict[str, str]) -
         "on a repository holding only the models above; keep it that way (a store prefix or PVC "
         "folder with other models would serve them too). Its admin APIs (shared memory, the "
         "repository API, trace and log settings) answer only requests that carry the header "
-        "`attndeploy-admin-key` with the pod's UID; inference, health, metadata and statistics "
-        "stay open. The Service is ClusterIP: put an authenticating proxy in front of it before "
-        "exposing it." + (
+        "`attndeploy-admin-key` with a key the container's command draws from /dev/urandom at "
+        "each start: no object of the cluster holds it and nothing prints it; only "
+        "tritonserver's command line inside the container does (whoever may `kubectl exec` into "
+        "the pod can read it there, and could do anything in the pod anyway). Inference, health, "
+        "metadata and statistics stay open. The Service is ClusterIP: put an authenticating "
+        "proxy in front of it before exposing it." + (
             f" That proxy must also refuse what ends Triton {options.release.ngc}'s server with "
             "one request (the local `attndeploy serve` refuses it with its request guard; "
             f"{TRITON_RELEASE.ngc}, the default image, has neither): "

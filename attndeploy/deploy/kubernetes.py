@@ -250,8 +250,22 @@ def _header(what: str) -> str:
             "run it again rather than edit.\n")
 
 
+class _Dumper(yaml.SafeDumper):
+    """safe_dump's dumper, writing a string of several lines (the server's start script) as a
+    literal block (`|`), line by line as it runs, rather than as one quoted, folded line."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
 def render_yaml(documents: list[dict[str, Any]], what: str) -> str:
-    body = "---\n".join(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+    body = "---\n".join(yaml.dump(doc, Dumper=_Dumper, sort_keys=False,
+                                  default_flow_style=False, width=100)
                         for doc in documents)
     return _header(what) + body
 

@@ -11,15 +11,17 @@ runs its `model.py` files, so the server runs with `--model-control-mode=none` (
 API cannot load, unload or replace a model) on a repository that holds only the models to serve.
 Its admin APIs (shared-memory registration, the repository API, trace and log settings; see
 `attndeploy.serving.server.restricted`) are closed to clients on gRPC and HTTP: they answer only
-requests with the header `attndeploy-admin-key` holding the pod's own UID, which the container
-reads from the Downward API (`env` `ATTNDEPLOY_ADMIN_KEY`, `fieldRef: metadata.uid`) and the
-kubelet puts into the args (`$(ATTNDEPLOY_ADMIN_KEY)`). The UID is unpredictable, differs per pod
-and is told to no client; anyone who can read the pod object (`kubectl get pod -o yaml`) can read
-it, which is already more than the server's clients may do. Health, metadata, model config,
-inference and statistics stay open. The pods also get no service-account token (the server never
-talks to the Kubernetes API), run as the image's non-root user (uid 1000, `triton-server` in the
-NGC images) without privilege escalation or capabilities, and the Service is ClusterIP
-(reachable inside the cluster only).
+requests with the header `attndeploy-admin-key` holding a key the container draws at each start
+from the kernel's random source (`START_SCRIPT`, the container's command, which then execs
+tritonserver with it). The key is in no object the API server holds (not the pod spec, not an env
+var from a pod field: a pod's UID, the key of earlier versions, is shown to anyone who may read
+pods), is never printed, and lives only in tritonserver's command line inside the container:
+whoever may `kubectl exec` into the pod can read it there, and could do anything in the pod
+anyway. Nothing in the pod needs it (the probes read the open health endpoints). Health,
+metadata, model config, inference and statistics stay open. The pods also get no service-account
+token (the server never talks to the Kubernetes API), run as the image's non-root user (uid 1000,
+`triton-server` in the NGC images) without privilege escalation or capabilities, and the Service
+is ClusterIP (reachable inside the cluster only).
 """
 
 from __future__ import annotations
@@ -52,10 +54,28 @@ KSERVE_HTTP_PORT = 8080
 KSERVE_RUNTIME_FLAGS = ("--model-repository", "--grpc-address", "--grpc-port", "--http-address",
                         "--http-port", "--metrics-address", "--metrics-port")
 
-# The key of the restricted admin APIs: the pod's UID, from the Downward API into this variable,
-# which the kubelet expands in the container's args (`$(VAR)` refers to the container's env).
-ADMIN_KEY_ENV = "ATTNDEPLOY_ADMIN_KEY"
-ADMIN_KEY_REF = f"$({ADMIN_KEY_ENV})"
+# The server container's command: a POSIX shell step that draws the key of the restricted admin
+# APIs (256 bits from /dev/urandom, as 64 hex digits), refuses to start without one, and execs its
+# arguments (tritonserver's flags, or KServe's runtime args, which start with `tritonserver`) with
+# the two restricting flags added. The key is an unexported shell variable: not in the env that
+# tritonserver inherits, not in any log. Backticks rather than `$(...)`: the kubelet expands
+# `$(NAME)` in a container's command and args.
+START_NAME = "attndeploy-start"  # the script's $0, the name its error message gives
+KEY_VAR = "key"  # the shell variable that holds the key
+KEY_HEX_DIGITS = 64  # 32 bytes
+START_SCRIPT = "\n".join([
+    "# attndeploy: Triton's admin APIs answer only this key: drawn here at each start, held only",
+    "# by tritonserver's command line, never printed.",
+    f"{KEY_VAR}=`od -An -tx1 -N{KEY_HEX_DIGITS // 2} /dev/urandom | tr -d ' \\n'`",
+    f"case ${KEY_VAR} in *[!0-9a-f]*) {KEY_VAR}= ;; esac",
+    f"if [ ${{#{KEY_VAR}}} -ne {KEY_HEX_DIGITS} ]; then",
+    f"  echo \"{START_NAME}: no key drawn from /dev/urandom; not starting tritonserver\" >&2",
+    "  exit 1",
+    "fi",
+    "case $1 in ''|-*) set -- tritonserver \"$@\" ;; esac",
+    " \\\n  ".join(['exec "$@"', *(f'"{arg}"' for arg in
+                                  restricted_api_arguments(f"${KEY_VAR}"))]),
+]) + "\n"
 
 
 @dataclass(frozen=True)
@@ -91,8 +111,8 @@ def triton_arguments(
 ) -> list[str]:
     """tritonserver's flags, as `attndeploy serve` sets them, for a server in a pod.
 
-    The admin APIs are restricted to `ADMIN_KEY_REF`, the pod's UID: the container must define
-    `ADMIN_KEY_ENV` (`admin_key_env`), or the kubelet leaves the reference as it is.
+    All but the two that restrict the admin APIs: those hold the key, which `START_SCRIPT` (the
+    container's command, `start_command`) draws at start and adds.
     """
     return [
         f"--model-repository={repository}",
@@ -109,14 +129,13 @@ def triton_arguments(
         # pods keep serving) and its reason readable from the log and the repository index.
         "--exit-on-error=false",
         f"--exit-timeout-secs={exit_timeout_s}",
-        # shared memory, the repository API, trace and log settings: not for clients
-        *restricted_api_arguments(ADMIN_KEY_REF),
     ]
 
 
-def admin_key_env() -> list[dict[str, Any]]:
-    """The container's env that `triton_arguments`' key refers to: the pod's UID."""
-    return [{"name": ADMIN_KEY_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
+def start_command() -> list[str]:
+    """The server container's command: `START_SCRIPT` run by /bin/sh, its `$@` the container's
+    args. It ends in `exec`, so tritonserver is the container's process 1 and gets SIGTERM."""
+    return ["/bin/sh", "-c", START_SCRIPT, START_NAME]
 
 
 def kserve_arguments(*, gpu_metrics: bool) -> list[str]:
@@ -178,9 +197,8 @@ def server_container(plan: Plan) -> dict[str, Any]:
         "name": "tritonserver",
         "image": plan.serving_image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["tritonserver"],
+        "command": start_command(),  # draws the admin key, then execs tritonserver
         "args": triton_arguments(repository, gpu_metrics=options.gpu > 0),
-        "env": admin_key_env(),
         "ports": [
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
@@ -372,9 +390,11 @@ def inference_service(plan: Plan) -> dict[str, Any]:
         "image": plan.serving_image,
         # appended to the runtime's own flags (repository, ports): the plain manifests' flags
         # less those, so the same guarantees (no model control, readiness covers every model,
-        # the admin APIs restricted to the pod's UID, which `env` brings)
+        # the admin APIs restricted to a key drawn at start, which the command adds). The
+        # command replaces the runtime's (none: the image's entrypoint); the runtime's args,
+        # `tritonserver --model-store=...`, then these, are the script's `$@`.
+        "command": start_command(),
         "args": kserve_arguments(gpu_metrics=options.gpu > 0),
-        "env": admin_key_env(),
         "startupProbe": _probe(LIVE_PATH, period_s=5, failures=60, port=KSERVE_HTTP_PORT),
         "readinessProbe": _probe(READY_PATH, period_s=5, failures=3, port=KSERVE_HTTP_PORT),
         "livenessProbe": _probe(LIVE_PATH, period_s=10, failures=3, port=KSERVE_HTTP_PORT),

@@ -9,9 +9,9 @@ a `ModelStore` (`parse_model_store`).
 Every value that reaches the manifests or the README's shell commands is checked against the
 rules of what it names: names and namespaces are DNS labels, claims DNS subdomains, buckets S3's or
 GCS's bucket names, paths inside a bucket or claim plain relative paths of a few safe characters,
-counts Kubernetes' int32. The README quotes every value anyway (`kubernetes.instructions`); the
-checks keep values that no cluster would accept, or that mean something to a shell, from being
-written at all.
+replica counts at most `MAX_REPLICAS` (a practical bound, see there), GPU counts Kubernetes'
+int32. The README quotes every value anyway (`kubernetes.instructions`); the checks keep values
+that no cluster would accept, or that mean something to a shell, from being written at all.
 """
 
 from __future__ import annotations
@@ -47,8 +47,17 @@ _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti|P|Pi|E|Ei)?$")
 _TRITON_TAG = re.compile(r"^(?P<release>\d{2}\.\d{2})-py3$")
 _IMAGE_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*(:[A-Za-z0-9_.-]+)?(@sha256:[0-9a-f]{64})?$")
 
-# Kubernetes counts (replicas, minReplicas, maxReplicas) are int32: the API server refuses more.
+# Kubernetes counts are int32: the API server refuses more (the bound of --gpu).
 INT32_MAX = 2**31 - 1
+# The most replicas --replicas, --min-replicas and --max-replicas take (the HPA's maxReplicas, the
+# Deployment's replicas). Kubernetes takes up to INT32_MAX, but no cluster runs that: its tested
+# limits are 5,000 nodes and 150,000 pods, 110 pods a node. 1,000 tritonserver pods, each loading
+# every served model and asking for its CPU and memory, is already hundreds of nodes for one model
+# repository, more than autoscaled inference services run behind one Service; beyond it a typo (a
+# few extra zeros) is likelier than a plan, and an autoscaler that may grow to it can take the
+# cluster, or the cloud bill, under a load spike or a CPU-bound bug. A fleet that size is better
+# split (several Deployments, clusters or zones). Raise this constant if you really run more.
+MAX_REPLICAS = 1000
 
 # Python packages a served model may need in the server beyond onnxruntime, with the release
 # series the python flavour's image installs (`pip install "NAME~=SERIES.0"`): `tokenizers` for a
@@ -240,9 +249,9 @@ class KubernetesOptions:
                               ("--max-replicas", self.max_replicas)):
             if value is not None and value < 1:
                 raise DeployError(f"{option} must be at least 1, got {value}")
-            if value is not None and value > INT32_MAX:
-                raise DeployError(f"{option} must be at most {INT32_MAX} (Kubernetes counts are "
-                                  f"int32), got {value}")
+            if value is not None and value > MAX_REPLICAS:
+                raise DeployError(f"{option} must be at most {MAX_REPLICAS} (a practical bound "
+                                  f"on pods of one Deployment), got {value}")
         if not 0 <= self.gpu <= INT32_MAX:
             raise DeployError(f"--gpu must be 0 (CPU) to {INT32_MAX} GPUs per pod, got {self.gpu}")
         if not 1 <= self.target_cpu <= 100:

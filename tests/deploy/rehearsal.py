@@ -7,11 +7,12 @@ local folders, and tritonserver runs with the container's command line, where on
 changed: the repository path (the volume mount -> its local folder), the ports (each named
 container port -> a free local one), the addresses (0.0.0.0 -> 127.0.0.1: nothing here listens
 beyond loopback), and one flag is added, `--backend-directory` (the wheel's python backend; the
-NGC image has its own). As the kubelet does, the container's `env` is resolved (the Downward API's
-`metadata.uid` is a fresh UUID, the rehearsed pod's UID) and its `$(VAR)` references in the args
-are expanded from it. The Service is a local TCP forwarder per service port, on a free port,
-whose target is found the way Kubernetes finds it: `targetPort` name -> the container port of
-that name.
+NGC image has its own). The container's command runs as written (its start script draws the admin
+key and execs tritonserver, found on PATH as in the image), with those args. As the kubelet does,
+the container's `env` values are set and its `$(VAR)` references expanded; any other env (a pod
+field, a secret) is refused, not rehearsed. The Service is a local TCP forwarder per service
+port, on a free port, whose target is found the way Kubernetes finds it: `targetPort` name -> the
+container port of that name.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,15 +90,13 @@ def run_init_container(container: dict[str, Any], volumes: dict[str, Path],
     subprocess.run(command, check=True, capture_output=True, timeout=60)
 
 
-def container_env(container: dict[str, Any], pod_uid: str) -> dict[str, str]:
-    """The container's `env` as the kubelet resolves it (values, and the Downward API's pod UID;
-    nothing else is rehearsed here)."""
+def container_env(container: dict[str, Any]) -> dict[str, str]:
+    """The container's `env` as the kubelet resolves it: plain values only (a `valueFrom`, such
+    as a pod field, is not rehearsed here)."""
     env = {}
     for entry in container.get("env", []):
         if "value" in entry:
             env[entry["name"]] = entry["value"]
-        elif entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.uid":
-            env[entry["name"]] = pod_uid
         else:
             raise AssertionError(f"env {entry} is not rehearsed")
     return env
@@ -118,11 +116,10 @@ def expand(value: str, env: dict[str, str]) -> str:
 def server_command(container: dict[str, Any], volumes: dict[str, Path],
                    ports: dict[int, int], backend_root: Path,
                    env: dict[str, str] | None = None) -> list[str]:
-    """The container's command line, mapped to this machine (see the module docstring)."""
-    if container["command"] != ["tritonserver"]:
-        raise AssertionError(f"unexpected command {container['command']}")
+    """The container's command line, mapped to this machine (see the module docstring): its
+    command as written, its args mapped."""
     paths = PathMap(mounts_of(container, volumes), None)
-    command = [str(find_tritonserver())]
+    command = [expand(word, env or {}) for word in container["command"]]
     for arg in container["args"]:
         flag, _, value = expand(arg, env or {}).partition("=")
         if flag.endswith("-port"):
@@ -182,6 +179,12 @@ class LocalPod:
     def url(self, port: int | str, path: str) -> str:
         return f"http://{LOCAL_HOST}:{self.local_port(port)}{path}"
 
+    def argv(self) -> list[str]:
+        """The server process's command line now. Once the start script has exec'd (the server
+        answers), the process is tritonserver itself: this is what whoever may `kubectl exec`
+        into the pod reads from /proc/1/cmdline."""
+        return Path(f"/proc/{self.process.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
 
 def http_status(url: str, *, method: str = "GET", timeout: float = 2.0,
                 headers: dict[str, str] | None = None,
@@ -227,11 +230,14 @@ def rehearse(deployment: dict[str, Any], service: dict[str, Any], models_dockerf
     container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     local_ports = dict(zip(container_ports.values(), free_ports(len(container_ports)),
                            strict=True))
-    pod_env = container_env(container, pod_uid=str(uuid.uuid4()))
+    pod_env = container_env(container)
     command = server_command(container, volumes, local_ports, workdir / "backends", pod_env)
     log = workdir / "tritonserver.log"
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
-                                                  os.environ.get("PATH", "")])}
+    # tritonserver on PATH, as in the image; this Python first, for the python backend's stub
+    env = {**os.environ, **pod_env,
+           "PATH": os.pathsep.join([str(find_tritonserver().parent),
+                                    str(Path(sys.executable).parent),
+                                    os.environ.get("PATH", "")])}
     with open(log, "wb") as handle:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=handle,
                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)

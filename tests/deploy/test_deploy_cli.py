@@ -11,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from attndeploy.deploy.options import MAX_REPLICAS
 
 from .golden_cases import ONNXRUNTIME_MODEL, PYTHON_MODEL, build_sample_repository
 
@@ -70,10 +73,16 @@ def test_plain_and_kserve_forms_write_their_files(workdir: Path) -> None:
      "--model-store 'pvc://claim/p;touch /tmp/X #': the path inside the claim must be"),
     (["--model-store", "pvc://claim/a\nb"], "deploy", "--model-store 'pvc://claim/a\\nb'"),
     (["--model-store", "s3://bucket/x;rm -rf /"], "deploy", "the path inside the bucket"),
-    (["--max-replicas", "100000000000"], "deploy",
-     "--max-replicas must be at most 2147483647 (Kubernetes counts are int32)"),
-    (["--replicas", "2147483648", "--max-replicas", "2147483648"], "deploy",
-     "--replicas must be at most 2147483647"),
+    (["--max-replicas", "2147483647"], "usage",
+     "Invalid value for '--max-replicas': Input should be less than or equal to 1000"),
+    (["--max-replicas", "100000000000"], "usage",
+     "Invalid value for '--max-replicas': Input should be less than or equal to 1000"),
+    (["--replicas", "1001", "--max-replicas", "1000"], "usage",
+     "Invalid value for '--replicas': Input should be less than or equal to 1000"),
+    (["--min-replicas", "1001"], "usage",
+     "Invalid value for '--min-replicas': Input should be less than or equal to 1000"),
+    (["--replicas", "0"], "usage",
+     "Invalid value for '--replicas': Input should be greater than or equal to 1"),
     (["--gpu", "2147483648"], "deploy", "--gpu must be 0 (CPU) to 2147483647"),
     (["--kserve"], "deploy", "--kserve needs --model-store"),
     (["--image", "nvcr.io/nvidia/tritonserver:23.01-py3"], "deploy", "not in check-repo's table"),
@@ -88,7 +97,7 @@ def test_bad_options_are_one_line_errors_and_write_nothing(
     before = sorted(p.name for p in workdir.iterdir())
     args = args if "--repo" in args else ["--repo", "repo", *args]
     result = run_cli("deploy", "kubernetes", "--out", "never", *args, cwd=workdir)
-    one_line_error(result, stage, fragment)
+    one_line_error(result, stage, fragment, code=2 if stage == "usage" else 1)
     assert sorted(p.name for p in workdir.iterdir()) == before
 
 
@@ -118,3 +127,17 @@ def test_the_readme_names_the_requests_that_end_an_older_release_and_only_then(
     readme = (workdir / "older" / "README.md").read_text()
     assert "JSON nested more than 64 levels deep over HTTP" in readme
     assert "the classification extension on a BYTES output" in readme
+
+
+def test_the_replica_bound_is_taken_and_documented(workdir: Path) -> None:
+    """`--max-replicas` takes up to MAX_REPLICAS (1000), into the autoscaler, and its help says
+    the bound and why (one past it is refused above)."""
+    result = run_cli("deploy", "kubernetes", "--repo", "repo", "--out", "bound", "--max-replicas",
+                     str(MAX_REPLICAS), cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    (hpa,) = yaml.safe_load_all((workdir / "bound" / "hpa.yaml").read_text())
+    assert hpa["spec"]["maxReplicas"] == MAX_REPLICAS == 1000
+    usage = run_cli("deploy", "--help", cwd=workdir)
+    help_text = " ".join(usage.stdout.split())
+    assert f"At most {MAX_REPLICAS}" in help_text and "practical bound" in help_text
+    assert f"[1<=x<={MAX_REPLICAS}]" in help_text

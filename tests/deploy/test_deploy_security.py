@@ -1,5 +1,5 @@
-"""What the generated folder lets through: the pods' admin APIs, the README's shell commands,
-the values the options take, and the packages the server image needs."""
+"""What the generated folder lets through: the README's shell commands, the values the options
+take, and the packages the server image needs (the pods' admin APIs: test_admin_key.py)."""
 
 from __future__ import annotations
 
@@ -24,62 +24,13 @@ from attndeploy.deploy.kubernetes import (
     instructions,
     pip_requirement,
 )
-from attndeploy.deploy.options import INT32_MAX, SERVER_PACKAGES, ModelStore
+from attndeploy.deploy.options import INT32_MAX, MAX_REPLICAS, SERVER_PACKAGES, ModelStore
 from attndeploy.errors import DeployError
 from attndeploy.runtime.shipping import TOKENIZER_TYPES
 from attndeploy.serving.packaging.triton_releases import TRITON_RELEASE
-from attndeploy.serving.server.restricted import (
-    ADMIN_KEY_HEADER,
-    RESTRICTED_PROTOCOLS,
-    restricted_api_arguments,
-)
 
-from .golden_cases import CASES, GOLDEN_DIR, PYTHON_MODEL, build_sample_repository
+from .golden_cases import PYTHON_MODEL, build_sample_repository
 from .k8s_schema import validate
-
-# --------------------------------------------------------------------------- the admin APIs
-
-
-def server_containers(folder: Path) -> list[dict]:
-    """The tritonserver container of every manifest in `folder` (a Deployment's, or the
-    InferenceService's predictor model, which KServe merges into its runtime's container)."""
-    found = []
-    for path in sorted(folder.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc["kind"] == "Deployment":
-                found += [c for c in doc["spec"]["template"]["spec"]["containers"]
-                          if c["name"] == "tritonserver"]
-            elif doc["kind"] == "InferenceService":
-                found.append(doc["spec"]["predictor"]["model"])
-    return found
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_every_golden_server_restricts_the_admin_apis_to_the_pod_uid(case: str) -> None:
-    (container,) = server_containers(GOLDEN_DIR / case)
-    reference = f"$({mf.ADMIN_KEY_ENV})"
-    setting = f"{','.join(RESTRICTED_PROTOCOLS)}:{ADMIN_KEY_HEADER}={reference}"
-    assert f"--grpc-restricted-protocol={setting}" in container["args"]
-    assert f"--http-restricted-api={setting}" in container["args"]
-    assert set(restricted_api_arguments(reference)) <= set(container["args"])
-    # the key is the pod's UID, read through the Downward API, and the only env the args use
-    assert container["env"] == [{"name": mf.ADMIN_KEY_ENV,
-                                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}]
-    referenced = {name for arg in container["args"] for name in re.findall(r"\$\((\w+)\)", arg)}
-    assert referenced == {mf.ADMIN_KEY_ENV}
-
-
-def test_kserve_appends_every_plain_flag_but_the_runtime_s_own() -> None:
-    """KServe's runtime sets the repository and ports and appends the InferenceService's args:
-    those are the Deployment's flags less the runtime's, so no guarantee is left out."""
-    (plain,) = server_containers(GOLDEN_DIR / "plain-gpu-s3")
-    (kserve,) = server_containers(GOLDEN_DIR / "kserve-gpu-gs")
-    flags = [arg.split("=", 1)[0] for arg in kserve["args"]]
-    assert not set(flags) & set(mf.KSERVE_RUNTIME_FLAGS)
-    assert kserve["args"] == [arg for arg in plain["args"]
-                              if arg.split("=", 1)[0] not in mf.KSERVE_RUNTIME_FLAGS]
-    assert "--model-control-mode=none" in kserve["args"]
-
 
 # --------------------------------------------------------------------------- the README's commands
 
@@ -372,26 +323,31 @@ def test_a_model_store_of_safe_names_is_taken(text: str, uri: str) -> None:
 
 
 @pytest.mark.parametrize("option", ["replicas", "min_replicas", "max_replicas"])
-def test_a_replica_count_beyond_int32_is_refused(option: str) -> None:
+def test_a_replica_count_beyond_the_practical_bound_is_refused(option: str) -> None:
+    """The library refuses what the CLI's range refuses: one past MAX_REPLICAS, and int32's
+    largest, which Kubernetes would take."""
     kwargs = {"replicas": 1, "min_replicas": 1} if option == "max_replicas" else {}
-    with pytest.raises(DeployError, match=f"--{option.replace('_', '-')} must be at most "
-                                          f"{INT32_MAX}") as caught:
-        KubernetesOptions(**{**kwargs, option: INT32_MAX + 1})
-    assert "\n" not in str(caught.value)
-    with pytest.raises(DeployError, match="at most 2147483647"):
-        KubernetesOptions(**{**kwargs, option: 100_000_000_000})
+    for value in (MAX_REPLICAS + 1, INT32_MAX, 100_000_000_000):
+        with pytest.raises(DeployError, match=f"--{option.replace('_', '-')} must be at most "
+                                              f"{MAX_REPLICAS} \\(a practical bound") as caught:
+            KubernetesOptions(**{**kwargs, option: value})
+        assert "\n" not in str(caught.value)
 
 
-def test_the_largest_int32_counts_make_manifests_the_schema_takes(tmp_path: Path) -> None:
+def test_the_largest_counts_make_manifests_the_schema_takes(tmp_path: Path) -> None:
     with pytest.raises(DeployError, match=f"--gpu must be 0 \\(CPU\\) to {INT32_MAX}"):
         KubernetesOptions(gpu=INT32_MAX + 1)
-    options = KubernetesOptions(max_replicas=INT32_MAX, gpu=INT32_MAX, model_store="s3://abc")
-    assert options.replica_range == (2, 2, INT32_MAX)
+    options = KubernetesOptions(replicas=MAX_REPLICAS, max_replicas=MAX_REPLICAS, gpu=INT32_MAX,
+                                model_store="s3://abc")
+    assert options.replica_range == (MAX_REPLICAS, MAX_REPLICAS, MAX_REPLICAS)
     repo = build_sample_repository(tmp_path)
     deploy_kubernetes(repo, tmp_path / "out", options)
     (hpa,) = yaml.safe_load_all((tmp_path / "out" / "hpa.yaml").read_text())
-    assert hpa["spec"]["maxReplicas"] == INT32_MAX
+    assert hpa["spec"]["maxReplicas"] == MAX_REPLICAS
     validate(hpa)
+    (deployment,) = yaml.safe_load_all((tmp_path / "out" / "deployment.yaml").read_text())
+    assert deployment["spec"]["replicas"] == MAX_REPLICAS
+    validate(deployment)
 
 
 # --------------------------------------------------------------------------- the server image

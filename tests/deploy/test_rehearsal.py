@@ -14,10 +14,9 @@ import pytest
 import yaml
 
 from attndeploy.deploy import KubernetesOptions, deploy_kubernetes
-from attndeploy.deploy.manifests import ADMIN_KEY_ENV
 from attndeploy.serving.packaging import triton_releases
 from attndeploy.serving.server import TritonServer, free_ports
-from attndeploy.serving.server.restricted import ADMIN_KEY_HEADER
+from attndeploy.serving.server.restricted import ADMIN_KEY_HEADER, restricted_api_arguments
 
 from .golden_cases import ONNXRUNTIME_MODEL, PYTHON_MODEL, build_sample_repository
 from .rehearsal import PROBE_BUDGET_S, LocalPod, http_status, rehearse, wait_for_probe
@@ -104,11 +103,19 @@ def test_one_inference_through_the_service_equals_onnxruntime(pod, deployed) -> 
     np.testing.assert_allclose(result.as_numpy("logits"), expected, rtol=1e-5, atol=1e-6)
 
 
+def admin_key(local: LocalPod) -> str:
+    """The key the start script drew, read where only it is: the server's command line."""
+    keys = {arg.rsplit(f"{ADMIN_KEY_HEADER}=", 1)[1] for arg in local.argv()
+            if f":{ADMIN_KEY_HEADER}=" in arg}
+    (key,) = keys
+    return key
+
+
 def test_the_service_serves_only_the_copied_models_and_loads_none(pod) -> None:
     local, container = pod
     wait_for_probe(local, container["readinessProbe"], PROBE_BUDGET_S)
     http = f"http://127.0.0.1:{local.services[8000]}"
-    key = {ADMIN_KEY_HEADER: local.env[ADMIN_KEY_ENV]}  # the pod's UID opens the repository API
+    key = {ADMIN_KEY_HEADER: admin_key(local)}  # the drawn key opens the repository API
     status, body = http_status(f"{http}/v2/repository/index", method="POST", headers=key)
     assert status == 200
     assert [entry["name"] for entry in json.loads(body)] == [PYTHON_MODEL]
@@ -122,19 +129,26 @@ def test_the_service_serves_only_the_copied_models_and_loads_none(pod) -> None:
     assert version.startswith(LOCAL_RELEASE.server + "."), version
 
 
-def test_the_admin_apis_answer_only_the_pod_uid_through_the_service(pod) -> None:
-    """The kubelet puts the pod's UID into the restricted-API flags: without it a client gets 403
-    from the repository index and from shared-memory registration; inference stays open."""
+def test_the_admin_apis_answer_only_the_key_drawn_at_start_through_the_service(pod) -> None:
+    """The container's start script draws a key and execs tritonserver with the restricted-API
+    flags holding it: the same process (pid 1 in a pod) is then tritonserver, the key is 64 hex
+    digits in no env var and not in the log, and without it a client gets 403 from the repository
+    index and from shared-memory registration; inference stays open."""
     local, container = pod
     wait_for_probe(local, container["readinessProbe"], PROBE_BUDGET_S)
-    uid = local.env[ADMIN_KEY_ENV]
-    assert re.fullmatch(r"[0-9a-f-]{36}", uid)
-    assert not [arg for arg in local.command if "$(" in arg]  # every reference was expanded
-    assert sum(f"{ADMIN_KEY_HEADER}={uid}" in arg for arg in local.command) == 2
+    argv = local.argv()
+    assert Path(argv[0]).name == "tritonserver"  # exec'd: the shell is gone, signals reach it
+    key = admin_key(local)
+    assert re.fullmatch(r"[0-9a-f]{64}", key)
+    assert argv[-2:] == restricted_api_arguments(key)
+    assert not any(key in arg for arg in local.command)  # drawn in the pod, not given to it
+    environ = Path(f"/proc/{local.process.pid}/environ").read_bytes()
+    assert key.encode() not in environ  # an unexported shell variable
+    assert key not in local.log.read_text(errors="replace")  # never printed
     http = f"http://127.0.0.1:{local.services[8000]}"
     register = json.dumps({"key": "/attndeploy-rehearsal", "offset": 0,
                            "byte_size": 64}).encode()
-    for headers in (None, {ADMIN_KEY_HEADER: "not-the-uid"}):
+    for headers in (None, {ADMIN_KEY_HEADER: "0" * 64}):
         status, body = http_status(f"{http}/v2/repository/index", method="POST",
                                    headers=headers)
         assert status == 403 and b"restricted" in body
@@ -153,10 +167,12 @@ def test_metrics_are_scraped_through_the_service_port(pod) -> None:
     assert f'nv_inference_request_success{{model="{PYTHON_MODEL}"'.encode() in body
 
 
-def test_the_manifest_runs_the_flags_of_attndeploy_serve(deployed, tmp_path: Path) -> None:
-    """The flag names of the pod's tritonserver are those `attndeploy serve` runs locally."""
-    repo, out = deployed
-    container = manifest(out, "deployment.yaml")["spec"]["template"]["spec"]["containers"][0]
+def test_the_manifest_runs_the_flags_of_attndeploy_serve(pod, deployed, tmp_path: Path) -> None:
+    """The flag names of the pod's tritonserver, as it runs after its start script, are those
+    `attndeploy serve` runs locally."""
+    local, container = pod
+    wait_for_probe(local, container["startupProbe"], PROBE_BUDGET_S)
+    repo, _ = deployed
     grpc, http, metrics = free_ports()
     server = TritonServer(repo, grpc_port=grpc, http_port=http, metrics_port=metrics,
                           log_file=tmp_path / "serve.log", models=[PYTHON_MODEL])
@@ -166,6 +182,6 @@ def test_the_manifest_runs_the_flags_of_attndeploy_serve(deployed, tmp_path: Pat
     finally:
         server.stop()
     serve_flags = {arg.split("=", 1)[0] for arg in argv[1:] if arg}
-    pod_flags = {arg.split("=", 1)[0] for arg in container["args"]}
-    assert pod_flags == serve_flags - LOCAL_ONLY_FLAGS
+    pod_flags = {arg.split("=", 1)[0] for arg in local.argv()[1:]}
+    assert pod_flags - LOCAL_ONLY_FLAGS == serve_flags - LOCAL_ONLY_FLAGS
     assert "--model-control-mode=none" in container["args"]
