@@ -488,9 +488,9 @@ CASES: dict[str, BadInput] = {
     "deploy pvc sub-path with a shell command": case(
         "deploy", "kubernetes", "--repo", "{repo}", "--out", "{tmp}/d", "--model-store",
         "pvc://claim/p;touch /tmp/X #", stage="deploy", fragment="--model-store"),
-    "deploy replicas beyond int32": case(
+    "deploy replicas beyond the practical bound": case(
         "deploy", "kubernetes", "--repo", "{repo}", "--out", "{tmp}/d", "--max-replicas",
-        "100000000000", stage="deploy", fragment="at most 2147483647"),
+        "100000000000", stage="usage", fragment="less than or equal to 1000"),
     "deploy min above max": case("deploy", "kubernetes", "--repo", "{repo}", "--out", "{tmp}/d",
                                  "--min-replicas", "5", "--max-replicas", "3", stage="deploy",
                                  fragment="--min-replicas 5 is above --max-replicas 3"),
