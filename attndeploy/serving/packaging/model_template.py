@@ -61,11 +61,9 @@ def _constants() -> str:
         "ATTENTION_MASK": interface.ATTENTION_MASK,
         "LOGITS": interface.LOGITS,
         "GATES": interface.GATES,
-        "HEAD_TAGGING": interface.TAGGING,
         "MODEL_FILE": model_config.MODEL_FILE,
         "PARAM_MAX_SEQ": model_config.PARAM_MAX_SEQ,
         "PARAM_VOCAB_SIZE": model_config.PARAM_VOCAB_SIZE,
-        "PARAM_HEAD": model_config.PARAM_HEAD,
         "PARAM_GATED": model_config.PARAM_GATED,
         "PARAM_ORT_THREADS": model_config.PARAM_ORT_THREADS,
     }
