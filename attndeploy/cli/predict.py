@@ -69,7 +69,7 @@ def command(
     printer: Callable[[int, list[str], list], None] = (
         print_json_lines if jsonl_output
         else JsonDocumentPrinter(model) if json_output
-        else TablePrinter(gated=runner.gated, tagging=runner.head == "tagging"))
+        else TablePrinter(gated=runner.gated, family=runner.metadata.runtime))
     done = 0
     with lines if lines is not None else nullcontext(), ChunkProgress(lines) as bar:
         while chunk := list(islice(texts, CHUNK_TEXTS)):
@@ -211,32 +211,37 @@ class JsonDocumentPrinter:
 
 
 class TablePrinter:
-    """The table, one chunk at a time: one row per text with its label and top score
-    (tagging: token/tag pairs), GA-Net's attended tokens and the text (shortened).
+    """The table, one chunk at a time: one row per text with the columns of the model's family
+    (its runtime part's `TABLE_COLUMNS` and `table_cells`: classification's label and top score,
+    tagging's token/tag pairs), GA-Net's attended tokens and, when the family shows it
+    (`TABLE_TEXT`), the text (shortened).
 
     The header is printed with the first chunk only, and every chunk's table takes the column
-    widths the first chunk set, so the chunks read as one table."""
+    widths the first chunk set, so the chunks read as one table. `tagging=` (the argument before
+    families) picks the built-in tagging or classification family."""
 
-    def __init__(self, *, gated: bool, tagging: bool) -> None:
-        self.gated, self.tagging = gated, tagging
+    def __init__(self, *, gated: bool, family: Any = None, tagging: bool | None = None) -> None:
+        from attndeploy.runtime.contract import _family
+
+        self.gated, self.family = gated, _family(family, tagging)
         self.widths: list[int] | None = None
 
+    @property
+    def shows_text(self) -> bool:
+        return bool(self.family.TABLE_TEXT)
+
     def headers(self) -> list[str]:
-        names = ["#"] + (["tokens/tags"] if self.tagging else ["label", "probability"])
+        names = ["#", *self.family.TABLE_COLUMNS]
         names += ["attended"] if self.gated else []
-        return names + ([] if self.tagging else ["text"])
+        return names + (["text"] if self.shows_text else [])
 
     def rows(self, start: int, texts: Sequence[str], predictions: Sequence) -> list[list[str]]:
         rows = []
         for index, (text, p) in enumerate(zip(texts, predictions, strict=True), start):
-            if self.tagging:
-                row = [" ".join(f"{tok}/{tag}" for tok, tag in zip(p.tokens, p.tags,
-                                                                   strict=True))]
-            else:
-                row = [p.label, f"{float(p.probabilities.max()):.4f}"]
+            row = list(self.family.table_cells(p))
             if self.gated:
                 row.append(" ".join(p.attended))
-            if not self.tagging:
+            if self.shows_text:
                 row.append(" ".join(text.split()))
             rows.append([str(index), *row])
         return rows
@@ -254,9 +259,10 @@ class TablePrinter:
                                                    strict=True)]
             if len(texts) == CHUNK_TEXTS:  # more chunks may follow: room for their indices
                 self.widths[0] = max(self.widths[0], INDEX_WIDTH)
-            if not self.tagging:
+            if self.shows_text:
                 self.widths[-1] = min(self.widths[-1], TEXT_MAX_WIDTH)
-            self.widths = fit_widths(headers, self.widths, console.width)
+            self.widths = fit_widths(headers, self.widths, console.width,
+                                     wrapping=(*FLEXIBLE_COLUMNS, *self.family.TABLE_FLEXIBLE))
         table = Table(show_edge=False, pad_edge=False, show_header=first)
         for name, width in zip(headers, self.widths, strict=True):
             if name == "text":
@@ -269,15 +275,17 @@ class TablePrinter:
         console.print(table)
 
 
-FLEXIBLE_COLUMNS = ("attended", "tokens/tags", "text")  # they wrap or end in an ellipsis
+FLEXIBLE_COLUMNS = ("attended", "text")  # they wrap or end in an ellipsis (and a family's own)
 FLEXIBLE_MIN_WIDTH = 10
 
 
-def fit_widths(headers: list[str], widths: list[int], room: int) -> list[int]:
-    """Column widths whose row fits `room` cells: the attended tokens and the text give up room
-    in proportion to their widths (each keeps at least FLEXIBLE_MIN_WIDTH); the index, label and
-    probability keep theirs. (Left to rich, a narrow console cut the label to "fon…".)"""
-    flexible = [i for i, name in enumerate(headers) if name in FLEXIBLE_COLUMNS]
+def fit_widths(headers: list[str], widths: list[int], room: int,
+               wrapping: Sequence[str] = FLEXIBLE_COLUMNS) -> list[int]:
+    """Column widths whose row fits `room` cells: the `wrapping` columns (the attended tokens,
+    the text, a family's wrapping columns) give up room in proportion to their widths (each
+    keeps at least FLEXIBLE_MIN_WIDTH); the others (index, label, probability) keep theirs.
+    (Left to rich, a narrow console cut the label to "fon…".)"""
+    flexible = [i for i, name in enumerate(headers) if name in wrapping]
     separators = 3 * (len(widths) - 1)  # " │ " between columns (no edge, no edge padding)
     spare = room - separators - sum(w for i, w in enumerate(widths) if i not in flexible)
     wanted = sum(widths[i] for i in flexible)

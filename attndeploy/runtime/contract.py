@@ -25,12 +25,22 @@ tokens never hold whitespace). A text model's config.pbtxt carries `CONTRACT_VER
 names without the repository. Version 1 (before this module) answered the logits as `scores`
 and had no version parameter; a client refuses it with a message to re-package.
 
+Which fields a prediction has besides `tokens` and `attended` is its model FAMILY's business
+(`attndeploy.families`): each family's runtime part (`attndeploy/families/<package>/runtime.py`,
+shipped beside the text model too) decodes a batch of model outputs into its fields and codes
+them to and from the wire and JSON (docs/prediction-contract.md, "Family fields"). This module
+holds what every family shares: `tokens`, gating's `attended`, padding, softmax, `by_label`, and
+the envelope that puts a family's fields between them. The `tagging=` arguments of the functions
+below are the names they had before families: they pick the built-in family of that head.
+
 This file is shipped beside every text model (`runtime.shipping.SHIPPED_MODULES`): numpy only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -45,10 +55,7 @@ TAGS = "tags"
 LOGITS = "logits"
 PROBABILITIES = "probabilities"
 ATTENDED = "attended"
-FIELDS = (TOKENS, LABEL, TAGS, LOGITS, PROBABILITIES, ATTENDED)
-# The wire datatype (Triton's name) of each output: strings as BYTES, numbers as FP32.
-WIRE_DATATYPES = {TOKENS: "BYTES", LABEL: "BYTES", TAGS: "BYTES", LOGITS: "FP32",
-                  PROBABILITIES: "FP32", ATTENDED: "BYTES"}
+BYTES, FP32 = "BYTES", "FP32"  # wire datatypes (Triton's names): strings, numbers
 
 PARAM_CONTRACT_VERSION = "CONTRACT_VERSION"  # text model config.pbtxt parameters
 PARAM_LABEL_NAMES = "LABEL_NAMES"
@@ -58,10 +65,72 @@ class ContractError(ServerError):
     """A served answer that does not follow this contract (an old text model, or a foreign one)."""
 
 
-def wire_outputs(*, tagging: bool, gated: bool) -> tuple[str, ...]:
-    """The output names a text model of this kind answers, in order."""
-    names = [TOKENS, TAGS if tagging else LABEL, LOGITS, PROBABILITIES]
-    return (*names, ATTENDED) if gated else tuple(names)
+@dataclass(frozen=True)
+class WireField:
+    """One output of a served text model: its name, wire datatype (`BYTES`, `FP32`), dims per
+    row (batch implicit; -1: as long as the request's longest text) and what it holds."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    doc: str
+
+
+TOKENS_FIELD = WireField(TOKENS, BYTES, (-1,), "the text's tokens, '' past the text")
+ATTENDED_FIELD = WireField(ATTENDED, BYTES, (1,),
+                           "tokens whose hard gates are open, in order, space-joined")
+
+
+def _family(family: ModuleType | None, tagging: bool | None) -> ModuleType:
+    """The family runtime module given, or (the old `tagging=` argument) the built-in family of
+    that head, found through the registry (never in a served model, which passes its family)."""
+    if family is not None:
+        return family
+    if tagging is None:
+        raise TypeError("give the model family's runtime module (family=)")
+    from attndeploy.runtime.families import runtime_part
+
+    return runtime_part("tagging" if tagging else "classification")
+
+
+def wire_fields(family: ModuleType, *, num_labels: int, gated: bool) -> tuple[WireField, ...]:
+    """Every output a text model of `family` answers, in order: `tokens`, the family's own
+    fields (`family.wire_fields`), and `attended` when the model is gated."""
+    fields = (TOKENS_FIELD, *family.wire_fields(num_labels))
+    return (*fields, ATTENDED_FIELD) if gated else fields
+
+
+def wire_outputs(*, gated: bool, tagging: bool | None = None,
+                 family: ModuleType | None = None) -> tuple[str, ...]:
+    """The output names a text model of this family answers, in order."""
+    names = (TOKENS, *_family(family, tagging).FIELDS)
+    return (*names, ATTENDED) if gated else names
+
+
+def _every_family_field() -> tuple[str, ...]:
+    from attndeploy.families.registry import family_specs
+    from attndeploy.runtime.families import runtime_part
+
+    names = [TOKENS]
+    for spec in family_specs():
+        names += [name for name in runtime_part(spec).FIELDS if name not in names]
+    return (*names, ATTENDED)
+
+
+def __getattr__(name: str) -> Any:
+    """`FIELDS` (every field some registered family's record may hold) and `WIRE_DATATYPES`
+    ({field: wire datatype}), computed from the families on first use."""
+    if name == "FIELDS":
+        return _every_family_field()
+    if name == "WIRE_DATATYPES":
+        from attndeploy.families.registry import family_specs
+        from attndeploy.runtime.families import runtime_part
+
+        types = {TOKENS: BYTES, ATTENDED: BYTES}
+        for spec in family_specs():
+            types.update((f.name, f.datatype) for f in runtime_part(spec).wire_fields(1))
+        return types
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -78,10 +147,21 @@ def by_label(values: np.ndarray, names: Sequence[str]) -> dict[str, float] | lis
     return [dict(zip(names, row, strict=True)) for row in rows]
 
 
+def family_record(family: ModuleType, *, tokens: Sequence[str], fields: Mapping[str, Any],
+                  names: Sequence[str], attended: Sequence[str] | None = None) -> dict[str, Any]:
+    """The JSON record of one prediction: `tokens`, the family's fields (`family.record`), and
+    `attended` for a gated model."""
+    out: dict[str, Any] = {TOKENS: list(tokens), **family.record(fields, names)}
+    if attended is not None:
+        out[ATTENDED] = list(attended)
+    return out
+
+
 def record(*, tokens: Sequence[str], logits: np.ndarray, probabilities: np.ndarray,
            names: Sequence[str], label: str | None = None, tags: Sequence[str] | None = None,
            attended: Sequence[str] | None = None) -> dict[str, Any]:
-    """The JSON record of one prediction, with exactly the fields its kind has (see the table)."""
+    """The JSON record of a classification (`tags` None) or tagging prediction, as before
+    families; `family_record` builds any family's."""
     out: dict[str, Any] = {TOKENS: list(tokens)}
     if tags is None:
         out[LABEL] = label
@@ -94,7 +174,7 @@ def record(*, tokens: Sequence[str], logits: np.ndarray, probabilities: np.ndarr
     return out
 
 
-def _padded_strings(rows: Sequence[Sequence[str]], width: int) -> np.ndarray:
+def padded_strings(rows: Sequence[Sequence[str]], width: int) -> np.ndarray:
     """[B, width] BYTES, "" past each row."""
     out = np.full((len(rows), width), b"", dtype=object)
     for index, row in enumerate(rows):
@@ -102,61 +182,74 @@ def _padded_strings(rows: Sequence[Sequence[str]], width: int) -> np.ndarray:
     return out
 
 
-def encode_wire(predictions: Sequence[Any], *, tagging: bool, gated: bool
-                ) -> dict[str, np.ndarray]:
-    """The output tensors of one request's predictions (`runtime.text.Prediction`s, one per row):
-    per-token outputs right-padded to the request's longest text."""
-    rows = len(predictions)
-    width = max(len(p.tokens) for p in predictions)
-    classes = predictions[0].logits.shape[-1]
-    dtype = predictions[0].logits.dtype
-    out = {TOKENS: _padded_strings([p.tokens for p in predictions], width)}  # [B, T]
-    if tagging:
-        out[TAGS] = _padded_strings([p.tags for p in predictions], width)  # [B, T]
-        logits = np.zeros((rows, width, classes), dtype=dtype)  # [B, T, C], 0 past a text
-        probabilities = np.zeros((rows, width, classes), dtype=dtype)
-        for index, p in enumerate(predictions):
-            logits[index, : len(p.tokens)] = p.logits
-            probabilities[index, : len(p.tokens)] = p.probabilities
-    else:
-        out[LABEL] = np.array([[p.label.encode("utf-8")] for p in predictions],
-                              dtype=object)  # [B, 1]
-        logits = np.stack([p.logits for p in predictions])  # [B, C]
-        probabilities = np.stack([p.probabilities for p in predictions])  # [B, C]
-    out[LOGITS], out[PROBABILITIES] = logits, probabilities
-    if gated:
-        out[ATTENDED] = np.array([[" ".join(p.attended).encode("utf-8")] for p in predictions],
-                                 dtype=object)  # [B, 1]
+def padded_numbers(rows: Sequence[np.ndarray], width: int) -> np.ndarray:
+    """Rows [T_i, ...] as one array [B, width, ...] in their dtype, 0 past each row."""
+    first = rows[0]
+    out = np.zeros((len(rows), width, *first.shape[1:]), dtype=first.dtype)
+    for index, row in enumerate(rows):
+        out[index, : len(row)] = row
     return out
 
 
-def _strings(values: np.ndarray) -> list[str]:
+def column_strings(values: Sequence[str]) -> np.ndarray:
+    """One string per row as BYTES [B, 1]."""
+    return np.array([[value.encode("utf-8")] for value in values], dtype=object)
+
+
+_padded_strings = padded_strings  # the name it had
+
+
+def encode_wire(predictions: Sequence[Any], *, gated: bool, tagging: bool | None = None,
+                family: ModuleType | None = None) -> dict[str, np.ndarray]:
+    """The output tensors of one request's predictions (`runtime.text.Prediction`s, one per row,
+    of one family: theirs unless `family` is given): `tokens` [B, T], the family's fields
+    (`family.encode_wire`), `attended` [B, 1] when gated; per-token outputs right-padded to
+    the request's longest text. `tagging` is ignored (the predictions know their family)."""
+    runtime = family if family is not None else getattr(predictions[0], "runtime", None)
+    runtime = _family(runtime, tagging)
+    width = max(len(p.tokens) for p in predictions)
+    out = {TOKENS: padded_strings([p.tokens for p in predictions], width)}  # [B, T]
+    out.update(runtime.encode_wire([p.fields for p in predictions], width))
+    if gated:
+        out[ATTENDED] = column_strings([" ".join(p.attended) for p in predictions])  # [B, 1]
+    return out
+
+
+def strings(values: np.ndarray) -> list[str]:
+    """A BYTES array's values (one axis) as str."""
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values.tolist()]
 
 
-def decode_wire(outputs: Mapping[str, np.ndarray], names: Sequence[str], *, row: int = 0
-                ) -> dict[str, Any]:
-    """The record of row `row` of a text model's answer; ContractError when the answer is not
-    this contract's (an old text model answers `scores` and no `tokens`)."""
-    missing = [name for name in (TOKENS, LOGITS, PROBABILITIES) if name not in outputs]
-    if missing or (LABEL in outputs) == (TAGS in outputs):
+_strings = strings  # the name it had
+
+
+def _answer_family(outputs: Mapping[str, np.ndarray]) -> ModuleType:
+    from attndeploy.runtime.families import runtime_for_outputs
+
+    family = runtime_for_outputs(outputs)
+    if family is None:
+        raise ContractError(f"the answer has outputs {sorted(outputs)}, not those of "
+                            f"prediction contract {CONTRACT_VERSION}")
+    return family
+
+
+def decode_wire(outputs: Mapping[str, np.ndarray], names: Sequence[str], *, row: int = 0,
+                family: ModuleType | None = None) -> dict[str, Any]:
+    """The record of row `row` of a text model's answer (of `family`; None: the registered
+    family whose fields the answer holds); ContractError when the answer is not this
+    contract's (an old text model answers `scores` and no `tokens`)."""
+    runtime = family if family is not None else _answer_family(outputs)
+    missing = [name for name in (TOKENS, *runtime.FIELDS) if name not in outputs]
+    if missing:
         raise ContractError(f"the answer has outputs {sorted(outputs)}, not those of prediction "
                             f"contract {CONTRACT_VERSION}")
-    tokens = [t for t in _strings(np.asarray(outputs[TOKENS])[row]) if t]
-    logits = np.asarray(outputs[LOGITS])[row]  # [C] or [T, C]
-    probabilities = np.asarray(outputs[PROBABILITIES])[row]
-    tags = label = None
-    if TAGS in outputs:
-        tags = _strings(np.asarray(outputs[TAGS])[row])[: len(tokens)]
-        logits, probabilities = logits[: len(tokens)], probabilities[: len(tokens)]
-    else:
-        label = _strings(np.asarray(outputs[LABEL])[row])[0]
+    tokens = [t for t in strings(np.asarray(outputs[TOKENS])[row]) if t]
+    fields = runtime.decode_wire(outputs, row, len(tokens))
     attended = None
     if ATTENDED in outputs:
-        joined = _strings(np.asarray(outputs[ATTENDED])[row])[0]
+        joined = strings(np.asarray(outputs[ATTENDED])[row])[0]
         attended = joined.split(" ") if joined else []
-    return record(tokens=tokens, logits=logits, probabilities=probabilities, names=names,
-                  label=label, tags=tags, attended=attended)
+    return family_record(runtime, tokens=tokens, fields=fields, names=names, attended=attended)
 
 
 def served_label_names(parameters: Mapping[str, str], num_labels: int, model: str

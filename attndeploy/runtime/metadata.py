@@ -20,11 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from attndeploy.echo import echo
 from attndeploy.errors import DataError, ModelError
+from attndeploy.families.registry import FamilySpec, family_for_head, heads
 from attndeploy.jsonread import parse_json
+from attndeploy.runtime.families import runtime_part
 from attndeploy.runtime.names import (
     GATES,
     META_CONFIG,
@@ -40,7 +43,13 @@ from attndeploy.runtime.tokenizer import TextTokenizer
 
 REQUIRED = (META_VARIANT, META_VERSION, META_CONFIG, META_WEIGHTS, META_LABELS)
 REQUIRED_CONFIG_KEYS = ("variant", "head", "num_labels", "max_seq", "vocab_size")
-HEADS = ("classification", "tagging")
+
+
+def __getattr__(name: str) -> Any:
+    """`HEADS`, the valid heads: every registered family's (`families.registry.heads()`)."""
+    if name == "HEADS":
+        return heads()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class ModelMetadata:
     """The facts of one exported model that tokenizing, running and decoding depend on."""
 
     variant: str
-    head: str  # "classification" or "tagging"
+    head: str  # its family's key (`FamilySpec.head`): "classification", "tagging", ...
     labels: tuple[str, ...]
     max_seq: int  # the longest sequence the export takes
     vocab_size: int
@@ -69,8 +78,19 @@ class ModelMetadata:
         return len(self.labels)
 
     @property
+    def family(self) -> FamilySpec:
+        """The model's family (the registered one whose head the config names)."""
+        return family_for_head(self.head)
+
+    @property
+    def runtime(self) -> ModuleType:
+        """The family's runtime part: how the model's outputs decode (`runtime.families`)."""
+        return runtime_part(self.family)
+
+    @property
     def tagging(self) -> bool:
-        return self.head == "tagging"
+        """Whether the logits are per token ([B, T, C]); the name it had before families."""
+        return self.runtime.LOGITS_RANK == 3
 
 
 def _positive_int(value: Any, what: str, source: str) -> int:
@@ -126,9 +146,9 @@ def parse_metadata(meta: Mapping[str, str], source: str = "the model", *,
         raise ModelError(
             f"{source}: {len(labels)} label names in {META_LABELS} but num_labels = {num_labels}."
         )
-    if config["head"] not in HEADS:
+    if config["head"] not in heads():
         raise ModelError(f"{source}: unknown head {echo(repr(config['head']))} in the model "
-                         "config.")
+                         f"config; this attndeploy knows {', '.join(heads())}.")
     if config["variant"] != meta[META_VARIANT]:
         raise ModelError(f"{source}: {META_VARIANT} = {echo(repr(meta[META_VARIANT]))} but the "
                          f"model config says {echo(repr(config['variant']))}.")

@@ -181,7 +181,7 @@ class InferenceModel:
                    for k in range(len(self.output_names))]  # in `order`
         decoded = decode_batch(outputs[0], outputs[1] if self.metadata.gated else None,
                                [encoded[i].tokens for i in order], self.labels,
-                               tagging=self.metadata.tagging)
+                               family=self.metadata.runtime)
         results: list[Prediction | None] = [None] * len(encoded)
         for row, prediction in zip(order, decoded, strict=True):
             results[row] = prediction

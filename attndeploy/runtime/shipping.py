@@ -19,6 +19,11 @@ inference (`runtime.metadata`) builds tokenizers from the same table. A new toke
 one entry here plus its module in `SHIPPED_MODULES`; a served model whose server lacks the
 package fails at load, naming it.
 
+A text model also ships its model FAMILY's runtime part (`attndeploy/families/<package>/runtime.py`:
+decode and the wire codec of the family's fields; `family_runtime_shipment`), the one module it
+adds to `SHIPPED_MODULES`, loaded after them. Its path in the copy is derived from the module's
+own file and name, so a plug-in family's part ships from wherever its attndeploy is installed.
+
 `tokenizer_from_record` is the one rule that turns a record into a tokenizer in this package
 (in-process inference and the packager's check of a text model's record); the generated
 `model.py` applies the same table in the server, where attndeploy cannot be imported.
@@ -29,6 +34,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from attndeploy.echo import echo
@@ -104,3 +111,23 @@ def runtime_sources() -> dict[str, bytes]:
         parts = relative.split("/")[1:]  # below the `attndeploy` package itself
         sources[relative] = root.joinpath(*parts).read_bytes()
     return sources
+
+
+@dataclass(frozen=True)
+class ShippedModule:
+    """One module copied beside a text model: its name, its path relative to the folder that
+    holds its top-level package (as in `SHIPPED_MODULES`), and its bytes."""
+
+    name: str
+    relative: str
+    content: bytes
+
+
+def family_runtime_shipment(module: ModuleType) -> ShippedModule:
+    """The copy of a family's runtime part (`runtime.families.runtime_part`) a text model
+    ships: the module's file, placed by its dotted name (`a.b.c` -> `a/b/c.py`, a package's
+    `a/b/__init__.py`) below the folder that holds its top-level package."""
+    path = Path(module.__file__ or "")
+    depth = module.__name__.count(".") + (1 if path.name == "__init__.py" else 0)
+    relative = path.relative_to(path.parents[depth]).as_posix()
+    return ShippedModule(module.__name__, relative, path.read_bytes())

@@ -12,9 +12,11 @@ runs a model or imports more than numpy, so any runner can use it.
   and the text's first tokens, then the closing specials (`[SEP]` stays last). A text of more
   than `max_bytes` UTF-8 bytes is refused before it is tokenized, truncate or not: a single
   300 MB "word" is one token, which the token limit never sees.
-- Decoding (`runtime.contract`, the prediction contract): the label (or, for a tagging model,
-  one tag per token) is the argmax of the logits, `probabilities` their softmax over the labels;
-  GA-Net's `attended` are the text's tokens whose hard gate is open, in order. Word tokens are
+- Decoding (`runtime.contract`, the prediction contract): the model's family decodes its outputs
+  (its runtime part, `attndeploy/families/<package>/runtime.py`: text classification's label,
+  token classification's one tag per token, each the argmax of the logits, `probabilities`
+  their softmax over the labels); GA-Net's `attended`, every family's, are the text's tokens
+  whose hard gate is open, in order. Word tokens are
   the text's own (lowercased) words, so a word outside the vocabulary is shown as written
   although the model saw `<unk>`; WordPiece tokens are the pieces the model saw (`[CLS]`, `##`
   pieces, `[UNK]`, `[SEP]`).
@@ -25,12 +27,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from attndeploy.errors import DataError
-from attndeploy.runtime.contract import record, softmax
+from attndeploy.runtime.contract import (
+    LABEL,
+    LOGITS,
+    PROBABILITIES,
+    TAGS,
+    _family,
+    family_record,
+    record,
+    softmax,
+)
 from attndeploy.runtime.tokenizer import TextTokenizer
 
 __all__ = ["EncodedText", "Prediction", "TextError", "decode_batch", "encode_text",
@@ -120,10 +132,14 @@ class Prediction:
     """The decoded outputs for one text (or one row of ids): the prediction contract's fields
     (`runtime.contract`).
 
-    Classification: `label` and `logits`/`probabilities` [num_labels]. Tagging: `tags` (one label
-    per token), `logits`/`probabilities` [T, num_labels] and `label` None. GA-Net: `gates` bool
-    [T] and `attended`, the tokens whose gate is open. Per-token arrays cover the real tokens
-    only. `scores` is the old name of `probabilities`.
+    `fields` are the model family's own ({field: value}, as its runtime part's `decode` gives
+    them) and `runtime` that part (the module that decoded them, and writes their record).
+    The attributes `label`, `tags`, `logits` and `probabilities` are those fields when the family
+    has them (None otherwise; `logits` then is the model's output for the row):
+    classification: `label` and `logits`/`probabilities` [num_labels]; tagging: `tags` (one
+    label per token), `logits`/`probabilities` [T, num_labels] and `label` None. GA-Net: `gates`
+    bool [T] and `attended`, the tokens whose gate is open. Per-token arrays cover the real
+    tokens only. `scores` is the old name of `probabilities`.
     """
 
     label: str | None
@@ -134,6 +150,8 @@ class Prediction:
     tags: list[str] | None = None
     gates: np.ndarray | None = field(default=None, repr=False)
     attended: list[str] | None = None
+    fields: dict[str, Any] = field(default_factory=dict, repr=False)
+    runtime: ModuleType | None = field(default=None, repr=False)
 
     @property
     def scores(self) -> np.ndarray:
@@ -145,8 +163,12 @@ class Prediction:
         return self.probabilities
 
     def to_dict(self) -> dict[str, Any]:
-        """The contract's JSON record: tokens, label (tagging: tags), logits and probabilities
-        by label name (tagging: one mapping per token), and for GA-Net `attended`."""
+        """The contract's JSON record: tokens, the family's fields (classification: label,
+        logits and probabilities by label name; tagging: tags and one mapping per token), and
+        for GA-Net `attended`."""
+        if self.runtime is not None:
+            return family_record(self.runtime, tokens=self.tokens, fields=self.fields,
+                                 names=self.label_names, attended=self.attended)
         return record(tokens=self.tokens, logits=self.logits, probabilities=self.probabilities,
                       names=self.label_names, label=self.label, tags=self.tags,
                       attended=self.attended)
@@ -163,35 +185,32 @@ def decode_batch(
     tokens: Sequence[list[str]],
     labels: Sequence[str] | None,
     *,
-    tagging: bool,
+    family: ModuleType | None = None,
+    tagging: bool | None = None,
 ) -> list[Prediction]:
-    """One Prediction per row of a right-padded batch.
+    """One Prediction per row of a right-padded batch, decoded by `family` (the model family's
+    runtime module, `runtime.families.runtime_part`; the old `tagging=` picks the built-in
+    classification or tagging family instead).
 
-    `logits` [B, C] (tagging [B, T, C]) and `gates` bool [B, T] are the model's outputs for the
-    batch; `tokens[row]` are that row's real tokens (its length is the row's length, T at most),
-    and the list becomes the Prediction's `tokens`. Per-row arrays are views of the batch's.
+    `logits` ([B, C], tagging [B, T, C]: the family's `LOGITS_RANK`) and `gates` bool [B, T]
+    are the model's outputs for the batch; `tokens[row]` are that row's real tokens (its length
+    is the row's length, T at most), and the list becomes the Prediction's `tokens`. Per-row
+    arrays are views of the batch's.
     """
+    runtime = _family(family, tagging)
     names = label_names_for(labels, logits.shape[-1])
-    probabilities = softmax(logits)  # [B, C] or [B, T, C]
-    best = logits.argmax(axis=-1).tolist()  # [B] or [B, T], as Python ints: decided on logits
+    rows = runtime.decode(logits, [len(row_tokens) for row_tokens in tokens], names)
     if gates is not None and gates.dtype != np.bool_:
         gates = gates.astype(bool)
     predictions = []
-    for row, row_tokens in enumerate(tokens):
-        length = len(row_tokens)
+    for row, (row_tokens, fields) in enumerate(zip(tokens, rows, strict=True)):
         row_gates = attended = None
         if gates is not None:
-            row_gates = gates[row, :length]  # [T_row]
+            row_gates = gates[row, : len(row_tokens)]  # [T_row]
             attended = list(compress(row_tokens, row_gates.tolist()))
-        if tagging:
-            predictions.append(Prediction(
-                label=None, probabilities=probabilities[row, :length], tokens=row_tokens,
-                logits=logits[row, :length], label_names=names,
-                tags=[names[i] for i in best[row][:length]], gates=row_gates, attended=attended,
-            ))
-        else:
-            predictions.append(Prediction(
-                label=names[best[row]], probabilities=probabilities[row], tokens=row_tokens,
-                logits=logits[row], label_names=names, gates=row_gates, attended=attended,
-            ))
+        predictions.append(Prediction(
+            label=fields.get(LABEL), probabilities=fields.get(PROBABILITIES), tokens=row_tokens,
+            logits=fields.get(LOGITS, logits[row]), label_names=names, tags=fields.get(TAGS),
+            gates=row_gates, attended=attended, fields=fields, runtime=runtime,
+        ))
     return predictions

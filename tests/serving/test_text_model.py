@@ -62,8 +62,12 @@ def test_package_writes_a_text_model_beside_every_id_model_with_a_tokenizer(repo
         [*FIXTURES, *(f"{n}_text" for n in FIXTURES)])
     files = sorted(str(p.relative_to(repo / "gated_text"))
                    for p in (repo / "gated_text").rglob("*") if p.is_file())
-    assert files == sorted(["config.pbtxt", "labels.txt", "tokenizer.json", "1/model.py",
+    family = "attndeploy/families/text_classification/runtime.py"
+    assert files == sorted(["config.pbtxt", "labels.txt", "tokenizer.json",
+                            "family_runtime.json", "1/model.py", f"1/{family}",
                             *(f"1/{relative}" for _, relative in SHIPPED_MODULES)])
+    assert json.loads((repo / "gated_text" / "family_runtime.json").read_text()) == {
+        "module": "attndeploy.families.text_classification.runtime", "path": family}
     assert json.loads((repo / "gated_text" / "tokenizer.json").read_text()) == {
         "type": "word", "vocab": VOCAB}
     assert (repo / "gated_text" / "1" / "model.py").read_text() == generate_text_model_py()
@@ -75,6 +79,32 @@ def test_the_shipped_runtime_is_the_package_s_own_files_byte_for_byte(repo: Path
     for relative, content in runtime_sources().items():
         assert content == (package_root / relative).read_bytes(), relative
         assert (repo / "cls_text" / "1" / relative).read_bytes() == content, relative
+    family = "attndeploy/families/text_classification/runtime.py"
+    assert (repo / "cls_text" / "1" / family).read_bytes() == (
+        package_root / family).read_bytes()
+
+
+def test_a_family_s_runtime_part_ships_from_its_own_file_placed_by_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wherever the family's module lives (here a package outside attndeploy), its copy's path
+    is its dotted name below the folder that holds its top-level package."""
+    import importlib
+
+    from attndeploy.runtime.shipping import family_runtime_shipment
+
+    folder = tmp_path / "site" / "somewhere_fam" / "regress"
+    folder.mkdir(parents=True)
+    for path in (folder.parent / "__init__.py", folder / "__init__.py"):
+        path.write_text("")
+    (folder / "runtime.py").write_text("FIELDS = ('value',)\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    shipped = family_runtime_shipment(importlib.import_module("somewhere_fam.regress.runtime"))
+    assert (shipped.name, shipped.relative) == ("somewhere_fam.regress.runtime",
+                                                "somewhere_fam/regress/runtime.py")
+    assert shipped.content == b"FIELDS = ('value',)\n"
+    package = family_runtime_shipment(importlib.import_module("somewhere_fam.regress"))
+    assert package.relative == "somewhere_fam/regress/__init__.py"
 
 
 @pytest.mark.parametrize(("base", "outputs"), [

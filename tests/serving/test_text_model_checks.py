@@ -44,6 +44,18 @@ BREAKAGES = {
                              .write_text("x = 1\n"), "differs from this attndeploy"),
     "missing runtime copy": (lambda r: (r / "gated_text/1/attndeploy/errors.py").unlink(),
                              "errors.py is missing"),
+    "changed family runtime copy": (
+        lambda r: (r / "gated_text/1/attndeploy/families/text_classification/runtime.py")
+        .write_text("x = 1\n"), r"text_classification/runtime.py differs from this attndeploy"),
+    "missing family runtime copy": (
+        lambda r: (r / "gated_text/1/attndeploy/families/text_classification/runtime.py")
+        .unlink(), r"text_classification/runtime.py is missing \(the decoder of the model's "),
+    "another family's runtime named": (
+        lambda r: (r / "gated_text/family_runtime.json").write_text(json.dumps(
+            {"module": "attndeploy.families.token_classification.runtime",
+             "path": "attndeploy/families/token_classification/runtime.py"})),
+        r"family_runtime.json is missing or does not name "
+        r"attndeploy.families.text_classification.runtime"),
     "missing id model": (lambda r: shutil.rmtree(r / "gated"), "id model 'gated'"),
     "id model name too long to exist": (
         lambda r: set_param(r / "gated_text", "ID_MODEL", "g" * 5_000),

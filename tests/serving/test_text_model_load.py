@@ -64,6 +64,8 @@ def test_the_model_runs_the_shipped_copies_not_the_installed_package(
     for function in (model.encode_text, model.decode_batch, model.pad_sequences):
         assert Path(function.__code__.co_filename).resolve().is_relative_to(version_dir)
     assert sys.modules["attndeploy.runtime.text"].__file__ != model.encode_text.__code__.co_filename
+    family = Path(model.family.__file__).resolve()  # the family's decoder: the copy too
+    assert family == version_dir / "attndeploy/families/text_classification/runtime.py"
 
 
 def test_an_unknown_tokenizer_type_fails_at_load_naming_the_known_ones(

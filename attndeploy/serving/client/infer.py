@@ -13,7 +13,9 @@ Either way the tokenizer and decoder are `attndeploy.runtime.text`'s, the code o
 `predict` (the text model runs a byte-identical copy of it), and the answer is the prediction
 contract's record (`attndeploy.runtime.contract`): the fields `predict --json` prints, after
 `model` and `text`. A text model's answer is decoded by the contract's codec with the label names
-its served configuration carries, so no repository is needed. Which kind a model is comes from
+its served configuration carries, so no repository is needed, and by the runtime part of the
+model's family (`attndeploy.families`): the one its `HEAD` parameter (a text model) or its
+metadata (an id model) names. Which kind a model is comes from
 its folder in the repository, or, when the repository does not hold it, from the server's
 metadata.
 """
@@ -27,8 +29,10 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import DataError, ServerError
+from attndeploy.families.registry import heads
 from attndeploy.runtime import DEFAULT_MAX_TEXT_BYTES
 from attndeploy.runtime.contract import decode_wire, served_label_names
+from attndeploy.runtime.families import runtime_for_logits, runtime_part
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
 from attndeploy.runtime.text import TextError, decode_batch, encode_text
 from attndeploy.serving.client.triton import (
@@ -38,6 +42,7 @@ from attndeploy.serving.client.triton import (
     infer_once,
     text_feed,
 )
+from attndeploy.serving.packaging.model_config import PARAM_HEAD, PARAM_NUM_LABELS
 from attndeploy.serving.packaging.text_model import (
     TEXT,
     is_text_config,
@@ -75,9 +80,13 @@ def _text_model_result(url: str | None, model: str, text: str, timeout_s: float,
         outputs = runner.infer(text_feed([text]))
     parameters = {key: value.get("string_value", "")
                   for key, value in config.get("parameters", {}).items()}
-    logits = np.asarray(outputs.get("logits", np.zeros((1, 0))))
-    names = served_label_names(parameters, logits.shape[-1], model)
-    return {"model": model, "text": text, **decode_wire(outputs, names)}
+    raw = parameters.get(PARAM_NUM_LABELS, "")
+    num_labels = int(raw) if raw.isdigit() else np.asarray(
+        outputs.get("logits", np.zeros((1, 0)))).shape[-1]
+    names = served_label_names(parameters, num_labels, model)
+    head = parameters.get(PARAM_HEAD)  # its family's; unknown here: found from the answer
+    family = runtime_part(head) if head in heads() else None
+    return {"model": model, "text": text, **decode_wire(outputs, names, family=family)}
 
 
 def _served(url: str | None, model: str, repo: Path | None, timeout_s: float,
@@ -146,10 +155,11 @@ def infer_request(
     extra = {} if protocol is Protocol.GRPC else {"protocol": protocol}
     outputs = infer_once(url, model, input_ids, np.ones_like(input_ids), timeout_s=timeout_s,
                          **extra)
-    logits = outputs["logits"]  # [1, C] or [1, T, C]
+    logits = outputs["logits"]  # [1, C] or [1, T, C]: as the model's family says
+    family = meta.runtime if meta is not None else runtime_for_logits(logits)
     (prediction,) = decode_batch(
         logits, outputs.get("gates"), [tokens], meta.labels if meta is not None else None,
-        tagging=logits.ndim == 3,
+        family=family,
     )
     head = {"model": model} if text is None else {"model": model, "text": text}
     return {**head, **prediction.to_dict()}

@@ -142,9 +142,14 @@ class TextSource:
     tokenizer: Any  # attndeploy.runtime.tokenizer.WordTokenizer
     max_seq: int
     labels: tuple[str, ...]
-    tagging: bool
+    family: Any  # the model family's runtime part (`runtime.families.runtime_part`)
     gated: bool
     truncate: bool = False
+
+    @property
+    def tagging(self) -> bool:
+        """Whether the logits are per token (the name it had before families)."""
+        return self.family.LOGITS_RANK == 3
 
 
 def text_source(onnx_path: Path, served: dict[str, Any] | None = None) -> TextSource | None:
@@ -163,7 +168,7 @@ def text_source(onnx_path: Path, served: dict[str, Any] | None = None) -> TextSo
         max_seq = served_max_seq(served) or max_seq
         raw = served.get("parameters", {}).get(PARAM_TRUNCATE, {})
         truncate = isinstance(raw, dict) and raw.get("string_value") == "true"
-    return TextSource(meta.tokenizer, max_seq, meta.labels, meta.tagging, meta.gated, truncate)
+    return TextSource(meta.tokenizer, max_seq, meta.labels, meta.runtime, meta.gated, truncate)
 
 
 def read_text_file(path: Path) -> list[str]:
@@ -327,8 +332,8 @@ class _TextReference:
         values = self.session.run(self.run_outputs, {INPUT_IDS: ids, ATTENTION_MASK: mask})
         gates = values[1] if source.gated else None
         predictions = decode_batch(values[0], gates, [e.tokens for e in encoded], source.labels,
-                                   tagging=source.tagging)
-        out = encode_wire(predictions, tagging=source.tagging, gated=source.gated)
+                                   family=source.family)
+        out = encode_wire(predictions, gated=source.gated, family=source.family)
         return {name: value for name, value in out.items() if name in self.outputs}
 
 

@@ -18,8 +18,8 @@ from attndeploy.echo import echo
 from attndeploy.errors import RepositoryError
 from attndeploy.interface import (
     ATTENTION_MASK,
-    CLASSIFICATION,
     LOGITS,
+    SEQ,
     ModelInterface,
 )
 from attndeploy.serving.packaging.generic import GenericInfo, generic_io
@@ -189,7 +189,7 @@ def build_config(
         cfg,
         interface,
         ragged=flavor is Flavor.PYTHON and options.dynamic_batching,
-        labels=info.head == CLASSIFICATION,
+        labels=SEQ not in interface.spec(LOGITS).dims,  # one score per label per text
     )
     _set_instances(cfg, options.kind_for(flavor), options.instances)
     if flavor is Flavor.PYTHON:

@@ -7,17 +7,21 @@
 <name>_text/config.pbtxt      python backend; `text` BYTES [1] in; dynamic batching
 <name>_text/labels.txt        the label names (the id model's)
 <name>_text/tokenizer.json    the tokenizer record from the ONNX metadata
+<name>_text/family_runtime.json
+                              which shipped module decodes the model's family
 <name>_text/<v>/model.py      generated from templates/text_model.py.tmpl
-<name>_text/<v>/attndeploy/   byte-for-byte copies of the runtime's tokenizer and decoder
+<name>_text/<v>/attndeploy/   byte-for-byte copies of the runtime's tokenizer and decoder, and
+                              of the family's runtime part (attndeploy/families/<pkg>/runtime.py)
 ```
 
 Interface (batch implicit): input `text` BYTES [1] (one UTF-8 text per row); outputs in the
 prediction contract's wire form (`attndeploy.runtime.contract`, shipped with the model):
-`tokens` BYTES [-1], `label` BYTES [1] (the label's name; a tagging model: `tags` BYTES [-1]),
-`logits` and `probabilities` FP32 [num_labels] (tagging: [-1, num_labels]) and for GA-Net
-`attended` BYTES [1] (the open tokens, space-joined). The parameters `CONTRACT_VERSION` and
-`LABEL_NAMES` tell a client which contract the answer follows and the label names, without
-the repository.
+`tokens` BYTES [-1], the model family's fields as its runtime part declares them
+(`wire_fields`; text classification: `label` BYTES [1], `logits` and `probabilities` FP32
+[num_labels]; token classification: `tags` BYTES [-1], `logits` and `probabilities` FP32
+[-1, num_labels]) and for GA-Net `attended` BYTES [1] (the open tokens, space-joined). The
+parameters `CONTRACT_VERSION` and `LABEL_NAMES` tell a client which contract the answer follows
+and the label names, without the repository.
 
 How it runs the id model (parameter `ID_MODEL_CALL`, `text_call`):
 
@@ -64,28 +68,23 @@ import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
 from attndeploy.echo import echo
-from attndeploy.errors import RepositoryError
-from attndeploy.interface import CLASSIFICATION, TAGGING
+from attndeploy.errors import ConfigError, RepositoryError
 from attndeploy.jsonread import parse_json
 from attndeploy.output_set import write_files
 from attndeploy.runtime.contract import (
-    ATTENDED,
     CONTRACT_VERSION,
-    LABEL,
-    LOGITS,
     PARAM_CONTRACT_VERSION,
     PARAM_LABEL_NAMES,
-    PROBABILITIES,
-    TAGS,
-    TOKENS,
-    WIRE_DATATYPES,
-    wire_outputs,
+    wire_fields,
 )
+from attndeploy.runtime.families import runtime_part
 from attndeploy.runtime.names import META_TOKENIZER
 from attndeploy.runtime.shipping import (
     TOKENIZER_TYPES,
     MissingTokenizerPackage,
+    ShippedModule,
     UnknownTokenizerType,
+    family_runtime_shipment,
     runtime_sources,
     tokenizer_from_record,
 )
@@ -94,6 +93,7 @@ from attndeploy.serving.packaging.onnx_info import ModelInfo
 from attndeploy.serving.packaging.text_model_names import (  # noqa: F401  (re-exported)
     CALL_BLS,
     CALL_ONNXRUNTIME,
+    FAMILY_RUNTIME_FILE,
     ID_MODEL_CALLS,
     PARAM_ID_MODEL,
     PARAM_ID_MODEL_CALL,
@@ -136,40 +136,29 @@ class TextInterface:
 _CONFIG_TYPES = {"BYTES": "TYPE_STRING", "FP32": "TYPE_FP32"}  # wire datatype -> config's
 
 
-def _output_dims_and_doc(name: str, *, tagging: bool, num_labels: int
-                         ) -> tuple[tuple[int, ...], str]:
-    """A text model output's dims per row (batch implicit) and what it holds."""
-    if tagging:
-        return {
-            TOKENS: ((-1,), "the text's tokens, '' past the text"),
-            TAGS: ((-1,), "one label per token, '' past the text"),
-            LOGITS: ((-1, num_labels), "the id model's logits per token"),
-            PROBABILITIES: ((-1, num_labels), "their softmax over the labels"),
-            ATTENDED: ((1,), "tokens whose hard gates are open, in order, space-joined"),
-        }[name]
-    return {
-        TOKENS: ((-1,), "the text's tokens, '' past the text"),
-        LABEL: ((1,), "the label's name"),
-        LOGITS: ((num_labels,), "the id model's logits"),
-        PROBABILITIES: ((num_labels,), "their softmax"),
-        ATTENDED: ((1,), "tokens whose hard gates are open, in order, space-joined"),
-    }[name]
-
-
 def text_interface(*, head: str, num_labels: int, gated: bool) -> TextInterface:
-    """The text model's interface for an id model with this head, label count and gates: its
-    outputs are the prediction contract's (`contract.wire_outputs`, in that order, with
-    `WIRE_DATATYPES`); only their dims per row are stated here."""
-    if head not in (CLASSIFICATION, TAGGING):
-        raise ValueError(f"unknown head {head!r}; valid: {CLASSIFICATION}, {TAGGING}")
+    """The text model's interface for an id model with this head (its family's key), label
+    count and gates: its outputs are the prediction contract's (`contract.wire_fields`:
+    `tokens`, the family's fields as its runtime part declares them, `attended`), in order.
+    ValueError naming the valid heads for an unknown one."""
+    try:
+        family = runtime_part(head)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
     inputs = (TextTensor(TEXT, "TYPE_STRING", (1,), "one UTF-8 text per row"),)
-    tagging = head == TAGGING
-    outputs = tuple(
-        TextTensor(name, _CONFIG_TYPES[WIRE_DATATYPES[name]],
-                   *_output_dims_and_doc(name, tagging=tagging, num_labels=num_labels))
-        for name in wire_outputs(tagging=tagging, gated=gated)
-    )
+    outputs = tuple(TextTensor(field.name, _CONFIG_TYPES[field.datatype], field.dims, field.doc)
+                    for field in wire_fields(family, num_labels=num_labels, gated=gated))
     return TextInterface(inputs=inputs, outputs=outputs)
+
+
+def family_shipment(head: str) -> ShippedModule:
+    """The family runtime part a text model of an id model with this head ships."""
+    return family_runtime_shipment(runtime_part(head))
+
+
+def family_runtime_record(shipped: ShippedModule) -> str:
+    """The text of `FAMILY_RUNTIME_FILE`: which shipped module the text model decodes with."""
+    return json.dumps({"module": shipped.name, "path": shipped.relative}) + "\n"
 
 
 def text_model_name(base: str) -> str:
@@ -287,13 +276,16 @@ def text_model_files(info: ModelInfo, record: dict[str, Any], version: int
     """Files of a text model folder (relative path -> text or bytes), config.pbtxt excepted."""
     from attndeploy.serving.packaging.model_template import generate_text_model_py
 
+    family = family_shipment(info.head)
     files: dict[str, str | bytes] = {
         cfgmod.LABELS_FILE: cfgmod.labels_text(info),
         TOKENIZER_FILE: json.dumps(record, ensure_ascii=False) + "\n",
+        FAMILY_RUNTIME_FILE: family_runtime_record(family),
         f"{version}/{cfgmod.MODEL_PY}": generate_text_model_py(),
     }
     for relative, content in runtime_sources().items():
         files[f"{version}/{relative}"] = content
+    files[f"{version}/{family.relative}"] = family.content
     return files
 
 

@@ -1,7 +1,7 @@
 """check-repo's findings for a text model folder (`text_model.py` writes it): its id model is in
 the repository and agrees with it (interface, labels, tokenizer, limits, prediction contract),
-its model.py and runtime copies are this attndeploy's, and the server's Python can load its
-tokenizer."""
+its model.py and runtime copies (its family's runtime part among them) are this attndeploy's,
+and the server's Python can load its tokenizer."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from attndeploy.serving.packaging import model_config as cfgmod
 from attndeploy.serving.packaging.onnx_info import ModelInfo, load_onnx_graph, read_model_info
 from attndeploy.serving.packaging.text_model import (
     CALL_ONNXRUNTIME,
+    FAMILY_RUNTIME_FILE,
     ID_MODEL_CALLS,
     PARAM_ID_MODEL,
     PARAM_ID_MODEL_CALL,
@@ -30,6 +31,8 @@ from attndeploy.serving.packaging.text_model import (
     PARAM_MAX_TEXT_BYTES,
     PARAM_TRUNCATE,
     TOKENIZER_FILE,
+    family_runtime_record,
+    family_shipment,
     id_model_of,
     read_config,
     text_interface,
@@ -119,6 +122,28 @@ def _check_version_folder(model: _Findings, version_dir: Path) -> None:
                         f"{relative}; re-package the model to copy it again")
 
 
+def _check_family_runtime(model: _Findings, versions: list[int], head: str) -> None:
+    """FAMILY_RUNTIME_FILE names the runtime part of its id model's family, and every version
+    folder holds that part's file as this attndeploy has it."""
+    shipped = family_shipment(head)
+    record = model.path / FAMILY_RUNTIME_FILE
+    try:
+        text = record.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = None
+    if text != family_runtime_record(shipped):
+        model.error(f"{FAMILY_RUNTIME_FILE} is missing or does not name {shipped.name} (the "
+                    f"runtime part of its id model's family); re-package the model")
+    for version in versions:
+        copy = model.path / str(version) / shipped.relative
+        if not copy.is_file():
+            model.error(f"{version}/{shipped.relative} is missing (the decoder of the model's "
+                        "family); re-package the model")
+        elif copy.read_bytes() != shipped.content:
+            model.error(f"{version}/{shipped.relative} differs from this attndeploy's "
+                        f"{shipped.relative}; re-package the model to copy it again")
+
+
 def check_text_model(model: _Findings, cfg: mc.ModelConfig, versions: list[int]) -> None:
     """check-repo's findings for a text model folder (`versions`: the served version folders):
     its id model is in the repository and agrees with it (interface, labels, tokenizer, limits),
@@ -131,6 +156,7 @@ def check_text_model(model: _Findings, cfg: mc.ModelConfig, versions: list[int])
     if found is None:
         return
     id_cfg, info, record = found
+    _check_family_runtime(model, versions, info.head)
     interface = text_interface(head=info.head, num_labels=info.num_labels, gated=info.gated)
     for problem in config_mismatches(cfg, interface):  # type: ignore[arg-type]
         model.error(problem)

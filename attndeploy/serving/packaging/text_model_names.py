@@ -1,13 +1,16 @@
-"""The names a text model and its readers share: its input, its suffix, its tokenizer file and
-its `config.pbtxt` parameters (the ONNX metadata key of the tokenizer is `runtime.names`'). In a
-module of their own so that the generated `model.py` (`model_template`) and the text model's
-writer (`text_model`) both read them without importing each other."""
+"""The names a text model and its readers share: its input, its suffix, its tokenizer and family
+files and its `config.pbtxt` parameters (the ONNX metadata key of the tokenizer is
+`runtime.names`'). In a module of their own so that the generated `model.py` (`model_template`)
+and the text model's writer (`text_model`) both read them without importing each other."""
 
 from __future__ import annotations
 
 TEXT = "text"
 TEXT_SUFFIX = "_text"
 TOKENIZER_FILE = "tokenizer.json"
+# Which shipped module decodes the model's family: {"module": dotted name, "path": its copy's
+# path in the version folder} (a file, not a config parameter: the config is held unchanged).
+FAMILY_RUNTIME_FILE = "family_runtime.json"
 
 PARAM_ID_MODEL = "ID_MODEL"  # the id model this text model calls (marks a text model)
 PARAM_ID_VERSION = "ID_MODEL_VERSION"

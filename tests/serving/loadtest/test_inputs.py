@@ -62,6 +62,7 @@ def test_a_graph_that_quantizes_activations_per_batch_is_known_by_its_ops(tmp_pa
 def _wordpiece_source(max_seq: int = 16):
     """A TextSource over a small BERT-style WordPiece vocabulary (built with `tokenizers`)."""
     tokenizers = pytest.importorskip("tokenizers")
+    from attndeploy.runtime.families import runtime_part
     from attndeploy.runtime.wordpiece import WordPieceTokenizer
     from attndeploy.serving.loadtest.inputs import TextSource
 
@@ -72,7 +73,7 @@ def _wordpiece_source(max_seq: int = 16):
     tokenizer.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
     return TextSource(WordPieceTokenizer(tokenizer), max_seq=max_seq, labels=("a", "b"),
-                      tagging=False, gated=False)
+                      family=runtime_part("classification"), gated=False)
 
 
 def test_random_texts_of_a_wordpiece_model_are_its_whole_words_and_fill_each_length() -> None:

@@ -1,0 +1,72 @@
+"""token-classification's runtime part: one tag per token, the argmax of that token's logits.
+
+The protocol every family's runtime part follows is described in
+`attndeploy/families/text_classification/runtime.py` and docs/prediction-contract.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from attndeploy.runtime.contract import (
+    BYTES,
+    FP32,
+    LOGITS,
+    PROBABILITIES,
+    TAGS,
+    WireField,
+    by_label,
+    padded_numbers,
+    padded_strings,
+    softmax,
+    strings,
+)
+
+FIELDS = (TAGS, LOGITS, PROBABILITIES)
+LOGITS_RANK = 3  # [B, T, C]
+TABLE_COLUMNS = ("tokens/tags",)
+TABLE_FLEXIBLE = ("tokens/tags",)
+TABLE_TEXT = False  # the tokens/tags column shows it
+
+
+def wire_fields(num_labels: int) -> tuple[WireField, ...]:
+    return (WireField(TAGS, BYTES, (-1,), "one label per token, '' past the text"),
+            WireField(LOGITS, FP32, (-1, num_labels), "the id model's logits per token"),
+            WireField(PROBABILITIES, FP32, (-1, num_labels), "their softmax over the labels"))
+
+
+def decode(logits: np.ndarray, lengths: Sequence[int], names: Sequence[str]
+           ) -> list[dict[str, Any]]:
+    """`logits` [B, T, C] -> per row one tag per real token (the argmax of its logits), the
+    row's logits [T_row, C] and their softmax (views of the batch's, padding cut off)."""
+    probabilities = softmax(logits)  # [B, T, C]
+    best = logits.argmax(axis=-1).tolist()  # [B, T], as Python ints
+    return [{TAGS: [names[i] for i in best[row][:length]],
+             LOGITS: logits[row, :length], PROBABILITIES: probabilities[row, :length]}
+            for row, length in enumerate(lengths)]
+
+
+def record(fields: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    return {TAGS: list(fields[TAGS]),
+            LOGITS: by_label(np.asarray(fields[LOGITS]), names),
+            PROBABILITIES: by_label(np.asarray(fields[PROBABILITIES]), names)}
+
+
+def encode_wire(rows: Sequence[Mapping[str, Any]], width: int) -> dict[str, np.ndarray]:
+    return {TAGS: padded_strings([row[TAGS] for row in rows], width),  # [B, T]
+            LOGITS: padded_numbers([row[LOGITS] for row in rows], width),  # [B, T, C]
+            PROBABILITIES: padded_numbers([row[PROBABILITIES] for row in rows], width)}
+
+
+def decode_wire(outputs: Mapping[str, np.ndarray], row: int, length: int) -> dict[str, Any]:
+    return {TAGS: strings(np.asarray(outputs[TAGS])[row])[:length],
+            LOGITS: np.asarray(outputs[LOGITS])[row, :length],  # [T_row, C]
+            PROBABILITIES: np.asarray(outputs[PROBABILITIES])[row, :length]}
+
+
+def table_cells(prediction: Any) -> list[str]:
+    pairs = zip(prediction.tokens, prediction.fields[TAGS], strict=True)
+    return [" ".join(f"{token}/{tag}" for token, tag in pairs)]
