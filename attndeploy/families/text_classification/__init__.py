@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from attndeploy.families.registry import FamilySpec, register_family
-from attndeploy.interface import BATCH, TensorSpec
-from attndeploy.runtime.names import LOGITS
 
 
-def _outputs(num_labels: int) -> tuple[TensorSpec, ...]:
+def _outputs(num_labels: int) -> tuple:
+    from attndeploy.interface import BATCH, TensorSpec  # onnx: imported on use
+    from attndeploy.runtime.names import LOGITS
+
     return (TensorSpec(LOGITS, "float32", (BATCH, num_labels), "unnormalised scores"),)
 
 
