@@ -74,9 +74,10 @@ def _from_file(record: dict[str, Any], path: Path, *, given: Path | None) -> Hel
 
 def _from_task(record: dict[str, Any], *, max_words: int) -> HeldOut:
     from attndeploy.data.synthetic import get_task
+    from attndeploy.models.families import training_part
 
     spec = get_task(record["task"])
-    if spec.head != "classification":
+    if not getattr(training_part(spec.head), "JSONL_KEYS", ()):
         raise DataError(f"task {spec.name!r} tags tokens: its held-out examples have a label "
                         "per token, which a JSONL file of {\"text\", \"label\"} cannot hold")
     seed = int(record["seed"]) + TASK_HELD_OUT_SEED

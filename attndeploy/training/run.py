@@ -73,7 +73,7 @@ class TrainingRun:
             input_ids = self.corrupt(input_ids, attention_mask, self.generator)
         loss = step_loss(self.model, input_ids, attention_mask, labels, rows, self.config,
                          density_weight=self.density_weight, soft_table=self.soft_table,
-                         taught=self.taught)
+                         taught=self.taught, head=train_set.head)
         learning_rate = apply_update(loss.total, self.model, self.optimizer, self.schedule,
                                      self.average)
         self.step += 1
