@@ -121,10 +121,16 @@ def read_jsonl(path: Path, family: FamilySpec | str | None = None
                ) -> tuple[list[str], list[Any]]:
     """(texts, targets) of a JSONL file, in file order (a classification file's targets are
     label names, and it must hold >= 2 distinct ones: its family's `label_names_of`)."""
+    return read_jsonl_family(path, family)[1]
+
+
+def read_jsonl_family(path: Path, family: FamilySpec | str | None = None
+                      ) -> tuple[str, tuple[list[str], list[Any]]]:
+    """(the head of the family that read it, `read_jsonl(path, family)`)."""
     read = _read_records(path, family)
     targets = [target for _, _, target in read.records]
     read.part.label_names_of(targets, Path(path))
-    return [text for _, text, _ in read.records], targets
+    return read.family.head, ([text for _, text, _ in read.records], targets)
 
 
 def load_jsonl(

@@ -65,6 +65,8 @@ def load_training_data(
                             split.held_out.label_names, split.held_out.head, source,
                             val_set=split.validation, tokens=tokens)
     spec = get_task(task or "sparse_evidence")
+    if family is not None:
+        _check_task_family(spec, family)
     train_set, tokenizer = spec.generate(n_train, seed=seed, max_seq=max_seq)
     eval_set, _ = spec.generate(n_eval, seed=seed + TASK_HELD_OUT_SEED, max_seq=max_seq)
     val_set = spec.generate(n_val, seed=seed + 20_000, max_seq=max_seq)[0] if n_val else None
@@ -73,6 +75,18 @@ def load_training_data(
         source["n_val"] = n_val
     return TrainingData(train_set, eval_set, tokenizer, spec.label_names, spec.head, source,
                         val_set=val_set)
+
+
+def _check_task_family(task: Any, family: Any) -> None:
+    """ConfigError when the built-in data set `task` (a TaskSpec) is not of `family` (a
+    FamilySpec or its name)."""
+    from attndeploy.errors import ConfigError
+    from attndeploy.families.registry import family_for_head, family_spec
+
+    wanted = family_spec(family) if isinstance(family, str) else family
+    if task.head != wanted.head:
+        raise ConfigError(f"data set {task.name!r} trains a {family_for_head(task.head).name} "
+                          f"model, not {wanted.name}")
 
 
 def _decoded(dataset: Any, tokenizer: Any) -> list[list[str]]:

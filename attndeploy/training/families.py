@@ -37,7 +37,8 @@ evaluation (`attndeploy.training.evaluation.evaluate`)
   read_example(obj, where) -> (text, target)      DataError naming `where` (file:line).
   label_names_of(targets, path) -> tuple[str, ...]  the label names a file's targets give.
   label_encoder(label_names) -> (target, where) -> value   a target as `labels_tensor` takes it.
-  jsonl_line(text, value, label_names) -> dict     (optional) an example written back as a line.
+  jsonl_line(text, target) -> dict   an example (its target as `read_example` gave it) written
+                                    back as a line: `held-out` writes the held-out split.
 """
 
 from __future__ import annotations

@@ -137,6 +137,7 @@ def label_encoder(label_names: tuple[str, ...]) -> Callable[[str, str], int]:
     return encode
 
 
-def jsonl_line(text: str, label: int, label_names: tuple[str, ...]) -> dict[str, Any]:
-    """The JSONL object of one example (held-out examples written back as a file)."""
-    return {"text": text, "label": label_names[label]}
+def jsonl_line(text: str, label: str) -> dict[str, Any]:
+    """The JSONL line of one example, its target as `read_example` gave it (a label name):
+    held-out examples written back as a file."""
+    return {"text": text, "label": label}
