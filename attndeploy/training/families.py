@@ -45,4 +45,11 @@ from __future__ import annotations
 
 from attndeploy.models.families import training_part
 
-__all__ = ["training_part"]
+# The names every family's training part defines (the protocol above) ...
+REQUIRED = ("build_head", "apply_head", "loss", "LABEL_DTYPE", "check_label_names",
+            "check_labels", "labels_tensor", "batch_labels", "join_labels", "metric_sums",
+            "metrics", "PRIMARY_METRIC", "GREATER_IS_BETTER", "fit_baseline", "JSONL_KEYS")
+# ... and those a part whose JSONL_KEYS is not empty defines too (it reads `train --data FILE`)
+JSONL_READER = ("read_example", "label_names_of", "label_encoder", "jsonl_line")
+
+__all__ = ["JSONL_READER", "REQUIRED", "training_part"]
