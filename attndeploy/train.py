@@ -1,13 +1,16 @@
 """Training loop, model selection and held-out evaluation for every model family and variant.
 
-Loss: cross-entropy (optionally label-smoothed) + λ·R for GA-Net (R = mean soft gate over valid
-tokens); with a density target λ adapts so that the hard-gate density settles near the target
-(`attndeploy.training.density`). Training counts epochs over the training set; the selection set
-(a validation split when there is one, else the held-out set) is evaluated every epoch or every
-`eval_every` steps, the best evaluation's weights are kept (`attndeploy.training.selection`) and
-training stops after `patience` evaluations without a better one, after `max_epochs`, `steps` or
-`max_seconds`. Evaluation runs in eval mode (hard gates for GA-Net) and reports accuracy, and for
-GA-Net the gate density and the count and rate of all-closed rescues (docs/variants.md §3.7).
+Loss: the model family's (its training part's `loss`, `attndeploy.training.families`:
+cross-entropy, optionally label-smoothed, for the built-in families) + λ·R for GA-Net (R = mean
+soft gate over valid tokens); with a density target λ adapts so that the hard-gate density settles
+near the target (`attndeploy.training.density`). Training counts epochs over the training set; the
+selection set (a validation split when there is one, else the held-out set) is evaluated every
+epoch or every `eval_every` steps, the best evaluation's weights are kept
+(`attndeploy.training.selection`) and training stops after `patience` evaluations without a better
+one, after `max_epochs`, `steps` or `max_seconds`. Evaluation runs in eval mode (hard gates for
+GA-Net) and reports the family's metrics (accuracy for the built-in families; selection reads its
+`PRIMARY_METRIC`), and for GA-Net the gate density and the count and rate of all-closed rescues
+(docs/variants.md §3.7).
 With `density_calibrate` the kept GA-Net model's gate threshold moves at the end so that the
 validation set's density (without one, the training set's: never the held-out set's) is that
 value (`attndeploy.training.calibration`).

@@ -1,6 +1,7 @@
 """Held-out evaluation and the training loss: what `attndeploy.train` measures a model by.
 
-Evaluation runs in eval mode (hard gates for GA-Net) and reports accuracy and loss, and for GA-Net
+Evaluation runs in eval mode (hard gates for GA-Net) and reports the family's metrics (its training
+part's `metrics`: accuracy for the built-in families) and loss, and for GA-Net
 the gate density and the count and rate of all-closed rescues (docs/variants.md §3.7).
 """
 
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attndeploy.data.dataset import IGNORE_INDEX  # noqa: F401  (re-exported: a public name)
+from attndeploy.families.registry import family_specs
 from attndeploy.models.families import training_part
 
 if TYPE_CHECKING:
@@ -21,10 +23,11 @@ if TYPE_CHECKING:
 def task_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0,
               *, head: str | None = None) -> torch.Tensor:
     """The loss of `head`'s family (its training part's `loss`). Without `head` (the callers
-    before families), the head is read off the shapes: logits [B, T, C] are tagging's, [B, C]
-    classification's."""
+    before families), the family is the first whose logits output (its spec's `outputs`) has
+    the rank of `logits`: [B, C] text classification's, [B, T, C] token classification's."""
     if head is None:
-        head = "tagging" if logits.dim() == 3 else "classification"
+        head = next(spec.head for spec in family_specs()
+                    if len(spec.outputs(logits.shape[-1])[0].dims) == logits.dim())
     return training_part(head).loss(logits, labels, label_smoothing)
 
 
