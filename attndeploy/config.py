@@ -16,10 +16,22 @@ from typing import Any
 
 from attndeploy.configbase import check_types, choice, json_ready, positive, sub_from_dict
 from attndeploy.errors import ConfigError
+from attndeploy.families.registry import family_for_head, family_specs, heads
 from attndeploy.variants.registry import variant_spec, variant_specs
 
 FAMILIES = ("transformer", "bilstm")
-HEADS = ("classification", "tagging")
+MIN_LABELS = 2  # a family's least num_labels unless its spec says (`FamilySpec.min_labels`)
+
+
+def __getattr__(name: str) -> Any:
+    """`HEADS`: every family's head (`attndeploy.families.registry.heads()`); a variant's
+    sub-config class by its name, e.g. `GANetConfig`."""
+    if name == "HEADS":
+        return heads()
+    for sub_cls in _sub_configs().values():
+        if sub_cls.__name__ == name:
+            return sub_cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # (name, type as the annotation string `check_types` reads, default); first the required ones
 _COMMON_FIELDS: tuple[tuple[str, str, Any], ...] = (
@@ -54,12 +66,14 @@ class _ModelConfigMethods:
                 raise ConfigError(f"{name} must be a {sub_cls.__name__}")
         spec = variant_spec(self.variant)  # an unknown variant lists the valid ones
         choice("model family", self.family, FAMILIES)
-        choice("head", self.head, HEADS)
+        choice("head", self.head, heads())
+        family = family_for_head(self.head)
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq",
                      "pool_hidden", "lstm_hidden"):
             positive(name, getattr(self, name))
-        if self.num_labels < 2:
-            raise ConfigError(f"num_labels must be >= 2, got {self.num_labels}")
+        least = getattr(family, "min_labels", MIN_LABELS)
+        if self.num_labels < least:
+            raise ConfigError(f"num_labels must be >= {least}, got {self.num_labels}")
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
@@ -70,8 +84,10 @@ class _ModelConfigMethods:
             valid = [s.name for s in variant_specs() if self.family in s.families]
             raise ConfigError(f"the {self.family} family supports variants "
                               f"{', '.join(valid)}, not {self.variant!r}")
-        if self.family == "bilstm" and self.head != "classification":
-            raise ConfigError("the bilstm family has a classification head only")
+        if self.family not in family.architectures:
+            taking = [s.head for s in family_specs() if self.family in s.architectures]
+            raise ConfigError(f"the {self.family} family takes the {' or '.join(taking)} "
+                              f"head only, not {self.head!r}")
         spec.check(self)
 
     @property
@@ -125,10 +141,3 @@ ModelConfig.__doc__ = (
     "Everything needed to rebuild a model; every variant's sub-config is always present."
 )
 
-
-def __getattr__(name: str) -> Any:
-    """A variant's sub-config class by its name, e.g. `GANetConfig`."""
-    for sub_cls in _sub_configs().values():
-        if sub_cls.__name__ == name:
-            return sub_cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,13 +1,16 @@
 """Training loop, model selection and held-out evaluation for every model family and variant.
 
-Loss: cross-entropy (optionally label-smoothed) + λ·R for GA-Net (R = mean soft gate over valid
-tokens); with a density target λ adapts so that the hard-gate density settles near the target
-(`attndeploy.training.density`). Training counts epochs over the training set; the selection set
-(a validation split when there is one, else the held-out set) is evaluated every epoch or every
-`eval_every` steps, the best evaluation's weights are kept (`attndeploy.training.selection`) and
-training stops after `patience` evaluations without a better one, after `max_epochs`, `steps` or
-`max_seconds`. Evaluation runs in eval mode (hard gates for GA-Net) and reports accuracy, and for
-GA-Net the gate density and the count and rate of all-closed rescues (docs/variants.md §3.7).
+Loss: the model family's (its training part's `loss`, `attndeploy.training.families`:
+cross-entropy, optionally label-smoothed, for the built-in families) + λ·R for GA-Net (R = mean
+soft gate over valid tokens); with a density target λ adapts so that the hard-gate density settles
+near the target (`attndeploy.training.density`). Training counts epochs over the training set; the
+selection set (a validation split when there is one, else the held-out set) is evaluated every
+epoch or every `eval_every` steps, the best evaluation's weights are kept
+(`attndeploy.training.selection`) and training stops after `patience` evaluations without a better
+one, after `max_epochs`, `steps` or `max_seconds`. Evaluation runs in eval mode (hard gates for
+GA-Net) and reports the family's metrics (accuracy for the built-in families; selection reads its
+`PRIMARY_METRIC`), and for GA-Net the gate density and the count and rate of all-closed rescues
+(docs/variants.md §3.7).
 With `density_calibrate` the kept GA-Net model's gate threshold moves at the end so that the
 validation set's density (without one, the training set's: never the held-out set's) is that
 value (`attndeploy.training.calibration`).
@@ -61,6 +64,7 @@ from attndeploy.training.evaluation import (  # noqa: F401  (re-exported: the pu
     evaluate,
     task_loss,
 )
+from attndeploy.training.families import training_part
 from attndeploy.training.parameters import parameter_groups
 from attndeploy.training.refit import refit_on_all_examples
 from attndeploy.training.run import TrainingRun
@@ -145,8 +149,9 @@ def train(
 
         result = refit_on_all_examples(train_again, train_set, val_set, config, selected)
     if teacher is not None:
+        primary = training_part(train_set.head).PRIMARY_METRIC
         result.summary["teacher"] = {
-            "accuracy": teacher.metrics["accuracy"], "best_epoch": teacher.metrics["best_epoch"],
+            primary: teacher.metrics[primary], "best_epoch": teacher.metrics["best_epoch"],
             "seconds": teacher.summary["seconds"], "weight": config.distill,
             "temperature": config.distill_temperature}
         result.summary["seconds"] = round(result.summary["seconds"]
@@ -273,9 +278,11 @@ def _start_run(
                                        rate=config.density_rate)
         density_weight = 0.0 if config.density_warmup > 0 else controller.weight
     average = WeightAverage(model, config.weight_average) if config.weight_average else None
+    family = training_part(train_set.head)
     tracker = BestTracker(patience=config.patience,
                           density_target=config.density_target if model.is_gated else None,
-                          density_slack=config.density_slack)
+                          density_slack=config.density_slack, primary=family.PRIMARY_METRIC,
+                          greater_is_better=family.GREATER_IS_BETTER)
     generator = torch.Generator().manual_seed(config.seed)
     soft_table = (None if teacher is None
                   else distillation.teacher_table(teacher, train_set, config.batch_size))
@@ -377,7 +384,9 @@ def train_checkpoint(
     result = train(model_config, data.train_set, data.eval_set, config, progress=progress,
                    val_set=data.val_set)
     result.metrics.update(fit_baseline(data))
-    result.metrics.update(compare_with_baseline(result.metrics))
+    family = training_part(data.head)
+    result.metrics.update(compare_with_baseline(result.metrics, primary=family.PRIMARY_METRIC,
+                                                greater_is_better=family.GREATER_IS_BETTER))
     save_checkpoint(
         result.model, out_dir, label_names=data.label_names, tokenizer=data.tokenizer,
         data=data.source, training=result.summary, metrics=result.metrics, force=force,

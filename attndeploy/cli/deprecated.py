@@ -8,7 +8,9 @@ Renamed options (`RENAMED_OPTIONS`), so that each option name has one meaning
 (waiting for the models) is `--ready-timeout`, loadtest's `--warmup N` is `--warmup-requests N`
 and its `--batch` is `--batch-size`, predict's `--file` is `--text-file`, quantize's `--grid` is
 `--shapes`, train's `--task` (a built-in data set) is `--dataset` (`--task` is the kind of model
-in the Hugging Face ecosystem: text-classification, token-classification...), and check-repo's
+in the Hugging Face ecosystem: text-classification, token-classification...), train's `--family`
+(the encoder: transformer or bilstm) is `--architecture` (a model family is the kind of model,
+`attndeploy.families`, which `--model-family` names), and check-repo's
 repository is `--repo` (a positional argument before).
 
 `--json` is a flag everywhere (the command's result as one JSON document on stdout); a JSON
@@ -32,7 +34,7 @@ RENAMED_OPTIONS: dict[str, dict[str, str]] = {
     "loadtest": {"--warmup": "--warmup-requests", "--batch": "--batch-size"},
     "predict": {"--file": "--text-file"},
     "quantize": {"--grid": "--shapes"},
-    "train": {"--task": "--dataset"},
+    "train": {"--task": "--dataset", "--family": "--architecture"},
 }
 # command -> the option its old positional argument now is
 POSITIONAL_TO_OPTION: dict[str, str] = {"check-repo": "--repo"}

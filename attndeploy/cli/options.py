@@ -20,6 +20,7 @@ import typer
 
 from attndeploy.config import FAMILIES
 from attndeploy.errors import ServerError
+from attndeploy.families.registry import family_names
 from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol, server_address
 from attndeploy.variants.registry import variant_names
 
@@ -134,7 +135,13 @@ VariantOption = Annotated[str, typer.Option(
 
 # Choices of train's options, the library's tuples (never typed again here); a variant's own
 # come from its spec (`TrainOption.choices`, cli/args/variants.py)
-Family = choices("Family", FAMILIES)
+# `--architecture`: the encoder (ModelConfig.family, the key checkpoints keep); `Family` is its
+# old name, from when `--family` named it (a model family is now the kind of model,
+# `attndeploy.families`: `--model-family`)
+Architecture = choices("Architecture", FAMILIES)
+Family = Architecture
+# `--model-family`: the registered model families (`attndeploy.families`), in their order
+ModelFamily = choices("ModelFamily", family_names())
 
 
 CheckpointArg = Annotated[

@@ -1,16 +1,21 @@
-"""An in-memory, right-padded dataset of token ids with classification or tagging labels."""
+"""An in-memory, right-padded dataset of token ids with the labels of a model family.
+
+What the labels are (dtype, shape, valid values, how a batch trims them and two sets join them)
+is the family's, from its training part (`attndeploy.models.families.training_part`, found by
+the dataset's `head`): int64 [N] for text classification, int64 [N, T] for token tagging."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from attndeploy.errors import DataError
+from attndeploy.errors import ConfigError, DataError
 
-HEADS = ("classification", "tagging")
 IGNORE_INDEX = -100  # tagging label at padded positions (torch cross_entropy's default)
 BUCKET_WINDOW = 50  # batches per length-sorted window of `TextDataset.batches(bucket=True)`
 
@@ -21,7 +26,8 @@ class TextDataset:
 
     input_ids       int64 [N, T], 0 = <pad>, right padding
     attention_mask  int64 [N, T], 1 = real token, each row 1…1 0…0 with at least one 1
-    labels          int64 [N] (classification) or [N, T] (tagging, -100 exactly at pads)
+    labels          the family's (`head`): int64 [N] (classification) or [N, T] (tagging,
+                    -100 exactly at pads)
     """
 
     input_ids: Tensor
@@ -31,15 +37,13 @@ class TextDataset:
     head: str
 
     def __post_init__(self) -> None:
-        if self.head not in HEADS:
-            raise DataError(f"unknown head {self.head!r}; valid: {', '.join(HEADS)}")
-        if len(self.label_names) < 2 or len(set(self.label_names)) != len(self.label_names):
-            raise DataError(
-                f"label_names must hold at least 2 distinct names; got {self.label_names!r}"
-            )
-        for name in ("input_ids", "attention_mask", "labels"):
-            if getattr(self, name).dtype != torch.long:
-                raise DataError(f"{name} must be int64; got {getattr(self, name).dtype}")
+        part = self.family_part
+        part.check_label_names(self.label_names)
+        for name, dtype in (("input_ids", torch.long), ("attention_mask", torch.long),
+                            ("labels", part.LABEL_DTYPE)):
+            if getattr(self, name).dtype != dtype:
+                raise DataError(f"{name} must be {str(dtype).removeprefix('torch.')}; "
+                                f"got {getattr(self, name).dtype}")
         ids, mask = self.input_ids, self.attention_mask
         if ids.dim() != 2 or mask.shape != ids.shape:
             raise DataError(
@@ -62,26 +66,12 @@ class TextDataset:
         self._check_labels()
 
     def _check_labels(self) -> None:
-        labels, n_labels = self.labels, len(self.label_names)
-        if self.head == "classification":
-            if labels.shape != (self.input_ids.shape[0],):
-                raise DataError(
-                    f"classification labels must be [N] = [{self.input_ids.shape[0]}]; "
-                    f"got {tuple(labels.shape)}"
-                )
-            valid = labels
-        else:
-            if labels.shape != self.input_ids.shape:
-                raise DataError(
-                    f"tagging labels must be [N, T] = {tuple(self.input_ids.shape)}; "
-                    f"got {tuple(labels.shape)}"
-                )
-            real = self.attention_mask.bool()
-            if (labels[~real] != IGNORE_INDEX).any():
-                raise DataError(f"tagging labels must be {IGNORE_INDEX} at padded positions")
-            valid = labels[real]
-        if ((valid < 0) | (valid >= n_labels)).any():
-            raise DataError(f"labels must lie in [0, {n_labels}) for {n_labels} label names")
+        self.family_part.check_labels(self.labels, self.attention_mask, len(self.label_names))
+
+    @property
+    def family_part(self) -> ModuleType:
+        """The training part of the dataset's family (from its `head`)."""
+        return _family_part(self.head)
 
     @property
     def num_labels(self) -> int:
@@ -121,9 +111,7 @@ class TextDataset:
         def padded(tensor: Tensor, value: int) -> Tensor:  # [N, t] -> [N, width]
             return torch.nn.functional.pad(tensor, (0, width - tensor.shape[1]), value=value)
 
-        labels = (torch.cat([self.labels, other.labels]) if self.head == "classification"
-                  else torch.cat([padded(self.labels, IGNORE_INDEX),
-                                  padded(other.labels, IGNORE_INDEX)]))
+        labels = self.family_part.join_labels(self.labels, other.labels, width)
         return TextDataset(
             torch.cat([padded(self.input_ids, 0), padded(other.input_ids, 0)]),  # [N1 + N2, W]
             torch.cat([padded(self.attention_mask, 0), padded(other.attention_mask, 0)]),
@@ -169,12 +157,11 @@ class TextDataset:
 
     def batch_at(self, rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """(input_ids, attention_mask, labels) of the examples at `rows`, trimmed to their
-        longest real sequence: [B, t] each ([B] labels for classification)."""
+        longest real sequence: [B, t] each (labels as the family trims them: [B] for
+        classification)."""
         mask = self.attention_mask[rows]  # [B, T]
         width = int(mask.sum(dim=1).max())
-        labels = self.labels[rows]
-        if self.head == "tagging":
-            labels = labels[:, :width]  # [B, t]
+        labels = self.family_part.batch_labels(self.labels[rows], width)  # [B] or [B, t]
         return self.input_ids[rows, :width], mask[:, :width], labels
 
     def split(self, fraction: float, *, seed: int) -> tuple[TextDataset, TextDataset]:
@@ -201,3 +188,13 @@ def split_indices(n: int, fraction: float, *, seed: int) -> tuple[Tensor, Tensor
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(n, generator=generator)
     return order[n_held:].sort().values, order[:n_held].sort().values
+
+
+def _family_part(head: str) -> Any:
+    """The training part of the family whose head is `head`; DataError for an unknown head."""
+    from attndeploy.models.families import training_part
+
+    try:
+        return training_part(head)
+    except ConfigError as exc:
+        raise DataError(str(exc)) from None

@@ -23,14 +23,22 @@ TASK_HELD_OUT_SEED = 10_000  # the held-out examples of a task are drawn at seed
 
 @dataclass(frozen=True)
 class HeldOut:
-    """The held-out examples as (text, label name), in the order training evaluated them."""
+    """The held-out examples as (text, target: a label name for text classification), in the
+    order training evaluated them."""
 
-    examples: list[tuple[str, str]]
+    examples: list[tuple[str, Any]]
     origin: str  # what they were made from, for people
+    head: str = ""  # the family that reads them (its `jsonl_line` writes them); "": {text, label}
 
     def to_jsonl(self) -> str:
-        return "".join(json.dumps({"text": text, "label": label}) + "\n"
-                       for text, label in self.examples)
+        if self.head:
+            from attndeploy.models.families import training_part
+
+            line = training_part(self.head).jsonl_line
+        else:
+            def line(text: str, label: Any) -> dict[str, Any]:
+                return {"text": text, "label": label}
+        return "".join(json.dumps(line(text, target)) + "\n" for text, target in self.examples)
 
 
 def held_out_of(record: dict[str, Any], *, max_seq: int, hf: bool,
@@ -50,7 +58,7 @@ def held_out_of(record: dict[str, Any], *, max_seq: int, hf: bool,
 
 def _from_file(record: dict[str, Any], path: Path, *, given: Path | None) -> HeldOut:
     from attndeploy.data.dataset import split_indices
-    from attndeploy.data.jsonl import read_jsonl
+    from attndeploy.data.jsonl import read_jsonl_family
     from attndeploy.fsutil import file_sha256
 
     if not path.is_file():
@@ -61,7 +69,7 @@ def _from_file(record: dict[str, Any], path: Path, *, given: Path | None) -> Hel
     if recorded is not None and file_sha256(path) != recorded:
         raise DataError(f"{path} is not the file the checkpoint trained on: its SHA-256 differs "
                         "from the recorded one, so its split would hold other examples")
-    texts, labels = read_jsonl(path)
+    head, (texts, labels) = read_jsonl_family(path)
     share = float(record["eval_fraction"])
     rows = split_indices(len(texts), share, seed=int(record["seed"]))[1].tolist()
     expected = record.get("held_out_examples")
@@ -69,17 +77,18 @@ def _from_file(record: dict[str, Any], path: Path, *, given: Path | None) -> Hel
         raise DataError(f"{path} splits into {len(rows)} held-out examples where the "
                         f"checkpoint held out {expected}: it is not the file it trained on")
     return HeldOut([(texts[i], labels[i]) for i in rows],
-                   f"{path} ({share:.0%} held out at split seed {record['seed']})")
+                   f"{path} ({share:.0%} held out at split seed {record['seed']})", head)
 
 
 def _from_task(record: dict[str, Any], *, max_words: int) -> HeldOut:
     from attndeploy.data.synthetic import get_task
+    from attndeploy.models.families import training_part
 
     spec = get_task(record["task"])
-    if spec.head != "classification":
+    if not getattr(training_part(spec.head), "JSONL_KEYS", ()):
         raise DataError(f"task {spec.name!r} tags tokens: its held-out examples have a label "
                         "per token, which a JSONL file of {\"text\", \"label\"} cannot hold")
     seed = int(record["seed"]) + TASK_HELD_OUT_SEED
     examples = spec.sample(int(record["n_eval"]), seed=seed, max_seq=max_words)
     return HeldOut([(" ".join(words), spec.label_names[label]) for words, label in examples],
-                   f"task {spec.name} ({record['n_eval']} examples at seed {seed})")
+                   f"task {spec.name} ({record['n_eval']} examples at seed {seed})", spec.head)

@@ -1,4 +1,6 @@
-"""Classification data from JSON Lines files: one `{"text": ..., "label": ...}` object per line.
+"""Labelled texts from JSON Lines files: one object per line, whose keys its model family's
+training part declares (`JSONL_KEYS`; text-classification: `{"text": ..., "label": ...}`) and
+reads (`read_example`). Unless a family is named, the first object's keys choose it.
 
 Blank lines are skipped. Labels may be strings or integers (integers become strings, so `1` and
 `"1"` are the same label). Every problem is a DataError that names the file and, where there is
@@ -11,25 +13,85 @@ on.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
+from types import ModuleType
+from typing import Any
 
 from attndeploy.data.dataset import TextDataset, split_indices
 from attndeploy.data.tokenizer import WordTokenizer, pad_batch
 from attndeploy.errors import DataError
+from attndeploy.families.registry import FamilySpec, family_spec, family_specs
 from attndeploy.jsonread import parse_json
+from attndeploy.models.families import training_part
 
 
-def _read_records(path: Path) -> list[tuple[int, str, str]]:
-    """(line number, text, label) per non-blank line; every malformed line fails."""
+def text_of(obj: dict[str, Any], where: str) -> str:
+    """The "text" of a JSONL object: a string of at least one token (every family's lines hold
+    one); DataError naming `where` (file:line) otherwise."""
+    text = obj["text"]
+    if not isinstance(text, str):
+        raise DataError(f"{where}: 'text' must be a string; got {type(text).__name__}")
+    if not WordTokenizer.tokenize(text):
+        raise DataError(f"{where}: empty text; every example needs at least one token")
+    return text
+
+
+def jsonl_families() -> list[tuple[FamilySpec, ModuleType]]:
+    """(spec, training part) of every family that reads JSONL files (its `JSONL_KEYS`), in
+    family order."""
+    found = []
+    for spec in family_specs():
+        part = training_part(spec)
+        if getattr(part, "JSONL_KEYS", ()):
+            found.append((spec, part))
+    return found
+
+
+def family_of_record(obj: Any) -> tuple[FamilySpec, ModuleType]:
+    """The family a JSONL file's first object belongs to: the first (in family order) whose
+    `JSONL_KEYS` it holds; when none does, the first family that reads JSONL, whose reader then
+    says which key is missing."""
+    families = jsonl_families()
+    if not families:
+        raise DataError("no model family reads JSONL files")
+    if isinstance(obj, dict):
+        for spec, part in families:
+            if all(key in obj for key in part.JSONL_KEYS):
+                return spec, part
+    return families[0]
+
+
+def _family_named(family: FamilySpec | str | None) -> tuple[FamilySpec, ModuleType] | None:
+    if family is None:
+        return None
+    spec = family_spec(family) if isinstance(family, str) else family
+    part = training_part(spec)
+    if not getattr(part, "JSONL_KEYS", ()):
+        raise DataError(f"the {spec.name} family reads no JSONL files; families that do: "
+                        f"{', '.join(s.name for s, _ in jsonl_families())}")
+    return spec, part
+
+
+@dataclass(frozen=True)
+class JsonlRecords:
+    """A JSONL file's examples as (line number, text, target) and the family that read them
+    (chosen by the first object's keys unless given)."""
+
+    family: FamilySpec
+    part: ModuleType = field(repr=False)
+    records: list[tuple[int, str, Any]]
+
+
+def _read_records(path: Path, family: FamilySpec | str | None = None) -> JsonlRecords:
+    """Every non-blank line's example, read by its family's `read_example`; every malformed line
+    fails, naming it."""
     from attndeploy.runtime import lines as text_lines
 
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such data file")
+    chosen = _family_named(family)
     records = []
     reader = text_lines.LineReader(path, limit=text_lines.MAX_JSONL_LINE_BYTES,
                                    unit="JSONL line (a text and its label)")
@@ -41,47 +103,34 @@ def _read_records(path: Path) -> list[tuple[int, str, str]]:
         where = f"{path}:{lineno}"
         obj = parse_json(line, where, error=DataError, invalid=lambda err, where=where: (
             f"{where}: invalid JSON ({err.msg}, column {err.colno})"))
+        if chosen is None:
+            chosen = family_of_record(obj)
         if not isinstance(obj, dict):
+            shape = ", ".join(f'"{key}": ...' for key in chosen[1].JSONL_KEYS)
             raise DataError(
-                f'{where}: expected an object {{"text": ..., "label": ...}}; '
-                f"got {type(obj).__name__}"
+                f"{where}: expected an object {{{shape}}}; got {type(obj).__name__}"
             )
-        for key in ("text", "label"):
-            if key not in obj:
-                raise DataError(f"{where}: missing {key!r}")
-        text, label = obj["text"], obj["label"]
-        if not isinstance(text, str):
-            raise DataError(f"{where}: 'text' must be a string; got {type(text).__name__}")
-        if not WordTokenizer.tokenize(text):
-            raise DataError(f"{where}: empty text; every example needs at least one token")
-        if isinstance(label, bool) or not isinstance(label, str | int):
-            raise DataError(
-                f"{where}: 'label' must be a string or an integer; got {json.dumps(label)}"
-            )
-        label = str(label)
-        if not label:
-            raise DataError(f"{where}: empty label")
-        records.append((lineno, text, label))
+        text, target = chosen[1].read_example(obj, where)
+        records.append((lineno, text, target))
     if not records:
         raise DataError(f"{path}: no examples (the file is empty or blank)")
-    return records
+    return JsonlRecords(chosen[0], chosen[1], records)
 
 
-def _require_two_labels(path: Path, labels: list[str]) -> None:
-    distinct = sorted(set(labels))
-    if len(distinct) < 2:
-        raise DataError(
-            f"{path}: needs at least 2 distinct labels to train a classifier; "
-            f"found only {distinct!r} in {len(labels)} examples"
-        )
+def read_jsonl(path: Path, family: FamilySpec | str | None = None
+               ) -> tuple[list[str], list[Any]]:
+    """(texts, targets) of a JSONL file, in file order (a classification file's targets are
+    label names, and it must hold >= 2 distinct ones: its family's `label_names_of`)."""
+    return read_jsonl_family(path, family)[1]
 
 
-def read_jsonl(path: Path) -> tuple[list[str], list[str]]:
-    """(texts, labels) of a JSONL file, in file order; the file must hold >= 2 distinct labels."""
-    records = _read_records(path)
-    labels = [label for _, _, label in records]
-    _require_two_labels(Path(path), labels)
-    return [text for _, text, _ in records], labels
+def read_jsonl_family(path: Path, family: FamilySpec | str | None = None
+                      ) -> tuple[str, tuple[list[str], list[Any]]]:
+    """(the head of the family that read it, `read_jsonl(path, family)`)."""
+    read = _read_records(path, family)
+    targets = [target for _, _, target in read.records]
+    read.part.label_names_of(targets, Path(path))
+    return read.family.head, ([text for _, text, _ in read.records], targets)
 
 
 def load_jsonl(
@@ -91,42 +140,42 @@ def load_jsonl(
     label_names: tuple[str, ...] | None = None,
     max_seq: int = 128,
     truncate: bool = False,
+    family: FamilySpec | str | None = None,
 ) -> tuple[TextDataset, WordTokenizer]:
-    """A classification TextDataset from a JSONL file, and the tokenizer that encoded it.
+    """A TextDataset from a JSONL file, and the tokenizer that encoded it.
 
+    The file's family is `family` (a spec or name), else the one whose `JSONL_KEYS` its first
+    object holds (text-classification for `{"text", "label"}`).
     Without `tokenizer`, one is built from the file's texts (`WordTokenizer.build` defaults).
-    Without `label_names`, they are the file's distinct labels, sorted (at least 2); with them
-    (e.g. from a checkpoint, to encode a test file), a label outside them fails naming its line,
-    and a file may then hold a single label. A text longer than `max_seq` tokens fails naming
-    its line, or keeps its first `max_seq` tokens when `truncate` is True.
+    Without `label_names`, they are the family's from the file (classification: its distinct
+    labels, sorted, at least 2); with them (e.g. from a checkpoint, to encode a test file), a
+    label outside them fails naming its line, and a file may then hold a single label. A text
+    longer than `max_seq` tokens fails naming its line, or keeps its first `max_seq` tokens when
+    `truncate` is True.
     """
     path = Path(path)
     if max_seq < 1:
         raise DataError(f"max_seq must be at least 1; got {max_seq}")
-    records = _read_records(path)
+    read = _read_records(path, family)
     if label_names is None:
-        labels = [label for _, _, label in records]
-        _require_two_labels(path, labels)
-        label_names = tuple(sorted(set(labels)))
+        label_names = read.part.label_names_of([target for _, _, target in read.records], path)
     else:
         label_names = tuple(str(name) for name in label_names)
-        if len(label_names) < 2 or len(set(label_names)) != len(label_names):
-            raise DataError(f"label_names must hold at least 2 distinct names; got {label_names!r}")
+        read.part.check_label_names(label_names)
     if tokenizer is None:
-        tokenizer = WordTokenizer.build(text for _, text, _ in records)
-    dataset = _encode(path, records, tokenizer, label_names, max_seq=max_seq, truncate=truncate)
+        tokenizer = WordTokenizer.build(text for _, text, _ in read.records)
+    dataset = _encode(path, read, read.records, tokenizer, label_names, max_seq=max_seq,
+                      truncate=truncate)
     return dataset, tokenizer
 
 
-def _encode(path: Path, records: list[tuple[int, str, str]], tokenizer: WordTokenizer,
-            label_names: tuple[str, ...], *, max_seq: int, truncate: bool) -> TextDataset:
-    label_ids = {name: index for index, name in enumerate(label_names)}
+def _encode(path: Path, read: JsonlRecords, records: list[tuple[int, str, Any]],
+            tokenizer: WordTokenizer, label_names: tuple[str, ...], *, max_seq: int,
+            truncate: bool) -> TextDataset:
+    encode_label = read.part.label_encoder(label_names)
     sequences, targets = [], []
-    for lineno, text, label in records:
-        if label not in label_ids:
-            raise DataError(
-                f"{path}:{lineno}: label {label!r} is not one of {', '.join(label_names)}"
-            )
+    for lineno, text, target in records:
+        value = encode_label(target, f"{path}:{lineno}")
         ids = tokenizer.encode(text)
         if len(ids) > max_seq:
             if not truncate:
@@ -136,10 +185,10 @@ def _encode(path: Path, records: list[tuple[int, str, str]], tokenizer: WordToke
                 )
             ids = ids[:max_seq]
         sequences.append(ids)
-        targets.append(label_ids[label])
+        targets.append(value)
     input_ids, attention_mask = pad_batch(sequences)  # [N, T] each
-    labels_tensor = torch.tensor(targets, dtype=torch.long)  # [N]
-    return TextDataset(input_ids, attention_mask, labels_tensor, label_names, "classification")
+    labels = read.part.labels_tensor(targets, input_ids.shape[1])  # the family's: [N] (or [N, T])
+    return TextDataset(input_ids, attention_mask, labels, label_names, read.family.head)
 
 
 @dataclass(frozen=True)
@@ -156,6 +205,7 @@ class JsonlSplit:
     held_out: TextDataset
     tokenizer: WordTokenizer
     tokens: dict[str, list[list[str]]] = field(repr=False)
+    family: FamilySpec | None = None  # the family that read the file
 
 
 def load_jsonl_split(
@@ -168,19 +218,20 @@ def load_jsonl_split(
     truncate: bool = False,
     min_freq: int = 1,
     max_vocab: int = 20000,
+    family: FamilySpec | str | None = None,
 ) -> JsonlSplit:
     """Read a JSONL file and split it: `eval_fraction` held out (the same examples as
     `load_jsonl(path)[0].split(eval_fraction, seed=seed)` holds out), then `val_fraction` of the
     rest kept apart for model selection (seed + 1). The vocabulary is built from the training part
     alone (`min_freq`, `max_vocab` as in `WordTokenizer.build`); labels are all the file's labels.
+    The family is `family`, else the one the first object's keys name (`load_jsonl`).
     """
     path = Path(path)
     if max_seq < 1:
         raise DataError(f"max_seq must be at least 1; got {max_seq}")
-    records = _read_records(path)
-    labels = [label for _, _, label in records]
-    _require_two_labels(path, labels)
-    label_names = tuple(sorted(set(labels)))
+    read = _read_records(path, family)
+    records = read.records
+    label_names = read.part.label_names_of([target for _, _, target in records], path)
     kept, held = split_indices(len(records), eval_fraction, seed=seed)
     parts = {"train": kept.tolist(), "held_out": held.tolist()}
     if val_fraction:
@@ -189,9 +240,9 @@ def load_jsonl_split(
     chosen = {name: [records[i] for i in rows] for name, rows in parts.items()}
     tokenizer = WordTokenizer.build((text for _, text, _ in chosen["train"]),
                                     min_freq=min_freq, max_vocab=max_vocab)
-    encoded = {name: _encode(path, rows, tokenizer, label_names, max_seq=max_seq,
+    encoded = {name: _encode(path, read, rows, tokenizer, label_names, max_seq=max_seq,
                              truncate=truncate) for name, rows in chosen.items()}
     tokens = {name: [WordTokenizer.tokenize(text) for _, text, _ in rows]
               for name, rows in chosen.items()}
     return JsonlSplit(encoded["train"], encoded.get("validation"), encoded["held_out"],
-                      tokenizer, tokens)
+                      tokenizer, tokens, read.family)

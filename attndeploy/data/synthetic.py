@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
-from attndeploy.data.dataset import IGNORE_INDEX, TextDataset
+from attndeploy.data.dataset import TextDataset
 from attndeploy.data.tokenizer import WordTokenizer
 from attndeploy.errors import DataError
+from attndeploy.models.families import training_part
 
 # An example: its words and its label (a class index, or one tag index per word).
 Example = tuple[list[str], int | list[int]]
@@ -75,12 +75,8 @@ class TaskSpec:
         texts = [" ".join(words) for words, _ in examples]
         width = max(len(words) for words, _ in examples)
         input_ids, attention_mask = tokenizer.encode_batch(texts, max_seq=width)
-        if self.head == "classification":
-            labels = torch.tensor([label for _, label in examples], dtype=torch.long)  # [N]
-        else:
-            labels = torch.full(input_ids.shape, IGNORE_INDEX, dtype=torch.long)  # [N, T]
-            for row, (_, tags) in enumerate(examples):
-                labels[row, : len(tags)] = torch.tensor(tags, dtype=torch.long)
+        part = training_part(self.head)  # the labels are its family's: [N] or [N, T]
+        labels = part.labels_tensor([label for _, label in examples], input_ids.shape[1])
         dataset = TextDataset(input_ids, attention_mask, labels, self.label_names, self.head)
         return dataset, tokenizer
 

@@ -42,10 +42,12 @@ from torch import Tensor, nn
 
 from attndeploy.configbase import json_ready
 from attndeploy.errors import AttnDeployError, CheckpointError, ConfigError
+from attndeploy.families.registry import family_specs
 from attndeploy.integrations.hf_config import check_model, check_sizes, config_from_dict
 from attndeploy.integrations.hf_hooks import hold_open
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
 from attndeploy.integrations.transformers import (
+    SUPPORTED_CLASSES,
     conversion_of,
     convert,
     forward_state,
@@ -59,15 +61,23 @@ from attndeploy.variants.registry import variant_spec
 
 FAMILY = "hf"
 TOKEN_TYPE_MODELS = ("bert", "roberta")  # model types with segment (token type) embeddings
-# The checkpointed architectures and their heads (the model-level interface of docs/ops.md).
-HEADS = {
-    "BertForSequenceClassification": "classification",
-    "RobertaForSequenceClassification": "classification",
-    "DistilBertForSequenceClassification": "classification",
-    "BertForTokenClassification": "tagging",
-    "RobertaForTokenClassification": "tagging",
-    "DistilBertForTokenClassification": "tagging",
-}
+
+
+def _checkpointed_heads() -> dict[str, str]:
+    """{transformers class: head} of the architectures a checkpoint holds: every class `convert`
+    supports whose name ends with one of a family's `hf_heads` (`ForSequenceClassification` ->
+    text-classification's `classification`), in family order (the model-level interface of
+    docs/ops.md)."""
+    heads = {}
+    for spec in family_specs():
+        for suffix in spec.hf_heads:
+            for names in SUPPORTED_CLASSES.values():
+                heads.update({name: spec.head for name in names if name.endswith(suffix)})
+    return heads
+
+
+# The checkpointed architectures and their heads, from the families' specs.
+HEADS = _checkpointed_heads()
 # ----------------------------------------------------------------------------- the model
 
 

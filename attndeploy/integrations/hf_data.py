@@ -20,6 +20,7 @@ from attndeploy.data import TextDataset, get_task, read_jsonl
 from attndeploy.data.dataset import split_indices
 from attndeploy.data.held_out import TASK_HELD_OUT_SEED
 from attndeploy.errors import CheckpointError, ConfigError, DataError
+from attndeploy.families.registry import FamilySpec, family_specs
 from attndeploy.fsutil import file_sha256
 from attndeploy.integrations.hf_config import (
     check_model,
@@ -33,6 +34,9 @@ from attndeploy.runtime.text import encode_texts
 from attndeploy.runtime.tokenizer import WordTokenizer, pad_sequences
 from attndeploy.training.baseline import baseline_metrics
 
+# What `train --hf-model` builds on the encoder: a transformers head class of this suffix; the
+# family whose spec's `hf_heads` holds it reads the data (text-classification)
+TRAINED_HF_HEAD = "ForSequenceClassification"
 # model_type -> the sequence classifier trained on top of that encoder
 CLASSIFIERS = {
     "bert": "BertForSequenceClassification",
@@ -59,6 +63,15 @@ class HFSource:
     @property
     def classifier(self) -> str:
         return CLASSIFIERS[self.config.model_type]
+
+
+def trained_family() -> FamilySpec:
+    """The model family `train --hf-model` fine-tunes: the one whose `hf_heads` holds
+    `TRAINED_HF_HEAD`."""
+    for spec in family_specs():
+        if TRAINED_HF_HEAD in spec.hf_heads:
+            return spec
+    raise ConfigError(f"no model family converts *{TRAINED_HF_HEAD} models")
 
 
 def load_source(path: Path) -> HFSource:
@@ -176,8 +189,9 @@ def _texts(
     n_val: int, eval_fraction: float, val_fraction: float, max_words: int,
 ) -> tuple[dict[str, Split], tuple[str, ...], dict[str, Any]]:
     """({"train", "held_out"[, "validation"]}: texts and labels, label names, their origin)."""
+    family = trained_family()
     if data_file is not None:
-        texts, labels = read_jsonl(Path(data_file))
+        texts, labels = read_jsonl(Path(data_file), family)
         names = tuple(sorted(set(labels)))
         index = {name: i for i, name in enumerate(names)}
         kept, held = (part.tolist() for part in split_indices(len(texts), eval_fraction,
@@ -192,7 +206,7 @@ def _texts(
         return ({part: ([texts[i] for i in chosen], [index[labels[i]] for i in chosen])
                  for part, chosen in rows.items()}, names, source)
     spec = get_task(task or "sparse_evidence")
-    if spec.head != "classification":
+    if spec.head != family.head:
         raise DataError(f"task {spec.name!r} tags tokens; --hf-model fine-tunes sequence "
                         "classifiers (a --data file or a classification task)")
     counts = {"train": (n_train, seed), "held_out": (n_eval, seed + TASK_HELD_OUT_SEED)}
@@ -223,7 +237,7 @@ def _dataset(tokenizer: WordPieceTokenizer, split: Split, names: tuple[str, ...]
     except DataError as exc:
         raise DataError(f"{what}: {exc}") from None
     return TextDataset(torch.from_numpy(ids), torch.from_numpy(mask),
-                       torch.tensor(labels, dtype=torch.long), names, "classification"), cut
+                       torch.tensor(labels, dtype=torch.long), names, trained_family().head), cut
 
 
 def load_hf_training_data(

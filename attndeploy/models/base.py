@@ -1,7 +1,7 @@
 """What every model family shares: the forward contract and the gate bookkeeping.
 
 forward(input_ids [B,T] int64, attention_mask [B,T] int64) -> dict with
-  "logits": [B, C] (classification) or [B, T, C] (tagging),
+  "logits": the family's head's: [B, C] (classification) or [B, T, C] (tagging),
   "gates": bool [B, T] (gated variants, e.g. GA-Net; hard gates, also reported in training),
 and, with details=True (training and evaluation), "density_penalty" (GA-Net training) and
 "gate_logits" (GA-Net: the logits the gates were decided on; s + noise in `sample` mode).
@@ -9,11 +9,14 @@ and, with details=True (training and evaluation), "density_penalty" (GA-Net trai
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 from torch import Tensor, nn
 
 from attndeploy.config import ModelConfig
 from attndeploy.errors import ConfigError
+from attndeploy.models.families import training_part
 from attndeploy.models.inputs import check_model_inputs
 from attndeploy.variants.api import GateState, soft_density
 from attndeploy.variants.functional import hard_gates
@@ -43,6 +46,12 @@ class AttnModel(nn.Module):
         spec = variant_spec(config.variant)
         _check_layer_span(config)
         self.gates = spec.gating_class()(embed_dim, config) if spec.gated else None
+
+    @property
+    def family_part(self) -> ModuleType:
+        """The training part of the model's family (`config.head`): each architecture builds
+        its head with its `build_head` and applies it with `apply_head`."""
+        return training_part(self.config.head)
 
     @property
     def is_gated(self) -> bool:

@@ -10,7 +10,6 @@ from torch import Tensor, nn
 
 from attndeploy.config import ModelConfig
 from attndeploy.models.base import AttnModel
-from attndeploy.models.heads import PoolingClassifier
 from attndeploy.variants.api import LayerContext, PaddedBiLSTM
 
 
@@ -19,9 +18,7 @@ class BiLSTMModel(AttnModel):
         super().__init__(config, config.d_model)
         self.embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=0)
         self.backbone = PaddedBiLSTM(config.d_model, config.lstm_hidden, num_layers=2)
-        self.head = PoolingClassifier(
-            2 * config.lstm_hidden, config.pool_hidden, config.num_labels, gated=self.is_gated
-        )
+        self.head = self.family_part.build_head(config, 2 * config.lstm_hidden, self.is_gated)
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor, *, details: bool = False
@@ -35,5 +32,5 @@ class BiLSTMModel(AttnModel):
             state = self.gates(tokens, mask)
             context = self.gates.layer_context(state, mask)
         h = self.backbone(tokens, mask)  # [B, T, 2h]
-        logits, applied = self.head(h, context)  # [B, C]
+        logits, applied = self.family_part.apply_head(self.head, h, context)  # [B, C]
         return {"logits": logits, **self.gate_outputs(state, applied, mask, details)}

@@ -1,4 +1,5 @@
-"""Transformer encoder with a sequence-classification or token-tagging head, any variant.
+"""Transformer encoder with its family's head (`build_head` of the family's training part:
+pooled sequence classification, per-token tagging, ...), any variant.
 
 Letters: b batch, t position, D model width. Pre-LayerNorm blocks; learned absolute positions.
 GA-Net: one gate network over the token embeddings (before positions are added), gates shared
@@ -12,7 +13,6 @@ from torch import Tensor, nn
 
 from attndeploy.config import ModelConfig
 from attndeploy.models.base import AttnModel
-from attndeploy.models.heads import PoolingClassifier
 from attndeploy.variants.api import LayerContext
 from attndeploy.variants.registry import get_variant
 
@@ -44,12 +44,7 @@ class TransformerModel(AttnModel):
         self.position = nn.Embedding(config.max_seq, config.d_model)
         self.blocks = nn.ModuleList(EncoderBlock(config, i) for i in range(config.n_layers))
         self.norm = nn.LayerNorm(config.d_model)
-        if config.head == "classification":
-            self.head: nn.Module = PoolingClassifier(
-                config.d_model, config.pool_hidden, config.num_labels, gated=self.is_gated
-            )
-        else:
-            self.head = nn.Linear(config.d_model, config.num_labels)
+        self.head = self.family_part.build_head(config, config.d_model, self.is_gated)
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor, *, details: bool = False
@@ -68,9 +63,5 @@ class TransformerModel(AttnModel):
             x, logits = block(x, context)
             context = context.with_prev_logits(logits)
         x = self.norm(x)
-        applied = None
-        if self.config.head == "classification":
-            logits, applied = self.head(x, context)  # [B, C]
-        else:
-            logits = self.head(x)  # [B, T, C]
+        logits, applied = self.family_part.apply_head(self.head, x, context)  # [B, C] or [B, T, C]
         return {"logits": logits, **self.gate_outputs(state, applied, mask, details)}

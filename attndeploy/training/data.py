@@ -1,12 +1,10 @@
 """What training reads: a built-in task or a JSONL file split into training, validation and
-held-out sets, and the bag-of-words baseline fitted on the same split."""
+held-out sets, and the family's baseline fitted on the same split."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-import torch
 
 from attndeploy.training.config import EVAL_FRACTION, N_EVAL, N_TRAIN
 
@@ -38,10 +36,12 @@ def load_training_data(
     n_val: int = 0,
     truncate: bool = False,
     min_freq: int = 1,
+    family: Any = None,
 ) -> TrainingData:
     """A built-in task (train, validation and held-out sets from different seeds) or a JSONL file
     (split: `eval_fraction` held out, then `val_fraction` of the rest for validation; the
-    vocabulary comes from the training part alone)."""
+    vocabulary comes from the training part alone). A file is read by `family` (a FamilySpec or
+    its name), else by the family whose `JSONL_KEYS` its first object holds."""
     from pathlib import Path
 
     from attndeploy.data import get_task
@@ -52,7 +52,7 @@ def load_training_data(
     if data_file is not None:
         split = load_jsonl_split(Path(data_file), eval_fraction=eval_fraction, seed=seed,
                                  val_fraction=val_fraction, max_seq=max_seq, truncate=truncate,
-                                 min_freq=min_freq)
+                                 min_freq=min_freq, family=family)
         source = {"data_file": str(data_file), "data_sha256": file_sha256(Path(data_file)),
                   "eval_fraction": eval_fraction, "seed": seed,
                   "val_fraction": val_fraction, "min_freq": min_freq,
@@ -62,9 +62,11 @@ def load_training_data(
         tokens = {"fit": split.tokens["train"] + split.tokens.get("validation", []),
                   "held_out": split.tokens["held_out"]}
         return TrainingData(split.train, split.held_out, split.tokenizer,
-                            split.held_out.label_names, "classification", source,
+                            split.held_out.label_names, split.held_out.head, source,
                             val_set=split.validation, tokens=tokens)
     spec = get_task(task or "sparse_evidence")
+    if family is not None:
+        _check_task_family(spec, family)
     train_set, tokenizer = spec.generate(n_train, seed=seed, max_seq=max_seq)
     eval_set, _ = spec.generate(n_eval, seed=seed + TASK_HELD_OUT_SEED, max_seq=max_seq)
     val_set = spec.generate(n_val, seed=seed + 20_000, max_seq=max_seq)[0] if n_val else None
@@ -75,6 +77,18 @@ def load_training_data(
                         val_set=val_set)
 
 
+def _check_task_family(task: Any, family: Any) -> None:
+    """ConfigError when the built-in data set `task` (a TaskSpec) is not of `family` (a
+    FamilySpec or its name)."""
+    from attndeploy.errors import ConfigError
+    from attndeploy.families.registry import family_for_head, family_spec
+
+    wanted = family_spec(family) if isinstance(family, str) else family
+    if task.head != wanted.head:
+        raise ConfigError(f"data set {task.name!r} trains a {family_for_head(task.head).name} "
+                          f"model, not {wanted.name}")
+
+
 def _decoded(dataset: Any, tokenizer: Any) -> list[list[str]]:
     lengths = dataset.attention_mask.sum(-1).tolist()
     return [tokenizer.decode(row[:n]) for row, n in zip(dataset.input_ids.tolist(), lengths,
@@ -83,17 +97,16 @@ def _decoded(dataset: Any, tokenizer: Any) -> list[list[str]]:
 
 def fit_baseline(data: TrainingData) -> dict[str, Any]:
     """The bag-of-words naive Bayes baseline on `data`'s split (fitted on the training and
-    validation examples, scored on the held-out ones); {} for a tagging head."""
-    from attndeploy.training.baseline import baseline_metrics
+    validation examples, scored on the held-out ones): the family's (its training part's
+    `fit_baseline`); {} for a family without one (token tagging)."""
+    from attndeploy.training.families import training_part
 
-    if data.head != "classification":
-        return {}
     fit_sets = [data.train_set] + ([data.val_set] if data.val_set is not None else [])
     if data.tokens is not None:
         fit_docs, eval_docs = data.tokens["fit"], data.tokens["held_out"]
     else:
         fit_docs = [doc for part in fit_sets for doc in _decoded(part, data.tokenizer)]
         eval_docs = _decoded(data.eval_set, data.tokenizer)
-    fit_labels = torch.cat([part.labels for part in fit_sets]).tolist()
-    return baseline_metrics(fit_docs, fit_labels, eval_docs, data.eval_set.labels.tolist(),
-                            len(data.label_names))
+    return training_part(data.head).fit_baseline(
+        fit_docs, [part.labels for part in fit_sets], eval_docs, data.eval_set.labels,
+        data.label_names)

@@ -1,47 +1,53 @@
 """Held-out evaluation and the training loss: what `attndeploy.train` measures a model by.
 
-Evaluation runs in eval mode (hard gates for GA-Net) and reports accuracy and loss, and for GA-Net
+Evaluation runs in eval mode (hard gates for GA-Net) and reports the family's metrics (its training
+part's `metrics`: accuracy for the built-in families) and loss, and for GA-Net
 the gate density and the count and rate of all-closed rescues (docs/variants.md §3.7).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
+
+from attndeploy.data.dataset import IGNORE_INDEX  # noqa: F401  (re-exported: a public name)
+from attndeploy.families.registry import family_specs
+from attndeploy.models.families import training_part
 
 if TYPE_CHECKING:
     from attndeploy.models import AttnModel
 
-IGNORE_INDEX = -100  # tagging labels at pads
 
-
-def task_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0
-              ) -> torch.Tensor:
-    if logits.dim() == 3:  # tagging: [B, T, C] against [B, T] with IGNORE_INDEX at pads
-        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX,
-                               label_smoothing=label_smoothing)
-    return F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+def task_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0,
+              *, head: str | None = None) -> torch.Tensor:
+    """The loss of `head`'s family (its training part's `loss`). Without `head` (the callers
+    before families), the family is the first whose logits output (its spec's `outputs`) has
+    the rank of `logits`: [B, C] text classification's, [B, T, C] token classification's."""
+    if head is None:
+        head = next(spec.head for spec in family_specs()
+                    if len(spec.outputs(logits.shape[-1])[0].dims) == logits.dim())
+    return training_part(head).loss(logits, labels, label_smoothing)
 
 
 @torch.no_grad()
 def evaluate(model: AttnModel, dataset: Any, *, batch_size: int = 256) -> dict[str, Any]:
-    """Held-out metrics in eval mode; restores the model's previous mode."""
+    """Held-out metrics in eval mode; restores the model's previous mode. The family's metrics
+    (its training part's `metrics`: accuracy for the built-in ones) come first, then `loss` (its
+    `loss`, averaged over examples) and `examples`."""
     was_training = model.training
     model.eval()
-    correct = total = 0
+    family = training_part(dataset.head)  # the labels' family
+    sums: Counter[str] = Counter()
     loss_sum = 0.0
     open_fraction_sum = 0.0
     rescues = examples = 0
     for input_ids, attention_mask, labels in dataset.batches(batch_size, shuffle=False):
         out = model(input_ids, attention_mask, details=True)
         logits = out["logits"]
-        loss_sum += float(task_loss(logits, labels)) * labels.shape[0]
-        predictions = logits.argmax(-1)
-        valid = labels != IGNORE_INDEX
-        correct += int((predictions == labels)[valid].sum())
-        total += int(valid.sum())
+        loss_sum += float(family.loss(logits, labels)) * labels.shape[0]
+        sums.update(family.metric_sums(logits, labels))
         examples += labels.shape[0]
         if "gates" in out:
             mask = attention_mask != 0
@@ -51,7 +57,7 @@ def evaluate(model: AttnModel, dataset: Any, *, batch_size: int = 256) -> dict[s
             rescues += int((~naturally_open.any(-1)).sum())
     model.train(was_training)
     metrics: dict[str, Any] = {
-        "accuracy": correct / max(1, total),
+        **family.metrics(dict(sums)),
         "loss": loss_sum / max(1, examples),
         "examples": examples,
     }

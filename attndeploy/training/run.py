@@ -73,7 +73,7 @@ class TrainingRun:
             input_ids = self.corrupt(input_ids, attention_mask, self.generator)
         loss = step_loss(self.model, input_ids, attention_mask, labels, rows, self.config,
                          density_weight=self.density_weight, soft_table=self.soft_table,
-                         taught=self.taught)
+                         taught=self.taught, head=train_set.head)
         learning_rate = apply_update(loss.total, self.model, self.optimizer, self.schedule,
                                      self.average)
         self.step += 1
@@ -116,7 +116,8 @@ class TrainingRun:
             if self.selecting:
                 self.tracker.offer(record, self.model)  # copies the weights evaluated
                 best = self.tracker.best
-                self.status = f"best {best['accuracy']:.3f} @ epoch {best['epoch']:g}"
+                self.status = (f"best {best[self.tracker.primary]:.3f} "
+                               f"@ epoch {best['epoch']:g}")
         self.paused += time.perf_counter() - pause_start
 
     def stop_reason(self) -> str | None:
@@ -151,7 +152,7 @@ class TrainingRun:
             "final_loss": self.history[-1]["loss"] if self.history else None,
         }
         if best is not None and validated:
-            summary["validation_accuracy"] = best["accuracy"]
+            summary[f"validation_{self.tracker.primary}"] = best[self.tracker.primary]
         if self.history and "soft_density" in self.history[-1]:
             summary["final_soft_density"] = self.history[-1]["soft_density"]
         if self.controller is not None:

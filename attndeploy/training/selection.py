@@ -1,9 +1,11 @@
 """Model selection on a held-out set: keep the best evaluation's weights, stop without progress.
 
-"Best" is the highest accuracy, ties broken by the lower loss. With a GA-Net density target only
-evaluations whose gate density is within `density_slack` above the target compete (a model that is
-accurate because its gates are still open is not the sparse model asked for); while none does, the
-one nearest the target is kept. Patience counts evaluations without a new best.
+"Best" is the best primary metric (the family's `PRIMARY_METRIC`: the highest accuracy for the
+built-in families; the lowest where `GREATER_IS_BETTER` is False), ties broken by the lower loss.
+With a GA-Net density target only evaluations whose gate density is within `density_slack` above
+the target compete (a model that is accurate because its gates are still open is not the sparse
+model asked for); while none does, the one nearest the target is kept. Patience counts
+evaluations without a new best.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class BestTracker:
     best: dict[str, Any] | None = None  # the best evaluation record so far
     state: dict[str, torch.Tensor] | None = field(default=None, repr=False)
     since_best: int = 0
+    primary: str = "accuracy"  # the family's PRIMARY_METRIC
+    greater_is_better: bool = True  # its GREATER_IS_BETTER
 
     def _key(self, record: dict[str, Any]) -> tuple:
         eligible = True
@@ -31,9 +35,10 @@ class BestTracker:
             excess = record["density"] - self.density_target
             eligible = excess <= self.density_slack
             distance = max(0.0, excess)
+        score = record[self.primary] if self.greater_is_better else -record[self.primary]
         if eligible:
-            return (1, record["accuracy"], -record["loss"])
-        return (0, -distance, record["accuracy"])
+            return (1, score, -record["loss"])
+        return (0, -distance, score)
 
     def offer(self, record: dict[str, Any], model: nn.Module) -> bool:
         """Record one evaluation; True when it is the new best (its weights are then copied)."""

@@ -1,7 +1,8 @@
 """One optimizer step of the training loop (`attndeploy.train.fit`): the forward pass and its
 loss, then the update.
 
-The loss is the task's cross-entropy (optionally label-smoothed); with a dense-gate teacher, mixed
+The loss is the family's (its training part's `loss`: cross-entropy, optionally label-smoothed,
+for the built-in families); with a dense-gate teacher, mixed
 with the distillation loss on its soft targets at weight `config.distill`
 (`attndeploy.training.distill`); for GA-Net, plus λ·R (R the model's `density_penalty`, the mean
 soft gate over valid tokens).
@@ -35,14 +36,16 @@ def step_loss(
     density_weight: float,
     soft_table: torch.Tensor | None = None,
     taught: torch.Tensor | None = None,
+    head: str | None = None,
 ) -> StepLoss:
     """The forward pass of a training batch (`input_ids`, `attention_mask` [B, t], `labels` [B]
     or [B, t]; `rows` [B] its examples' indices in the training set) and its loss.
     `soft_table` is the teacher's logits for every training example (`distill.teacher_table`,
     None without a teacher); `taught` ([N] bool) the examples it learnt from. `density_weight`
-    is GA-Net's λ for this step."""
+    is GA-Net's λ for this step; `head` the labels' family (its training part's `loss`; None:
+    read off the logits' shape, `evaluation.task_loss`)."""
     out = model(input_ids, attention_mask, details=True)
-    loss = task_loss(out["logits"], labels, config.label_smoothing)
+    loss = task_loss(out["logits"], labels, config.label_smoothing, head=head)
     total = loss
     if soft_table is not None:
         soft_targets = distillation.batch_targets(soft_table, rows, input_ids.shape[1])

@@ -144,6 +144,8 @@ FAILING: dict[str, list[str]] = {
     "unknown-option": ["train", "--variant", "qvi", "--option", "size=3", "--out", "m"],
     "bad-option-value": ["train", "--variant", "qvi", "--option", "pairwise_chunk=x", "--out", "m"],
     "no-options": ["train", "--option", "alpha=0.1", "--out", "m"],
+    "family-of-another-set": ["train", "--dataset", "tagging", "--model-family",
+                              "text-classification", *TINY, "--out", "m"],
 }
 
 
@@ -194,10 +196,39 @@ def test_unknown_task_fails_listing_the_valid_names(failures):
         ("unknown-option", "NAME one of form, pairwise_chunk"),
         ("bad-option-value", "pairwise_chunk: 'x' is not a int"),
         ("no-options", "variant 'standard' has no options"),
+        ("family-of-another-set",
+         "data set 'tagging' trains a token-classification model, not text-classification"),
     ],
 )
 def test_invalid_hyperparameters_fail_with_one_line(failures, name, fragment):
     assert_one_line_error(failures[name], "config", fragment)
+
+
+def test_the_old_family_option_names_the_architecture_with_a_warning(tmp_path):
+    """`--family` was the encoder (transformer, bilstm); it is `--architecture` now, since a
+    model family is the kind of model (`--model-family`). The checkpoint keeps `family`."""
+    result = run_cli("train", "--family", "bilstm", *TINY, *TINY_TASK, "--out", "m", "--json",
+                     cwd=tmp_path)
+    assert "--family is deprecated; use --architecture" in result.stderr
+    parse_json(result)
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["model"]["family"] == "bilstm"
+
+
+def test_a_jsonl_file_trains_the_family_its_keys_name_or_the_one_asked_for(tmp_path):
+    rows = [{"text": f"{word} item {i}", "label": label}
+            for i in range(12) for word, label in (("sunny", "good"), ("rainy", "bad"))]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for extra in ([], ["--model-family", "text-classification"]):
+        out = f"m{len(extra)}"
+        parse_json(run_cli("train", "--data", "d.jsonl", *TINY, "--out", out, "--json", *extra,
+                           cwd=tmp_path))
+        assert json.loads((tmp_path / out / "config.json").read_text())["model"]["head"] == (
+            "classification")
+    assert_one_line_error(
+        run_cli("train", "--data", "d.jsonl", *TINY, "--out", "m", "--model-family",
+                "token-classification", cwd=tmp_path),
+        "data", "the token-classification family reads no JSONL files; families that do: "
+                "text-classification")
 
 
 def test_a_jsonl_line_without_text_names_its_line(failures):

@@ -13,7 +13,7 @@ import typer
 
 from attndeploy.cli.args.base import OptionGroup
 from attndeploy.cli.args.notes import DATA, PRETRAINED, TASK
-from attndeploy.cli.options import readable_text_file, shared
+from attndeploy.cli.options import ModelFamily, readable_text_file, shared
 from attndeploy.training.config import EVAL_FRACTION, N_EVAL, N_TRAIN
 
 
@@ -28,6 +28,7 @@ class Data:
     val_fraction: float | None
     min_freq: int | None
     truncate: bool
+    model_family: str | None = None  # the family that reads --data; None: the file's keys say
 
     def load(self, defaults: Any, *, seed: int, max_seq: int) -> Any:
         """The training data (`load_training_data`); a split size left out is the preset's."""
@@ -41,7 +42,7 @@ class Data:
             n_eval=self.n_eval, eval_fraction=self.eval_fraction, max_seq=max_seq,
             val_fraction=pick(self.val_fraction, defaults.val_fraction),
             n_val=pick(self.n_val, defaults.n_val), truncate=self.truncate,
-            min_freq=pick(self.min_freq, defaults.min_freq),
+            min_freq=pick(self.min_freq, defaults.min_freq), family=self.model_family,
         )
 
 
@@ -75,6 +76,10 @@ class DataArgs(OptionGroup):
                  f"[default: {DATA.min_freq}]")] = None,
         truncate: Annotated[bool, shared(
             "--truncate", "(JSONL; --hf-model: word pieces.)")] = False,
+        model_family: Annotated[ModelFamily | None, typer.Option(  # type: ignore[valid-type]
+            help="The kind of model trained (its family), which reads --data. [default: the "
+                 "first family whose JSONL keys the file's first line holds: "
+                 "{\"text\", \"label\"} is text-classification; a --dataset's own]")] = None,
     ) -> None:
         """The data's options."""
 
@@ -84,4 +89,6 @@ class DataArgs(OptionGroup):
         if values["dataset"] is not None and values["data"] is not None:
             raise ConfigError("give either --dataset or --data, not both")
         given = self.values(values)
-        return Data(task=given.pop("dataset"), **given)
+        family = given.pop("model_family")
+        return Data(task=given.pop("dataset"), model_family=None if family is None
+                    else family.value, **given)

@@ -1,4 +1,5 @@
-"""The model's options: its variant, family and sizes (`ModelConfig`)."""
+"""The model's options: its variant, architecture (`ModelConfig.family`) and sizes
+(`ModelConfig`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import typer
 from attndeploy.cli.args.base import OptionGroup
 from attndeploy.cli.args.notes import DATA, TASK, by_data
 from attndeploy.cli.defaults import field_default
-from attndeploy.cli.options import Family, VariantOption, shared
+from attndeploy.cli.options import Architecture, VariantOption, shared
 from attndeploy.config import ModelConfig
 
 
@@ -27,7 +28,7 @@ SIZES = {"d_model": "d_model", "heads": "n_heads", "layers": "n_layers", "d_ff":
 @dataclass(frozen=True)
 class Model:
     variant: str
-    family: str
+    family: str  # the architecture (`--architecture`), stored as ModelConfig.family
     max_seq: int
     sizes: Mapping[str, Any]  # the ModelConfig fields given
 
@@ -37,14 +38,16 @@ class Model:
 
 
 class ModelArgs(OptionGroup):
-    """The model: its attention variant, family and sizes."""
+    """The model: its attention variant, architecture and sizes."""
 
     @staticmethod
     def options(
         variant: VariantOption = field_default(ModelConfig, "variant"),
-        family: Annotated[
-            Family, typer.Option(help="Model family.")  # type: ignore[valid-type]
-        ] = Family(field_default(ModelConfig, "family")),
+        architecture: Annotated[
+            Architecture, typer.Option(  # type: ignore[valid-type]
+                help="Model architecture: the encoder under the head (old name --family; "
+                     "the kind of model is --model-family).")
+        ] = Architecture(field_default(ModelConfig, "family")),
         d_model: Annotated[int | None, typer.Option(
             help=f"Model width. {_size('d_model')}")] = None,
         heads: Annotated[int | None, typer.Option(
@@ -62,7 +65,7 @@ class ModelArgs(OptionGroup):
         """The model's options."""
 
     def parse(self, values: Mapping[str, Any]) -> Model:
-        return Model(variant=values["variant"], family=values["family"].value,
+        return Model(variant=values["variant"], family=values["architecture"].value,
                      max_seq=values["max_seq"],
                      sizes={field: values[option] for option, field in SIZES.items()
                             if values[option] is not None})
