@@ -51,9 +51,11 @@ LAYERS: tuple[Layer, ...] = (
     # the `variants.functional` facade) among them: opspec, below, names no variant
     Layer("variants", ("attndeploy.variants", "attndeploy.nn")),
     Layer("config", ("attndeploy.config",)),
-    Layer("models", ("attndeploy.models", "attndeploy.data")),
+    # a family's training part sits with the models: the checkpoint reader rebuilds its head and
+    # the datasets check their labels with it
+    Layer("models", ("attndeploy.models", "attndeploy.data", "attndeploy.families.*.training")),
     Layer("checkpoint", ("attndeploy.checkpoint",)),
-    Layer("train", ("attndeploy.train", "attndeploy.training", "attndeploy.families.*.training")),
+    Layer("train", ("attndeploy.train", "attndeploy.training")),
     Layer("export", ("attndeploy.export",)),
     Layer("validate", ("attndeploy.validate", "attndeploy.families.*.checks")),
     Layer("optimize", ("attndeploy.optimize",)),
@@ -182,7 +184,7 @@ def _family_parts(part: str) -> Any:
 IMPORTLIB: dict[str, Any] = {
     "attndeploy.families.registry": _family_modules,
     "attndeploy.runtime.families": _family_parts("runtime"),
-    "attndeploy.training.families": _family_parts("training"),
+    "attndeploy.models.families": _family_parts("training"),
     "attndeploy.validate.families": _family_parts("checks"),
     "attndeploy.runtime": lambda: _homes("attndeploy.runtime"),
     "attndeploy.deploy": lambda: _homes("attndeploy.deploy"),

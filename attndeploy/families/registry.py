@@ -11,13 +11,13 @@ spec with `register_family(FamilySpec(...))`. The packages are found by walking 
 (`family_specs()`), so no list of families exists anywhere else. A spec is light (no torch, no
 onnx at import): what a stage needs beyond the declarations here lives in the family's part
 modules, named by import path and imported by the stage that uses them, each through its own
-layer's loader (`runtime.families.runtime_part`, `training.families.training_part`,
+layer's loader (`runtime.families.runtime_part`, `models.families.training_part`,
 `validate.families.checks_part`), so no module imports a layer above its own:
 
 - `runtime` (numpy only, shipped beside a served text model; runtime layer): decode, the
   prediction contract's fields and their wire codec, the table `predict` prints;
-- `training` (torch; train layer): data reading, head, loss, metrics, the baseline trained
-  beside it;
+- `training` (torch; models layer, since the checkpoint reader rebuilds the head with it):
+  data reading, head, loss, labels, metrics, the baseline trained beside it;
 - `checks` (torch, onnx; validate layer): what parity means, the validation grid, quantize's
   and debug's checks.
 
@@ -54,8 +54,11 @@ class FamilySpec:
     summary:       one line for help texts and `info`.
     outputs:       num_labels -> the model-level outputs (`attndeploy.interface.TensorSpec`s)
                    before a variant's own (gates), in order.
-    architectures: the built-in model architectures that take this head (`ModelConfig.family`:
-                   `transformer`, `bilstm`).
+    architectures: the built-in model architectures that take this head (`ModelConfig.family`,
+                   `train --architecture`: `transformer`, `bilstm`).
+    pooled:        its head pools the tokens into one vector with the model's pooling (a gated
+                   variant's is its `GatedAttentionPooling` node, which the export then holds).
+    min_labels:    the least `num_labels` a model of it has (a classifier 2, a regressor 1).
     datasets:      the built-in data sets of this family (`train --dataset`).
     hf_heads:      the suffixes of the Hugging Face architectures converted into it
                    (`ForSequenceClassification`).
@@ -69,6 +72,8 @@ class FamilySpec:
     summary: str
     outputs: Callable[[int], tuple[Any, ...]]
     architectures: tuple[str, ...] = ("transformer",)
+    pooled: bool = False
+    min_labels: int = 2
     datasets: tuple[str, ...] = ()
     hf_heads: tuple[str, ...] = ()
     runtime: str = ""

@@ -315,10 +315,14 @@ def _check_encoder(model: nn.Module, model_type: str) -> None:
 
 def _layer_config(config: Any, variant: str, sub: Any) -> ModelConfig:
     """A built-in model config with the HF model's sizes: what the registry's `from_config`
-    builds layers from. Head "tagging": the variant's `model_ops` then counts layers only."""
+    builds layers from. Its head is the first family's whose head does not pool: the variant's
+    `model_ops` then counts layers only."""
+    from attndeploy.families.registry import family_specs
+
+    unpooled = next(spec for spec in family_specs() if not spec.pooled)
     return ModelConfig(
         vocab_size=config.vocab_size, num_labels=2, variant=variant, family="transformer",
-        head="tagging", d_model=config.hidden_size, n_heads=config.num_attention_heads,
+        head=unpooled.head, d_model=config.hidden_size, n_heads=config.num_attention_heads,
         n_layers=config.num_hidden_layers,
         d_ff=getattr(config, "intermediate_size", None) or config.hidden_dim,
         max_seq=config.max_position_embeddings, **({variant: sub} if sub is not None else {}),

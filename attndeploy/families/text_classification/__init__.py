@@ -19,6 +19,7 @@ SPEC = register_family(FamilySpec(
     summary="a text in, one label out",
     outputs=_outputs,
     architectures=("transformer", "bilstm"),
+    pooled=True,
     datasets=("sparse_evidence",),
     hf_heads=("ForSequenceClassification",),
     title="text classification",

@@ -15,9 +15,11 @@ from attndeploy.variants.registry import (
 
 
 def _model_ops(config) -> dict[str, int]:
-    """One gated node per encoder layer, and the gated pooling of a classifier."""
+    """One gated node per encoder layer, and the gated pooling of a family whose head pools."""
+    from attndeploy.families.registry import family_for_head
+
     ops = {"GatedAttention": config.n_layers} if config.family == "transformer" else {}
-    if config.head == "classification":
+    if family_for_head(config.head).pooled:
         ops["GatedAttentionPooling"] = 1
     return ops
 
