@@ -67,11 +67,22 @@ def print_warning(message: str) -> None:
 TRAIN_SHOWN = ("accuracy", "loss", "density", "rescue_rate", "baseline_accuracy")
 
 
+def shown_metrics(metrics: dict[str, Any]) -> list[str]:
+    """The held-out metrics `train` prints: `TRAIN_SHOWN`'s, then any other family's metric that
+    has a baseline beside it (`rmse` and `baseline_rmse` for a regressor), in that order."""
+    keys = [key for key in TRAIN_SHOWN if key in metrics]
+    for key in metrics:
+        primary = key.removeprefix("baseline_")
+        if key.startswith("baseline_") and primary in metrics and key not in keys:
+            keys += [k for k in (primary, key) if k not in keys]
+    return [key for key in keys if isinstance(metrics[key], (int, float))]
+
+
 def summary_lines(out: Path, metrics: dict[str, Any], training: dict[str, Any]) -> str:
     """What `train` prints: the held-out numbers, where the best model was, the baseline."""
     from attndeploy.training.baseline import baseline_verdict
 
-    shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in TRAIN_SHOWN if key in metrics)
+    shown = ", ".join(f"{key} {metrics[key]:.4f}" for key in shown_metrics(metrics))
     selected_on = training.get("selected_on")
     kept = (f"  best at epoch {training['best_epoch']:g} (step {training['best_step']}) of "
             f"{training['epochs_done']:g}, chosen on the {selected_on} set"
