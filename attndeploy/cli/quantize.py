@@ -117,8 +117,9 @@ def command(
             line = (f"{how}: {candidate.quantized_nodes} MatMuls in int8, "
                     f"{candidate.size_bytes / 2**20:.1f} MiB (fp32 "
                     f"{result.source_bytes / 2**20:.1f}); grid: largest logit change "
-                    f"{grid_check.max_logit_change:.3g}, labels equal "
-                    f"{grid_check.label_agreement:.1%}")
+                    f"{grid_check.max_logit_change:.3g}")
+            agreed = _agreement(grid_check.agreement, grid_check.label_agreement, ".1%")
+            line += f", {agreed}" if agreed else ""
             if grid_check.gate_flips is not None:
                 line += f", hard gates flipped {grid_check.gate_flips}"
             if candidate.gate_network:
@@ -128,9 +129,11 @@ def command(
                 line += (f"; kept in fp32: {len(candidate.worst)} MatMuls of the worst "
                          f"layer(s) {worst}")
             if data_check is not None:
-                line += (f"; {data_check.texts} texts: labels equal "
-                         f"{data_check.label_agreement:.2%}, accuracy "
-                         f"{data_check.fp32_accuracy:.4f} -> {data_check.int8_accuracy:.4f}")
+                said = [_agreement(data_check.agreement, data_check.label_agreement, ".2%")]
+                if data_check.accuracy_drop is not None:
+                    said.append(f"{data_check.score} {data_check.fp32_accuracy:.4f} -> "
+                                f"{data_check.int8_accuracy:.4f}")
+                line += f"; {data_check.texts} texts: {', '.join(s for s in said if s)}"
                 if data_check.gate_flips is not None:
                     line += (f", hard gates flipped {data_check.gate_flips} of "
                              f"{data_check.gates}")
@@ -141,3 +144,11 @@ def command(
             console.print(f"wrote [bold]{escape(str(result.out))}[/] ({result.chosen.method})",
                           highlight=False)
     result.raise_for_failure()
+
+
+def _agreement(name: str, value: float | None, form: str) -> str:
+    """"labels equal 99.2%" (the family's decision statistic, e.g. `tag agreement 99.2%`); ""
+    when the family compares no decision."""
+    if value is None:
+        return ""
+    return f"{'labels equal' if name == 'label agreement' else name} {value:{form}}"
