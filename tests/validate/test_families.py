@@ -130,3 +130,13 @@ def test_the_default_reader_takes_each_line_s_text(tmp_path):
     data.write_text('{"words": "a"}\n')
     with pytest.raises(DataError, match=r"texts.jsonl:1: expected an object with a string"):
         read_texts(data)
+
+
+def test_a_family_that_takes_no_decision_reports_no_agreement():
+    part = types.ModuleType("undecided_checks")
+    part.PER_TOKEN_OUTPUTS, part.AGREEMENT = (), ""
+    part.agreement = lambda actual, expected: None
+    want = np.array([[0.5], [1.5]], np.float32)
+    out = compare_outputs({"logits": want + 1.0}, {"logits": want}, F32,
+                          checks=read_checks("undecided", part)).outputs["logits"]
+    assert not out.passed and out.argmax_agreement is None and out.agreement is None
