@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import ConfigError, DataError
-from attndeploy.interface import ATTENTION_MASK, INPUT_IDS
+from attndeploy.interface import ATTENTION_MASK, CLASSIFICATION, INPUT_IDS
 from attndeploy.quantize.options import DEFAULT_GRID
 from attndeploy.runtime import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TEXT_BYTES
 from attndeploy.runtime.model import InferenceModel
@@ -144,7 +144,7 @@ def read_labelled(path: Path, labels: tuple[str, ...]) -> tuple[list[str], list[
     have fails naming it (text classification's `read_examples`)."""
     from attndeploy.validate.families import checks_part
 
-    return checks_part("classification").read_examples(Path(path), labels)
+    return checks_part(CLASSIFICATION).read_examples(Path(path), labels)
 
 
 def read_examples(path: Path, model: InferenceModel) -> tuple[list[str], Sequence[Any] | None]:
