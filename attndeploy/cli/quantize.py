@@ -27,8 +27,10 @@ def command(
     out: Annotated[Path, shared("--out", "The int8 ONNX file.")],
     data: Annotated[
         Path | None,
-        shared("--data", "E.g. the held-out split: label agreement and accuracy of int8 "
-                         "against fp32; static quantization calibrates on them.",
+        shared("--data", "E.g. the held-out split, read as the model's family reads it: "
+                         "label agreement and accuracy of int8 against fp32 for a text "
+                         "classifier ({\"text\"} lines and tag agreement for a tagger); "
+                         "static quantization calibrates on them.",
                callback=readable_text_file),
     ] = None,
     method: Annotated[
@@ -58,9 +60,9 @@ def command(
     ] = _default("exclude_worst"),
     gate_network_fp32: Annotated[
         bool, typer.Option("--gate-network-fp32/--gate-network-int8",
-                           help="GA-Net: keep the gate network in fp32, so the hard gates "
-                                "decide as in fp32 (int8 can flip those nearest the "
-                                "threshold).")
+                           help="Gated variants (GA-Net, a plug-in's): keep the gate "
+                                "network in fp32, so the hard gates decide as in fp32 (int8 "
+                                "can flip those nearest the threshold).")
     ] = _default("gate_network_fp32"),
     activations: Annotated[
         Activations | None,  # type: ignore[valid-type]
