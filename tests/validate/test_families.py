@@ -140,3 +140,26 @@ def test_a_family_that_takes_no_decision_reports_no_agreement():
     out = compare_outputs({"logits": want + 1.0}, {"logits": want}, F32,
                           checks=read_checks("undecided", part)).outputs["logits"]
     assert not out.passed and out.argmax_agreement is None and out.agreement is None
+
+
+def test_validate_runs_the_family_s_own_grid_and_names_its_agreement(artifacts, monkeypatch):
+    """A family whose checks part has `validation_grid` gets its shapes when none are given;
+    a tagger's report counts tag agreement over its real tokens."""
+    import dataclasses
+
+    from attndeploy.validate import ValidationOptions, validate_model, validator
+    from attndeploy.validate.grid import Shape
+    from attndeploy.validate.oracles import ORT_ALL
+
+    own = dataclasses.replace(family_checks("tagging"),
+                              validation_grid=lambda max_seq: (Shape(1, 3), Shape(2, max_seq)))
+    monkeypatch.setattr(validator, "family_checks", lambda head: own)
+    case = artifacts.get("evolving_tagging")
+    report = validate_model(case.checkpoint, case.onnx, ValidationOptions(
+        reference_shapes=(), padding_check=False))
+    assert report.passed
+    assert [str(shape) for shape, _ in report.shapes] == ["1x3", "2x32"]
+    result = report.oracles[ORT_ALL].results[-1].result.outputs["logits"]
+    assert result.agreement == "tag agreement" and result.argmax_agreement == 1.0
+    lengths = dict((str(s), n) for s, n in report.shapes)["2x32"]
+    assert result.compared == sum(lengths) * 3  # real tokens x labels, padding left out
