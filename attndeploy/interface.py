@@ -1,9 +1,10 @@
 """The model-level interface (docs/ops.md, "Model-level interface"), declared once.
 
 Every exported attndeploy model takes `input_ids` and `attention_mask` (int64 `[batch, seq]`) and
-returns `logits` (float32 `[batch, num_labels]`, or `[batch, seq, num_labels]` for token tagging)
-plus, for GA-Net models only, `gates` (bool `[batch, seq]`). `model_interface` builds that
-declaration for one model; the onnxruntime feed (`make_feed`), Triton's `input`/`output` blocks
+returns its family's outputs (`FamilySpec.outputs`, e.g. `logits` float32 `[batch, num_labels]`
+for text classification, `[batch, seq, num_labels]` for token classification) plus, for a gated
+variant (GA-Net's and any plug-in's), `gates` (bool `[batch, seq]`). `model_interface` builds
+that declaration for one model; the onnxruntime feed (`make_feed`), Triton's `input`/`output` blocks
 (`model_config.py`), the generated python-backend `model.py` and the repository linter
 (`check_repo.py`) all derive from it, so a name or a dtype is written in exactly one place.
 
@@ -25,11 +26,15 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import onnx
 
-from attndeploy.runtime.names import ATTENTION_MASK, GATES, INPUT_IDS, LOGITS
+from attndeploy.errors import ConfigError
+from attndeploy.families.registry import family_for_head
+from attndeploy.runtime.names import ATTENTION_MASK, GATES, INPUT_IDS, LOGITS  # noqa: F401
 
 BATCH = "batch"
 SEQ = "seq"
 
+# The heads of the two built-in families (`attndeploy.families`), kept importable for the code
+# and tests that name them; nothing here branches on them: a family's spec declares its outputs.
 TAGGING = "tagging"
 CLASSIFICATION = "classification"
 
@@ -94,17 +99,19 @@ class ModelInterface:
 
 
 def model_interface(*, head: str, num_labels: int, gated: bool) -> ModelInterface:
-    """The interface of a model with this head (`classification`/`tagging`), label count, gates."""
-    if head not in (CLASSIFICATION, TAGGING):
-        raise ValueError(f"unknown head {head!r}; valid: {CLASSIFICATION}, {TAGGING}")
+    """The interface of a model of the family whose head is `head` (`classification`,
+    `tagging`, or a plug-in family's), with `num_labels` labels, and `gates` when its variant is
+    gated. The outputs are the family's (`FamilySpec.outputs(num_labels)`), then the gates.
+    ValueError for a head no family has."""
+    try:
+        family = family_for_head(head)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
     inputs = (
         TensorSpec(INPUT_IDS, "int64", (BATCH, SEQ), "token ids"),
         TensorSpec(ATTENTION_MASK, "int64", (BATCH, SEQ), "1 = real token, 0 = padding"),
     )
-    logits_dims: tuple[int | str, ...] = (
-        (BATCH, SEQ, num_labels) if head == TAGGING else (BATCH, num_labels)
-    )
-    outputs = [TensorSpec(LOGITS, "float32", logits_dims, "unnormalised scores")]
+    outputs = list(family.outputs(num_labels))
     if gated:
         outputs.append(TensorSpec(GATES, "bool", (BATCH, SEQ), "tokens the model attended to"))
     return ModelInterface(inputs=inputs, outputs=tuple(outputs))

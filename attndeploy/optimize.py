@@ -237,6 +237,7 @@ def check_parity(
     """Run both models on the `PARITY_SHAPES` feeds; ExportError naming the first output that
     differs beyond the dtype's default tolerance. Returns the max abs error per shape/output."""
     from attndeploy.validate.compare import compare_outputs, default_tolerance
+    from attndeploy.validate.families import family_checks
     from attndeploy.validate.grid import as_shapes, make_inputs, valid_mask
 
     try:
@@ -246,13 +247,14 @@ def check_parity(
                           f"{_first_line(exc)}") from exc
     names = [o.name for o in sessions["input"].get_outputs()]
     tolerance = default_tolerance(dtype)
+    checks = family_checks(meta.head)  # its per-token outputs are compared on real tokens
     report = []
     for shape in as_shapes((b, min(s, meta.max_seq)) for b, s in PARITY_SHAPES):
         feed = make_inputs(shape, meta.vocab_size)
         outputs = {k: dict(zip(names, s.run(names, feed), strict=True))
                    for k, s in sessions.items()}
         result = compare_outputs(outputs["optimized"], outputs["input"], tolerance,
-                                 valid=valid_mask(feed), tagging=meta.tagging)
+                                 valid=valid_mask(feed), checks=checks)
         if not result:
             name = result.failures[0]
             raise ExportError(

@@ -27,8 +27,10 @@ def command(
     out: Annotated[Path, shared("--out", "The int8 ONNX file.")],
     data: Annotated[
         Path | None,
-        shared("--data", "E.g. the held-out split: label agreement and accuracy of int8 "
-                         "against fp32; static quantization calibrates on them.",
+        shared("--data", "E.g. the held-out split, read as the model's family reads it: "
+                         "label agreement and accuracy of int8 against fp32 for a text "
+                         "classifier ({\"text\"} lines and tag agreement for a tagger); "
+                         "static quantization calibrates on them.",
                callback=readable_text_file),
     ] = None,
     method: Annotated[
@@ -58,9 +60,9 @@ def command(
     ] = _default("exclude_worst"),
     gate_network_fp32: Annotated[
         bool, typer.Option("--gate-network-fp32/--gate-network-int8",
-                           help="GA-Net: keep the gate network in fp32, so the hard gates "
-                                "decide as in fp32 (int8 can flip those nearest the "
-                                "threshold).")
+                           help="Gated variants (GA-Net, a plug-in's): keep the gate "
+                                "network in fp32, so the hard gates decide as in fp32 (int8 "
+                                "can flip those nearest the threshold).")
     ] = _default("gate_network_fp32"),
     activations: Annotated[
         Activations | None,  # type: ignore[valid-type]
@@ -117,8 +119,9 @@ def command(
             line = (f"{how}: {candidate.quantized_nodes} MatMuls in int8, "
                     f"{candidate.size_bytes / 2**20:.1f} MiB (fp32 "
                     f"{result.source_bytes / 2**20:.1f}); grid: largest logit change "
-                    f"{grid_check.max_logit_change:.3g}, labels equal "
-                    f"{grid_check.label_agreement:.1%}")
+                    f"{grid_check.max_logit_change:.3g}")
+            agreed = _agreement(grid_check.agreement, grid_check.label_agreement, ".1%")
+            line += f", {agreed}" if agreed else ""
             if grid_check.gate_flips is not None:
                 line += f", hard gates flipped {grid_check.gate_flips}"
             if candidate.gate_network:
@@ -128,9 +131,11 @@ def command(
                 line += (f"; kept in fp32: {len(candidate.worst)} MatMuls of the worst "
                          f"layer(s) {worst}")
             if data_check is not None:
-                line += (f"; {data_check.texts} texts: labels equal "
-                         f"{data_check.label_agreement:.2%}, accuracy "
-                         f"{data_check.fp32_accuracy:.4f} -> {data_check.int8_accuracy:.4f}")
+                said = [_agreement(data_check.agreement, data_check.label_agreement, ".2%")]
+                if data_check.accuracy_drop is not None:
+                    said.append(f"{data_check.score} {data_check.fp32_accuracy:.4f} -> "
+                                f"{data_check.int8_accuracy:.4f}")
+                line += f"; {data_check.texts} texts: {', '.join(s for s in said if s)}"
                 if data_check.gate_flips is not None:
                     line += (f", hard gates flipped {data_check.gate_flips} of "
                              f"{data_check.gates}")
@@ -141,3 +146,11 @@ def command(
             console.print(f"wrote [bold]{escape(str(result.out))}[/] ({result.chosen.method})",
                           highlight=False)
     result.raise_for_failure()
+
+
+def _agreement(name: str, value: float | None, form: str) -> str:
+    """"labels equal 99.2%" (the family's decision statistic, e.g. `tag agreement 99.2%`); ""
+    when the family compares no decision."""
+    if value is None:
+        return ""
+    return f"{'labels equal' if name == 'label agreement' else name} {value:{form}}"

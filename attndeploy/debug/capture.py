@@ -2,10 +2,12 @@
 output of one forward pass, as numpy arrays.
 
 Op calls: the layers run their maths through `variants.api.call_op(<op reference>, ...)`,
-which in eager mode calls the reference it is handed, looked up at call time on its variant's
-`reference` module (re-exported by `attndeploy.variants.functional`). `recording_op_calls` puts a
-recorder in front of each op of the set in both places for the duration of a `with` block (and
-restores the originals however it ends): the k-th recorded call is what the k-th `attndeploy`
+which in eager mode calls the reference it is handed: looked up at call time on its variant's
+`reference` module (re-exported by `attndeploy.variants.functional`), or a name a layer's module
+imported from there (`from ...reference import sieve_attention`, as a plug-in variant may).
+`recording_op_calls` puts a recorder in front of each op of the set wherever a loaded module
+holds it under any name, for the duration of a `with` block (and restores the originals however
+it ends): the k-th recorded call is what the k-th `attndeploy`
 node of the export computes. Only outermost calls are recorded (an op that calls another from
 inside is one call). The recorder is process-wide while it is in place: run nothing else in
 PyTorch at the same time.
@@ -113,21 +115,33 @@ def recording_op_calls(recording: Recording) -> Iterator[None]:
 
         return record
 
-    # (module, name, original): each reference where the layers look it up, its variant's own
-    # `reference` module, and the `functional` facade that re-exports it
-    places = [
-        (module, spec)
-        for spec in op_specs()
-        for module in (sys.modules[spec.reference.__module__], functional)
-        if getattr(module, spec.functional_name, None) is spec.reference
-    ]
+    places = _op_places(op_specs())
     try:
-        for module, spec in places:
-            setattr(module, spec.functional_name, recorder(spec, spec.reference))
+        for module, name, spec in places:
+            setattr(module, name, recorder(spec, spec.reference))
         yield
     finally:
-        for module, spec in places:
-            setattr(module, spec.functional_name, spec.reference)
+        for module, name, spec in places:
+            setattr(module, name, spec.reference)
+
+
+def _op_places(specs: Sequence[OpSpec]) -> list[tuple[Any, str, OpSpec]]:
+    """(module, name, spec) for every name under which a loaded module holds an op's reference:
+    its variant's own `reference` module, the `functional` facade that re-exports it, and any
+    layer module that imported the function itself (a layer then calls its own binding, which
+    replacing the reference module's would miss)."""
+    by_id = {id(spec.reference): spec for spec in specs}
+    homes = {sys.modules[spec.reference.__module__] for spec in specs} | {functional}
+    places = []
+    for module in [*homes, *(m for m in list(sys.modules.values()) if m not in homes)]:
+        names = getattr(module, "__dict__", None)
+        if not isinstance(names, dict):
+            continue
+        for name, value in list(names.items()):
+            spec = by_id.get(id(value))
+            if spec is not None and value is spec.reference:
+                places.append((module, name, spec))
+    return places
 
 
 @contextmanager

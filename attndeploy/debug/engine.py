@@ -11,6 +11,8 @@ of the values that enter it, and once every feed is in `added_error` (see `repor
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from attndeploy.debug.inside import compare_value
@@ -53,10 +55,15 @@ class Accumulator:
 
     def add(self, layer: LayerResult, name: str, actual: np.ndarray, expected: np.ndarray,
             feed: str, *, gate_logits: np.ndarray | None = None,
-            valid: np.ndarray | None = None) -> None:
+            valid: np.ndarray | None = None, per_token: bool = False,
+            agreement: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None,
+            agreement_name: str = "") -> None:
+        """Compare one value (`inside.compare_value`: `per_token` floats on `valid` only,
+        `agreement` the decision a model family compares) and keep the worse comparison."""
         comparison = compare_value(name, actual, expected, self.tolerance,
                                    gate_logits=gate_logits, flip_tolerance=self.flip_tolerance,
-                                   valid=valid)
+                                   valid=valid, per_token=per_token, agreement=agreement,
+                                   agreement_name=agreement_name)
         kept = worse(layer.values.get(name), comparison)
         if kept is comparison:
             layer.shapes[name] = feed

@@ -21,7 +21,7 @@ call, or the same node of a reference ONNX model), four checks:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +49,13 @@ class ReferenceCall:
 
 def compare_value(name: str, actual: np.ndarray, expected: np.ndarray, tolerance: Tolerance,
                   *, gate_logits: np.ndarray | None = None, flip_tolerance: float,
-                  valid: np.ndarray | None = None) -> OutputComparison:
+                  valid: np.ndarray | None = None, per_token: bool = False,
+                  agreement: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None,
+                  agreement_name: str = "") -> OutputComparison:
     """validate's comparison of one value: bool exactly (gates, with flips near the threshold
-    accepted), anything else under the tolerance rule."""
+    accepted), anything else under the tolerance rule; a `per_token` float value ([B, T, ...],
+    a model family's per-token output) on the real tokens `valid` only, with the family's
+    decision `agreement` reported where given."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     if actual.dtype == np.bool_ or expected.dtype == np.bool_:
         shape_ok = valid is not None and valid.shape == expected.shape
@@ -59,7 +63,10 @@ def compare_value(name: str, actual: np.ndarray, expected: np.ndarray, tolerance
             np.shape(gate_logits) == expected.shape else None
         return compare_gates(name, actual, expected, logits,
                              valid=valid if shape_ok else None, flip_tolerance=flip_tolerance)
-    return compare_arrays(name, actual, expected, tolerance)
+    real = valid if per_token and valid is not None and \
+        np.shape(valid) == expected.shape[:2] else None
+    return compare_arrays(name, actual, expected, tolerance, valid=real, agreement=agreement,
+                          agreement_name=agreement_name)
 
 
 def node_attributes(node: onnx.NodeProto) -> dict[str, float]:

@@ -19,7 +19,9 @@ from attndeploy.debug.inside import ReferenceCall, look_inside
 from attndeploy.debug.options import DebugOptions, tolerances_for
 from attndeploy.debug.report import DebugReport, LayerResult
 from attndeploy.debug.sources import model_dtype
-from attndeploy.runtime.names import ATTENTION_MASK
+from attndeploy.errors import ConfigError
+from attndeploy.runtime.names import ATTENTION_MASK, META_HEAD, META_PREFIX
+from attndeploy.validate.families import FamilyChecks, family_checks
 
 
 class Progress:
@@ -84,6 +86,19 @@ def _mask_of(feed: Mapping[str, np.ndarray]) -> np.ndarray | None:
     return np.asarray(masks[0]) if len(masks) == 1 else None
 
 
+def _family_checks(metadata: Mapping[str, str]) -> FamilyChecks | None:
+    """The checks part of the model family an export records (its `head`): which outputs are
+    per token (compared on real tokens only) and what decision is compared; None for a model
+    without one (`--factory`'s)."""
+    head = metadata.get(META_HEAD[len(META_PREFIX):])  # the metadata's keys lack the prefix
+    if not head:
+        return None
+    try:
+        return family_checks(head)
+    except ConfigError:
+        return None
+
+
 class Session:
     """One comparison: the candidate graph, its layers, the accumulated results."""
 
@@ -96,6 +111,7 @@ class Session:
         self.tolerance, self.flip_tolerance = tolerances_for(options, model_dtype(candidate,
                                                                                metadata))
         self.results = Accumulator(self.tolerance, self.flip_tolerance)
+        self.checks = _family_checks(metadata)
         self.notes: list[str] = []
         self.timings: dict[str, float] = {}
         self.node_data: dict[str, NodeData] = {}
@@ -146,8 +162,13 @@ class Session:
                 continue
             layer = self.results.layer("output", index, f"output {name}", "", None,
                                        self.layout.producer.get(name, end) + end)
+            checks = self.checks
+            decides = checks is not None and name == checks.decision_output
             self.results.add(layer, name, got[name], want[name], feed,
-                             gate_logits=want.get("gate_logits"), valid=mask)
+                             gate_logits=want.get("gate_logits"), valid=mask,
+                             per_token=checks is not None and name in checks.per_token_outputs,
+                             agreement=checks.agreement if decides else None,
+                             agreement_name=checks.agreement_name if decides else "")
 
     # ------------------------------------------------------------------ the end
 

@@ -1,10 +1,11 @@
 """Checkpoint -> ONNX: every attention layer one `attndeploy` node with a model-local function.
 
 A thin user of `attndeploy.export.generic.export_model`'s machinery: the checkpoint's model is
-wrapped into the model-level interface of docs/ops.md (`input_ids`, `attention_mask` ->
-`logits`[, `gates`]), traced with `batch` and `seq` dynamic (seq up to the model's max_seq), and
-checked against what its config promises (`check_structure`: the custom nodes per layer, one
-`LSTM` per direction run, the interface's dims) on top of the generic checks.
+wrapped into the model-level interface of docs/ops.md (`input_ids`, `attention_mask` -> the
+family's outputs, e.g. `logits`[, `gates`]), traced with `batch` and `seq` dynamic (seq up to the
+model's max_seq), and checked against what its config promises (`check_structure`: the custom
+nodes per layer, one `LSTM` per direction run, the interface's dims) on top of the generic
+checks.
 
 Stages (timed in `ExportResult.stages`):
   load           read the checkpoint (eval mode; fp16 when asked)
@@ -81,17 +82,21 @@ def interface_of(config: Any) -> ModelInterface:
 
 
 class _InterfaceWrapper(nn.Module):
-    """The model-level interface: (input_ids, attention_mask) -> {"logits"[, "gates"]}, fp16
-    logits cast to fp32, nothing else (no training details)."""
+    """The model-level interface: (input_ids, attention_mask) -> the family's outputs (e.g.
+    {"logits"}) [and "gates"], those declared float32 cast to it (an fp16 model's logits),
+    nothing else (no training details)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
-        self.output_names = interface_of(model.config).output_names
+        interface = interface_of(model.config)
+        self.output_names = interface.output_names
+        self.float_outputs = [s.name for s in interface.outputs if s.dtype == "float32"]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
         outputs = self.model(input_ids, attention_mask)
-        outputs["logits"] = outputs["logits"].float()
+        for name in self.float_outputs:
+            outputs[name] = outputs[name].float()
         return {name: outputs[name] for name in self.output_names}
 
 

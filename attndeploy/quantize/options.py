@@ -29,9 +29,10 @@ class QuantizeOptions:
       itself: it quantizes once, ranks the layers by the error each adds against fp32 on the
       shape grid (`attndeploy.debug.compare_models`), and quantizes again with the MatMuls of the
       N worst kept in fp32.
-    - `gate_network_fp32`: GA-Net's gate network stays in fp32 (its MatMuls join `exclude`), so
-      the hard gates decide as in fp32: int8 moved the logits of the gates nearest the
-      threshold across it (`quantizer.gate_network_matmuls`). Nothing changes for the other
+    - `gate_network_fp32`: a gated variant's gate network (GA-Net's, or the gate machinery a
+      plug-in's spec names, `VariantSpec.gating`) stays in fp32 (its MatMuls join `exclude`),
+      so the hard gates decide as in fp32: int8 moved the logits of the gates nearest the
+      threshold across it (`quantizer.gate_network_matmuls`). Nothing changes for the ungated
       variants.
     - `activations` (dynamic, and `best`'s dynamic file): `per-row` (the default: None) gives
       each token its own activation scale (`per_row.per_row_activations`), so every answer is
@@ -44,8 +45,9 @@ class QuantizeOptions:
       (benchmarks/README.md, `int8_batching.py`). `static` has fixed calibrated scales, so it
       takes neither.
     - Tolerances: the largest |logit change| on the shape grid (`max_logit_change`), and with
-      labelled texts the share of equal labels (`min_agreement`) and the held-out accuracy lost
-      (`max_accuracy_drop`). Outside any of them nothing is written.
+      texts the share of equal decisions (`min_agreement`: labels, or a tagger's tags) and,
+      where the model's family scores its texts, the score lost (`max_accuracy_drop`: held-out
+      accuracy). Outside any of them nothing is written.
     """
 
     method: str = "dynamic"

@@ -113,12 +113,13 @@ def _failures(candidate: Candidate, options: QuantizeOptions) -> list[str]:
                      f"{options.max_logit_change:g}")
     data = candidate.data
     if data is not None:
-        if data.label_agreement < options.min_agreement:
-            found.append(f"labels agree on {data.label_agreement:.2%} of {data.texts} texts < "
-                         f"{options.min_agreement:.2%}")
-        if data.accuracy_drop > options.max_accuracy_drop:
-            found.append(f"accuracy {data.int8_accuracy:.4f} against fp32 "
-                         f"{data.fp32_accuracy:.4f}, a drop of {data.accuracy_drop:.4f} > "
+        if data.label_agreement is not None and data.label_agreement < options.min_agreement:
+            found.append(f"{data.agreement} {data.label_agreement:.2%} on {data.texts} texts "
+                         f"< {options.min_agreement:.2%}")
+        drop = data.accuracy_drop
+        if drop is not None and drop > options.max_accuracy_drop:
+            found.append(f"{data.score} {data.int8_accuracy:.4f} against fp32 "
+                         f"{data.fp32_accuracy:.4f}, a drop of {drop:.4f} > "
                          f"{options.max_accuracy_drop:g}")
     return found
 
@@ -168,9 +169,10 @@ def quantize_model(
     check_output_file(out)
     check_not_an_input(out, [source] + ([Path(data)] if data is not None else []))
     check_replaceable(out, force=options.force, error=QuantizeError)
+    checks = check.model_checks(fp32)  # what "the same answer" means for its family
     texts = gold = None
     if data is not None:
-        texts, gold = check.read_labelled(Path(data), fp32.labels)
+        texts, gold = checks.read_examples(Path(data), fp32.labels)
     if options.method in ("static", "best") and texts is None:
         raise DataError(f"--method {options.method} calibrates on labelled texts: give --data "
                         "(a JSONL file, e.g. the held-out split)")
@@ -209,9 +211,9 @@ def quantize_model(
             target.write_bytes(blob)
             int8 = InferenceModel(target, threads=options.threads)
             candidate = Candidate(
-                method, check.compare_on_grid(fp32, int8, feeds),
-                check.compare_on_texts(fp32, int8, texts, gold, str(data))
-                if texts is not None and fp32.head == "classification" else None,
+                method, check.compare_on_grid(fp32, int8, feeds, checks),
+                check.compare_on_texts(fp32, int8, texts, gold, str(data), checks)
+                if texts is not None else None,
                 len(blob), _count_quantized(blob), ranking=ranking,
                 excluded=list(used.exclude), gate_network=gate_network, worst=worst)
             candidate.failures = _failures(candidate, options)
@@ -220,17 +222,23 @@ def quantize_model(
     chosen = None
     if passing:  # the most accurate on the texts, then the fewest label changes on the grid
         chosen, blob = max(passing, key=lambda item: (
-            item[0].data.int8_accuracy if item[0].data else 0.0,
-            item[0].data.label_agreement if item[0].data else 0.0,
-            item[0].grid.label_agreement, -item[0].grid.max_logit_change))
+            _or_zero(item[0].data.int8_accuracy if item[0].data else None),
+            _or_zero(item[0].data.label_agreement if item[0].data else None),
+            _or_zero(item[0].grid.label_agreement), -item[0].grid.max_logit_change))
         atomic_write_bytes(out, blob)
     return QuantizeResult(source, out, options, [c for c, _ in candidates], chosen,
                           source.stat().st_size)
 
 
+def _or_zero(value: float | None) -> float:
+    return 0.0 if value is None else value
+
+
 def gate_network_matmuls(model: onnx.ModelProto) -> list[str]:
-    """The MatMul/Gemm nodes of GA-Net's gate network in an exported model (by the module
-    scopes torch.onnx records; [] for another variant or a graph without scopes).
+    """The MatMul/Gemm nodes of a gated variant's gate network in an exported model (by the
+    module scopes torch.onnx records: GA-Net's `GATE_NETWORK_CLASSES`, and the gate machinery
+    every registered gated variant names in its spec, `VariantSpec.gating`, e.g. a plug-in's;
+    [] for an ungated variant or a graph without scopes).
 
     `quantize` keeps them in fp32 by default: a hard gate is the sign of the network's logit, so
     int8 error moves the logits near 0 across it. On the GA-Net MiniLM (two seeds), int8 gate
@@ -238,7 +246,17 @@ def gate_network_matmuls(model: onnx.ModelProto) -> list[str]:
     50k multiply-adds per token out of 11M (benchmarks/README.md, `quantize_sweep.py`)."""
     from attndeploy.debug.graph import GraphLayers
 
-    return list(GraphLayers(model).matmuls_in_classes(GATE_NETWORK_CLASSES))
+    return list(GraphLayers(model).matmuls_in_classes(gate_network_classes()))
+
+
+def gate_network_classes() -> tuple[str, ...]:
+    """The class names whose module scopes hold a gate network: GA-Net's, then those of every
+    registered gated variant's gate machinery (its `gating` "module:Class")."""
+    from attndeploy.variants.registry import variant_specs
+
+    named = [spec.gating.rpartition(":")[2] for spec in variant_specs()
+             if spec.gated and spec.gating]
+    return tuple(dict.fromkeys((*GATE_NETWORK_CLASSES, *named)))
 
 
 def _joined(names: tuple[str, ...], more: list[str]) -> tuple[str, ...]:

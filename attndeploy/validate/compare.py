@@ -7,9 +7,11 @@ finite input); the statistics are computed over the elements that are finite in 
 
 Relative error is `|a - b| / |b|`; it is `inf` where `b == 0` and `a != b`, and 0 where both are 0.
 
-Padded positions carry no meaning (docs/variants.md §1.2): for token-tagging logits and for gates
-only the real tokens (`valid`) are compared. Argmax agreement of logits is reported (per example, or
-per real token for tagging) but does not decide pass/fail: the tolerance rule does.
+Padded positions carry no meaning (docs/variants.md §1.2): for a family's per-token outputs (token
+classification's logits) and for gates only the real tokens (`valid`) are compared. The family's
+decision agreement (`attndeploy.validate.families`: label agreement per text, tag agreement per
+real token; none for a family that takes no decision) is reported in `argmax_agreement` under
+its name (`agreement`) but does not decide pass/fail: the tolerance rule does.
 
 Gates (GA-Net) are discrete and must agree exactly. A flip is accepted only where the reference's
 gate logit is within `flip_tolerance` of 0 (docs/variants.md §3.6: |s| < 1e-4 in fp32), because a
@@ -20,9 +22,9 @@ smallest |s| among flips and the smallest |s| over all real tokens (the margin).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -91,8 +93,12 @@ class OutputComparison:
     cosine: float | None = None
     min_atol: float | None = None  # smallest atol that passes at the given rtol
     min_rtol: float | None = None  # smallest rtol that passes at the given atol
-    argmax_agreement: float | None = None  # fraction of examples (or real tokens) that agree
+    # the family's decision agreement: the fraction of decisions (texts, or real tokens) that
+    # agree, the count that do not, and the statistic's name (`label agreement`); the fields
+    # keep their first name, from when the decision was always the argmax
+    argmax_agreement: float | None = None
     argmax_mismatches: int | None = None
+    agreement: str | None = None
     flips: int | None = None
     accepted_flips: int | None = None
     flip_tolerance: float | None = None
@@ -109,6 +115,7 @@ class OutputComparison:
             "kind", "passed", "shape", "compared", "failing", "message", "atol", "rtol",
             "max_abs", "mean_abs", "p99_abs", "max_rel", "mean_rel", "p99_rel", "nan_count",
             "inf_count", "cosine", "min_atol", "min_rtol", "argmax_agreement", "argmax_mismatches",
+            "agreement",
         )
         gate_keys = ("flips", "accepted_flips", "flip_tolerance", "flip_margin", "margin",
                      "flipped_examples")
@@ -180,13 +187,19 @@ def compare_arrays(
     valid: np.ndarray | None = None,
     argmax: bool = False,
     examples: np.ndarray | None = None,
+    agreement: Callable[[np.ndarray, np.ndarray], np.ndarray | None] | None = None,
+    agreement_name: str = "argmax agreement",
 ) -> OutputComparison:
     """Compare a float output with the reference under the Polygraphy rule.
 
-    valid:    bool [B, T] — compare only positions where it is True (tagging logits).
-    argmax:   report argmax agreement over the last axis (logits).
-    examples: bool [B] — compare only these examples (others excluded, e.g. accepted gate flips).
+    valid:     bool [B, T] — compare only positions where it is True (a per-token output).
+    agreement: (actual, expected) rows [N, C] -> bool [N], whether each decision agrees (a
+               family's `agreement`), reported as `agreement_name`; None: none reported.
+    argmax:    agreement is the argmax over the last axis (when `agreement` is not given).
+    examples:  bool [B] — compare only these examples (others excluded, e.g. accepted gate flips).
     """
+    if agreement is None and argmax:
+        agreement = argmax_agreement
     actual = np.asarray(actual)
     expected = np.asarray(expected)
     shape = tuple(int(d) for d in actual.shape)
@@ -205,10 +218,13 @@ def compare_arrays(
         name, "float", True, shape, int(a.size), 0, atol=tolerance.atol, rtol=tolerance.rtol,
         nan_count=nan_count, inf_count=inf_count,
     )
-    if argmax and a.ndim >= 1 and a.size:
-        agree = np.argmax(a, axis=-1) == np.argmax(b, axis=-1)
-        result.argmax_agreement = float(agree.mean()) if agree.size else None
-        result.argmax_mismatches = int((~agree).sum())
+    if agreement is not None and a.ndim >= 1 and a.size:
+        agree = agreement(a, b)
+        if agree is not None:
+            agree = np.asarray(agree, bool)
+            result.argmax_agreement = float(agree.mean()) if agree.size else None
+            result.argmax_mismatches = int((~agree).sum())
+            result.agreement = agreement_name
     af, bf = a[finite], b[finite]
     if af.size:
         diff = np.abs(af - bf)
@@ -239,6 +255,12 @@ def compare_arrays(
     result.passed = not problems
     result.message = "; ".join(problems)
     return result
+
+
+def argmax_agreement(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """bool [N]: each row's argmax over the last axis is the reference's (the agreement of a
+    family whose decision is a label, and of callers that name no family)."""
+    return np.argmax(actual, axis=-1) == np.argmax(expected, axis=-1)
 
 
 def compare_gates(
@@ -308,17 +330,24 @@ def compare_outputs(
     gate_logits: np.ndarray | None = None,
     flip_tolerance: float = GATE_FLIP_TOLERANCE,
     outputs: tuple[str, ...] | None = None,
+    checks: FamilyChecksLike | None = None,
 ) -> CompareResult:
     """Compare every model-level output; gates first (docs/variants.md §3.6).
 
     `tolerances`: one Tolerance, or {output name: Tolerance} with the key "*" as the default.
     `outputs` names what to compare (default: every output of `expected` except `gate_logits`,
     which only the PyTorch reference produces). An output missing from `actual` fails.
+    `checks`: the model family's checks part (`attndeploy.validate.families.family_checks`):
+    which outputs are compared on the real tokens `valid` only, and the decision agreement
+    reported. Without it, the outputs are a classifier's (`tagging=True`: a tagger's, its
+    `logits` per token) and the agreement is the argmax of `logits`.
     When every gate flip is an accepted one, the examples with flips are left out of the float
     comparisons (`excluded_examples`): a gate that legitimately decided the other way changes
     that example's logits. With any refused flip nothing is left out.
     """
     names = outputs or tuple(n for n in expected if n != "gate_logits")
+    per_token_names = per_token_outputs(checks, tagging)
+    decision_output = checks.decision_output if checks is not None else "logits"
 
     def tolerance_of(name: str) -> Tolerance:
         if isinstance(tolerances, Tolerance):
@@ -350,15 +379,37 @@ def compare_outputs(
             results[name] = _missing(name, "float")
             continue
         exp = np.asarray(expected[name])
-        per_token = tagging and name == "logits" and exp.ndim == 3
+        per_token = (name in per_token_names and valid is not None
+                     and exp.shape[:2] == np.shape(valid))  # [B, T, ...]
+        decides = name == decision_output
         results[name] = compare_arrays(
             name, actual[name], exp, tolerance_of(name),
             valid=valid if per_token else None,
-            argmax=name == "logits",
             examples=keep,
+            agreement=(checks.agreement if checks is not None else argmax_agreement)
+            if decides else None,
+            agreement_name=checks.agreement_name if checks is not None else "argmax agreement",
         )
     ordered = {name: results[name] for name in names if name in results}
     return CompareResult(ordered, excluded)
+
+
+class FamilyChecksLike(Protocol):
+    """What `compare_outputs` reads of a family's checks part
+    (`attndeploy.validate.families.FamilyChecks`)."""
+
+    per_token_outputs: tuple[str, ...]
+    decision_output: str
+    agreement_name: str
+
+    def agreement(self, actual: np.ndarray, expected: np.ndarray) -> np.ndarray | None: ...
+
+
+def per_token_outputs(checks: FamilyChecksLike | None, tagging: bool) -> Collection[str]:
+    """The outputs compared on real tokens only: the family's, else a tagger's `logits`."""
+    if checks is not None:
+        return checks.per_token_outputs
+    return ("logits",) if tagging else ()
 
 
 def _shape_mismatch(name: str, kind: str, actual: np.ndarray, expected: np.ndarray,

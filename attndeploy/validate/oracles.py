@@ -40,7 +40,8 @@ class ValidationOptions:
                         fp16 1e-2/1e-2).
     per_output:         {output name: Tolerance or (atol, rtol)} overriding the default.
     shapes:             "1x1,4x17" or a sequence of Shape / "BxS" / (batch, seq);
-                        None -> `grid.default_grid(max_seq)`.
+                        None -> the model family's `validation_grid(max_seq)`
+                        (`validate.families`; default `grid.default_grid`).
     reference_shapes:   shapes for the slow ONNX reference evaluator (a subset); None -> the
                         few smallest shapes of the grid; "" or () -> skip it.
     oracles:            which built-in oracles run (ORACLES).

@@ -37,7 +37,8 @@ could not be computed are null.
           "failing": int, "message": str, "atol", "rtol",
           "max_abs", "mean_abs", "p99_abs", "max_rel", "mean_rel", "p99_rel",
           "nan_count", "inf_count", "cosine", "min_atol", "min_rtol",
-          "argmax_agreement", "argmax_mismatches",
+          "argmax_agreement", "argmax_mismatches",   # the family's decision agreement
+          "agreement": str | null,                   # its name, e.g. "label agreement"
           # kind "gates" only:
           "flips", "accepted_flips", "flip_tolerance", "flip_margin", "margin",
           "flipped_examples": [int]}}}]}},

@@ -33,11 +33,11 @@ from attndeploy.validate.compare import (
     compare_outputs,
     default_tolerance,
 )
+from attndeploy.validate.families import FamilyChecks, family_checks
 from attndeploy.validate.grid import (
     Shape,
     as_shapes,
     check_shapes,
-    default_grid,
     default_reference_shapes,
     make_inputs,
 )
@@ -72,8 +72,13 @@ class _Target:
     dtype: str
     max_seq: int
     gated: bool
-    tagging: bool
+    checks: FamilyChecks  # the model family's checks part: per-token outputs, agreement, grid
     output_names: tuple[str, ...]
+
+    @property
+    def tagging(self) -> bool:
+        """Whether `logits` are compared per token (kept for callers of the old field)."""
+        return "logits" in self.checks.per_token_outputs
 
 
 def _read_target(onnx_path: Path, ckpt: Checkpoint) -> _Target:
@@ -109,7 +114,7 @@ def _read_target(onnx_path: Path, ckpt: Checkpoint) -> _Target:
     gated = variant_spec(config.variant).gated
     interface = model_interface(head=config.head, num_labels=config.num_labels, gated=gated)
     return _Target(onnx_path, metadata, dtype, min(max_seq, config.max_seq), gated,
-                   config.head == "tagging", tuple(interface.output_names))
+                   family_checks(config.head), tuple(interface.output_names))
 
 
 def _tolerances(options: ValidationOptions, target: _Target) -> tuple[Tolerance, dict]:
@@ -166,7 +171,8 @@ def validate_model(
     target = _read_target(onnx_path, ckpt)
     config = ckpt.model_config
 
-    shapes = default_grid(target.max_seq) if options.shapes is None else as_shapes(options.shapes)
+    shapes = (target.checks.validation_grid(target.max_seq) if options.shapes is None
+              else as_shapes(options.shapes))
     check_shapes(shapes, target.max_seq, f"{onnx_path} (metadata max_seq)")
     run_reference = REFERENCE in options.oracles
     if options.reference_shapes is None:
@@ -207,7 +213,7 @@ def validate_model(
 
     def compare(got: dict, want: dict, valid: np.ndarray) -> Any:
         return compare_outputs(
-            got, want, tolerances, valid=valid, tagging=target.tagging,
+            got, want, tolerances, valid=valid, checks=target.checks,
             gate_logits=want.get("gate_logits"), flip_tolerance=flip_tolerance,
             outputs=target.output_names,
         )
@@ -236,7 +242,7 @@ def validate_model(
                 for shape in padding_shapes:
                     padding += check_padding(
                         runner, (shape,), vocab_size=config.vocab_size, max_seq=target.max_seq,
-                        tolerance=tolerance, tagging=target.tagging, seed=options.seed,
+                        tolerance=tolerance, checks=target.checks, seed=options.seed,
                     )
                     progress.step(f"padding {shape}")
         except AttnDeployError as exc:
