@@ -6,11 +6,8 @@ through the same data, evaluation and selection code with nothing else changed."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,17 +18,9 @@ from attndeploy.data.jsonl import family_of_record, read_jsonl_family
 from attndeploy.errors import DataError
 from attndeploy.families.registry import FamilySpec, family_specs
 from attndeploy.training.families import JSONL_READER, REQUIRED, training_part
+from tests.families.sixth_family import load_part
 
-# The sixth family's training part, loaded from its file under a name of its own: importing it
-# as `tests.families.sixth_family.text_regression.training` would run the package's
-# `__init__`, which registers the family for every test after this one.
-REGRESSION = "sixth_family_text_regression_training"
-_FILE = (Path(__file__).parents[1] / "families" / "sixth_family" / "text_regression"
-         / "training.py")
-if REGRESSION not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(REGRESSION, _FILE)
-    sys.modules[REGRESSION] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules[REGRESSION])
+REGRESSION = load_part("training").__name__
 
 
 @pytest.mark.parametrize("spec", family_specs(), ids=lambda spec: spec.name)

@@ -1,7 +1,8 @@
 """The checks part of a model family (`attndeploy.validate.families`): the built-in families'
 parts, the protocol's defaults, and parity statistics that follow the part: per-token outputs
 compared on real tokens only, the family's decision agreement under its name. A text-regression
-part (`families/text_regression_checks.py`, one float per text) is held to the same protocol."""
+part (`tests/families/sixth_family/text_regression/checks.py`, one float per text) is held to
+the same protocol."""
 
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ from attndeploy.validate.families import (
     read_texts,
 )
 from attndeploy.validate.grid import default_grid
-from tests.validate.families import text_regression_checks
+from tests.families.sixth_family import load_part
 
 F32 = Tolerance(1e-5, 1e-4)
 
 
 def _regression():
-    return read_checks("text-regression", text_regression_checks)
+    return read_checks("text-regression", load_part("checks"))
 
 
 def test_every_family_has_a_checks_part_that_reads():
