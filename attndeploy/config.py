@@ -20,7 +20,6 @@ from attndeploy.families.registry import family_for_head, family_specs, heads
 from attndeploy.variants.registry import variant_spec, variant_specs
 
 FAMILIES = ("transformer", "bilstm")
-MIN_LABELS = 2  # a family's least num_labels unless its spec says (`FamilySpec.min_labels`)
 
 
 def __getattr__(name: str) -> Any:
@@ -71,7 +70,7 @@ class _ModelConfigMethods:
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq",
                      "pool_hidden", "lstm_hidden"):
             positive(name, getattr(self, name))
-        least = getattr(family, "min_labels", MIN_LABELS)
+        least = family.min_labels
         if self.num_labels < least:
             raise ConfigError(f"num_labels must be >= {least}, got {self.num_labels}")
         if self.d_model % self.n_heads:

@@ -33,8 +33,10 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
         print_json(info)
         return
     model = meta["model"]
-    console.print(f"[bold]{ckpt.path}[/]: {model['family']} / {model['variant']} "
-                  f"({model['head']}), {info['parameters']:,} parameters")
+    from attndeploy.families.registry import family_for_head
+
+    console.print(f"[bold]{ckpt.path}[/]: {family_for_head(model['head']).name}, "
+                  f"{model['family']} / {model['variant']}, {info['parameters']:,} parameters")
     for key in ("d_model", "n_heads", "n_layers", "d_ff", "max_seq"):
         console.print(f"  {key}: {model[key]}")
     if model["variant"] in model:  # the variant's sub-config (`VariantSpec.config`)

@@ -59,7 +59,6 @@ class FamilySpec:
     pooled:        its head pools the tokens into one vector with the model's pooling (a gated
                    variant's is its `GatedAttentionPooling` node, which the export then holds).
     min_labels:    the least `num_labels` a model of it has (a classifier 2, a regressor 1).
-    datasets:      the built-in data sets of this family (`train --dataset`).
     hf_heads:      the suffixes of the Hugging Face architectures converted into it
                    (`ForSequenceClassification`).
     runtime, training, checks: the module paths of its parts; default `<package>.<part>`.
@@ -74,7 +73,6 @@ class FamilySpec:
     architectures: tuple[str, ...] = ("transformer",)
     pooled: bool = False
     min_labels: int = 2
-    datasets: tuple[str, ...] = ()
     hf_heads: tuple[str, ...] = ()
     runtime: str = ""
     training: str = ""

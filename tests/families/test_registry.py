@@ -67,3 +67,16 @@ def test_reading_the_specs_imports_no_torch() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_info_names_a_checkpoint_s_family_by_its_task_name() -> None:
+    from typer.testing import CliRunner
+
+    from attndeploy.cli.app import app
+
+    golden = Path(__file__).parent / "golden"
+    for head, name in (("classification", "text-classification"),
+                       ("tagging", "token-classification")):
+        result = CliRunner().invoke(app, ["info", str(golden / head / "checkpoint")])
+        assert result.exit_code == 0, result.output
+        assert f": {name}, transformer / ganet," in " ".join(result.stdout.split())

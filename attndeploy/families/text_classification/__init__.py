@@ -20,7 +20,6 @@ SPEC = register_family(FamilySpec(
     outputs=_outputs,
     architectures=("transformer", "bilstm"),
     pooled=True,
-    datasets=("sparse_evidence",),
     hf_heads=("ForSequenceClassification",),
     title="text classification",
 ), __name__)

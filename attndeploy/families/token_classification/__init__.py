@@ -18,7 +18,6 @@ SPEC = register_family(FamilySpec(
     order=1,
     summary="a text in, one tag per token out",
     outputs=_outputs,
-    datasets=("tagging",),
     hf_heads=("ForTokenClassification",),
     title="token classification",
 ), __name__)
