@@ -16,6 +16,9 @@ from typing import Any
 
 from attndeploy.families.registry import FamilySpec, family_for_head, family_specs
 
+# The names every family's runtime part defines (docs/prediction-contract.md, "Family fields").
+REQUIRED = ("FIELDS", "LOGITS_RANK", "wire_fields", "decode", "record", "encode_wire",
+            "decode_wire", "TABLE_COLUMNS", "TABLE_FLEXIBLE", "TABLE_TEXT", "table_cells")
 
 def runtime_part(family: FamilySpec | str) -> ModuleType:
     """The runtime module of `family` (a spec, or a head such as `classification`)."""

@@ -45,6 +45,9 @@ from attndeploy.families.registry import FamilySpec, family_for_head
 from attndeploy.validate.grid import Shape, default_grid
 
 DECISION_OUTPUT = "logits"
+# The names every family's checks part defines, and those it may (the docstring above).
+REQUIRED = ("PER_TOKEN_OUTPUTS", "AGREEMENT", "agreement")
+OPTIONAL = ("DECISION_OUTPUT", "validation_grid", "read_examples", "SCORE", "score")
 
 
 def checks_part(family: FamilySpec | str) -> ModuleType:
@@ -127,8 +130,7 @@ def family_checks(family: FamilySpec | str) -> FamilyChecks:
 def read_checks(name: str, module: ModuleType) -> FamilyChecks:
     """The checks part `module` of the family `name`, read (its defaults filled in);
     ConfigError naming what a required name it lacks."""
-    missing = [n for n in ("PER_TOKEN_OUTPUTS", "AGREEMENT", "agreement")
-               if not hasattr(module, n)]
+    missing = [n for n in REQUIRED if not hasattr(module, n)]
     if missing:
         raise ConfigError(f"{module.__name__} (family {name!r}) lacks {', '.join(missing)}; "
                           "see attndeploy.validate.families")

@@ -13,12 +13,11 @@ import pytest
 
 from attndeploy.families.registry import family_specs
 from attndeploy.runtime.contract import decode_wire, encode_wire, wire_fields, wire_outputs
+from attndeploy.runtime.families import REQUIRED as PROTOCOL
 from attndeploy.runtime.families import runtime_for_outputs, runtime_part
 from attndeploy.runtime.shipping import SHIPPED_MODULES
 from attndeploy.runtime.text import decode_batch
 
-PROTOCOL = ("FIELDS", "LOGITS_RANK", "wire_fields", "decode", "record", "encode_wire",
-            "decode_wire", "TABLE_COLUMNS", "TABLE_FLEXIBLE", "TABLE_TEXT", "table_cells")
 SPECS = family_specs()
 TOKENS = [["a", "b", "c"], ["d"], ["e", "f"]]  # rows of different lengths
 
