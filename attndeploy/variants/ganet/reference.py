@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attndeploy.variants._causal import causal_allowed
 from attndeploy.variants._reference import (
     _key_allowed,
     _scores,
@@ -64,3 +65,27 @@ def gated_attention_pooling(
     gates = hard_gates(gate_logits, key_padding_mask)  # [B, T]
     alpha = masked_softmax(scores, gates)  # [B, T]
     return torch.einsum("bt,btd->bd", alpha, values), gates
+
+
+def causal_gated_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor,
+    gate_logits: Tensor,
+    *,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor]:
+    """CausalGatedAttention(query, key, value, key_padding_mask, gate_logits; scale)
+    -> output, gates
+
+    Hard-gated attention under the causal rule (docs/variants.md §5): gates = (logit > 0) AND
+    real, with no rescue over the whole row: query i (the last Tq of the Tk keys) reads the open
+    keys j <= i and always its own key (the per-row rescue), so no row is empty and a closed
+    token is never read by a later one (a decoder's cache can leave it out).
+    """
+    scale = resolve_scale(query, scale)
+    gates = (gate_logits > 0) & key_padding_mask  # [B, Tk]
+    allowed = causal_allowed(gates, query.shape[2])  # [B, 1, Tq, Tk]
+    probs = masked_softmax(_scores(query, key, scale), allowed)  # [B, H, Tq, Tk]
+    return probs @ value, gates  # [B, H, Tq, d]

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from attndeploy.variants._causal import causal_allowed
 from attndeploy.variants._reference import (
     _key_allowed,
     _scores,
@@ -97,6 +98,18 @@ def qvi_pairwise_attention(
     """
     scale = resolve_scale(query, scale)
     probs = masked_softmax(_scores(query, key, scale), _key_allowed(key_padding_mask))
+    return _pairwise_output(
+        probs, query, value, u_weight, u_bias, w_weight, w_bias, gate_value_weight,
+        gate_interaction_weight, gate_bias, chunk_size,
+    )
+
+
+def _pairwise_output(
+    probs: Tensor, query: Tensor, value: Tensor, u_weight: Tensor, u_bias: Tensor,
+    w_weight: Tensor, w_bias: Tensor, gate_value_weight: Tensor, gate_interaction_weight: Tensor,
+    gate_bias: Tensor, chunk_size: int | None,
+) -> Tensor:
+    """o_i = Σ_j P_ij Ṽ_ij for attention weights probs [B,H,Tq,Tk], in query blocks."""
     u = head_linear(query, u_weight, u_bias)  # [B, H, Tq, d]
     w = head_linear(value, w_weight, w_bias)  # [B, H, Tk, d]
     gate_from_value = head_linear(value, gate_value_weight, gate_bias)  # [B, H, Tk, d]
@@ -112,3 +125,100 @@ def qvi_pairwise_attention(
         else:
             outputs.append(_pairwise_block(*args))
     return torch.cat(outputs, dim=2)  # [B, H, Tq, d]
+
+
+# ----------------------------------------------------------------------------- causal forms
+# docs/variants.md §5: queries are the last Tq of the Tk keys; query i reads the real keys j <= i
+# and always its own (`_causal.causal_allowed`).
+
+
+def qvi_causal_pairwise_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor,
+    u_weight: Tensor,
+    u_bias: Tensor,
+    w_weight: Tensor,
+    w_bias: Tensor,
+    gate_value_weight: Tensor,
+    gate_interaction_weight: Tensor,
+    gate_bias: Tensor,
+    *,
+    scale: float | None = None,
+    chunk_size: int | None = None,
+) -> Tensor:
+    """QVICausalPairwiseAttention(query, key, value, key_padding_mask, u_weight, u_bias,
+    w_weight, w_bias, gate_value_weight, gate_interaction_weight, gate_bias; scale) -> output
+
+    The pairwise form under the causal rule. Ṽ_ij reads only query i and value j, so the form is
+    causal once P is: with a cache, Ṽ_ij is recomputed from the cached V for each new query i.
+    """
+    scale = resolve_scale(query, scale)
+    allowed = causal_allowed(key_padding_mask, query.shape[2])  # [B, 1, Tq, Tk]
+    probs = masked_softmax(_scores(query, key, scale), allowed)  # [B, H, Tq, Tk]
+    return _pairwise_output(
+        probs, query, value, u_weight, u_bias, w_weight, w_bias, gate_value_weight,
+        gate_interaction_weight, gate_bias, chunk_size,
+    )
+
+
+def prefix_pool_scores(query: Tensor, pool_weight: Tensor, scale: float) -> Tensor:
+    """a_i = scale · (q_i · pool_weight_h): the pooling logits [B, H, T]."""
+    return scale * torch.einsum("bhtd,hd->bht", query, pool_weight)  # [B, H, T]
+
+
+def query_aware_values(
+    q_bar: Tensor, value: Tensor, u_weight: Tensor, u_bias: Tensor, w_weight: Tensor,
+    w_bias: Tensor, gate_value_weight: Tensor, gate_interaction_weight: Tensor, gate_bias: Tensor,
+) -> Tensor:
+    """Ṽ = Γ ⊙ V + (1 − Γ) ⊙ V̂, V̂ = Lin(q̄) ⊙ Lin(V): q̄ [B,H,T,d] (or [B,H,1,d]), V [B,H,T,d]."""
+    v_hat = head_linear(q_bar, u_weight, u_bias) * head_linear(value, w_weight, w_bias)
+    gamma = torch.sigmoid(
+        head_linear(value, gate_value_weight)
+        + head_linear(v_hat, gate_interaction_weight)
+        + gate_bias[:, None, :]
+    )  # [B, H, T, d]
+    return gamma * value + (1 - gamma) * v_hat  # [B, H, T, d]
+
+
+def qvi_prefix_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor,
+    u_weight: Tensor,
+    u_bias: Tensor,
+    w_weight: Tensor,
+    w_bias: Tensor,
+    gate_value_weight: Tensor,
+    gate_interaction_weight: Tensor,
+    gate_bias: Tensor,
+    pool_weight: Tensor,
+    *,
+    scale: float | None = None,
+) -> Tensor:
+    """QVIPrefixAttention(query, key, value, key_padding_mask, u_weight, u_bias, w_weight, w_bias,
+    gate_value_weight, gate_interaction_weight, gate_bias, pool_weight; scale) -> output
+
+    Causal prefix-pooled QVI over a whole sequence (Tq = Tk = T). The summary paired with value j
+    pools the real queries up to j: q̄_j = Σ_{i<=j} β_i q_i / Σ_{i<=j} β_i, β_i = exp(a_i) (a
+    softmax over the prefix, evaluated as one masked [T, T] softmax); q̄_j = 0 at a padded j.
+    Ṽ_j then reads tokens <= j only, and O = softmax(S + M_causal) Ṽ is causal.
+    """
+    scale = resolve_scale(query, scale)
+    t = query.shape[2]
+    pool = prefix_pool_scores(query, pool_weight, scale)  # [B, H, T]: a_i
+    positions = torch.arange(t, device=query.device)
+    prefix = positions[None, :] <= positions[:, None]  # [T(j), T(i)]: i <= j
+    allowed = prefix[None, None] & key_padding_mask[:, None, None, :]  # [B, 1, T, T]
+    beta = masked_softmax(pool[:, :, None, :].expand(-1, -1, t, -1), allowed)  # [B, H, T, T]
+    q_bar = beta @ query  # [B, H, T, d]: q̄_j
+    zero = torch.zeros((), dtype=q_bar.dtype)
+    q_bar = torch.where(key_padding_mask[:, None, :, None], q_bar, zero)  # 0 at padded j
+    v_tilde = query_aware_values(
+        q_bar, value, u_weight, u_bias, w_weight, w_bias, gate_value_weight,
+        gate_interaction_weight, gate_bias,
+    )  # [B, H, T, d]
+    probs = masked_softmax(_scores(query, key, scale), causal_allowed(key_padding_mask, t))
+    return probs @ v_tilde  # [B, H, T, d]
