@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -87,3 +88,20 @@ def function_protos(
         spec.function_proto(opset) for spec in op_specs()
         if wanted is None or spec.name in wanted
     ]
+
+
+@functools.cache
+def causal_op_specs() -> tuple[OpSpec, ...]:
+    """The causal (decoder) ops of the variants (issue #49), in variant order: each variant's
+    `causal_ops.CAUSAL_OPS`, beside its `ops` module. Not yet part of `op_specs()` (docs/ops.md's
+    table and tests/export/test_ops.py's cases list exactly those), so not exported yet: moving
+    them into each variant's `OPS` is the step that makes a causal model export."""
+    specs: list[OpSpec] = []
+    for variant in variant_specs():
+        if variant.ops is None:
+            continue
+        module = variant.ops.rsplit(".", 1)[0] + ".causal_ops"
+        if importlib.util.find_spec(module) is not None:
+            specs.extend(importlib.import_module(module).CAUSAL_OPS)
+    _index(op_specs() + tuple(specs))  # refuses duplicates, also against the registered set
+    return tuple(specs)

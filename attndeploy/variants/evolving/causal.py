@@ -24,6 +24,7 @@ from attndeploy.variants._causal import (
     full_key_mask,
     with_past,
 )
+from attndeploy.variants._common import call_op
 from attndeploy.variants.evolving import reference
 from attndeploy.variants.evolving.layer import EvolvingAttention
 
@@ -51,8 +52,8 @@ class CausalEvolvingAttention(EvolvingAttention):
         k = with_past(past, "key", k_new)  # [B, H, P+n, d]
         v = with_past(past, "value", v_new)  # [B, H, P+n, d]
         if prev_logits is None:
-            heads, logits = reference.causal_evolving_attention_start(
-                q, k, v, mask, scale=self.scale
+            heads, logits = call_op(
+                reference.causal_evolving_attention_start, q, k, v, mask, scale=self.scale
             )  # [B, H, n, d], [B, H, n, P+n]
             return CausalResult(self.merge(heads), {"key": k, "value": v}, logits=logits)
         if self.is_chain_start:
@@ -65,8 +66,9 @@ class CausalEvolvingAttention(EvolvingAttention):
             rows = q.new_zeros(q.shape[0], self.n_heads, ROWS, total)  # [B, H, 2, P+n]
         else:
             rows = F.pad(past["evolving_rows"], (0, total - past["evolving_rows"].shape[-1]))
-        heads, logits, rows = reference.causal_evolving_attention(
-            q, k, v, mask, prev_logits, rows, self.conv.weight, self.conv.bias,
+        heads, logits, rows = call_op(
+            reference.causal_evolving_attention, q, k, v, mask, prev_logits, rows,
+            self.conv.weight, self.conv.bias,
             scale=self.scale, alpha=self.alpha_in_use, beta=self.beta_in_use,
             negative_slope=self.negative_slope,
         )  # [B, H, n, d], [B, H, n, P+n], [B, H, 2, P+n]

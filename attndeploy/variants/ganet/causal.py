@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
 from attndeploy.variants._causal import CausalResult, LayerState, causal_allowed, with_past
+from attndeploy.variants._common import call_op
 from attndeploy.variants._reference import _scores, masked_softmax
 from attndeploy.variants.ganet import reference
 from attndeploy.variants.ganet.config import GANetConfig
@@ -171,7 +172,9 @@ class CausalGatedAttention(GatedAttention):
             return CausalResult(self.merge(heads), present, gates=gates)
         cached = gate_logits.new_ones(mask.shape[0], mask.shape[1] - n)  # [B, P]: all open
         logits = torch.cat([cached, gate_logits], dim=1)  # [B, P+n]
-        heads, gates = reference.causal_gated_attention(q, k, v, mask, logits, scale=self.scale)
+        heads, gates = call_op(
+            reference.causal_gated_attention, q, k, v, mask, logits, scale=self.scale
+        )  # [B, H, n, d], [B, P+n]
         new_gates = gates[:, -n:]  # [B, n]
         present = _append_open(past, k_new, v_new, new_gates)
         return CausalResult(self.merge(heads), present, gates=new_gates)

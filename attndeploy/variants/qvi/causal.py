@@ -27,6 +27,7 @@ from attndeploy.variants._causal import (
     past_length,
     with_past,
 )
+from attndeploy.variants._common import call_op
 from attndeploy.variants._reference import _scores, masked_softmax
 from attndeploy.variants.qvi import reference
 from attndeploy.variants.qvi.layer import QVIAttention
@@ -82,8 +83,9 @@ class CausalQVIAttention(QVIAttention):
         k = with_past(past, "key", k_new)  # [B, H, P+n, d]
         if self.form == "pairwise":
             v = with_past(past, "value", v_new)  # [B, H, P+n, d]
-            heads = reference.qvi_causal_pairwise_attention(
-                q, k, v, mask, *self._weights(), scale=self.scale,
+            heads = call_op(
+                reference.qvi_causal_pairwise_attention, q, k, v, mask, *self._weights(),
+                scale=self.scale,
                 chunk_size=self.pairwise_chunk,
             )  # [B, H, n, d]
             return CausalResult(self.merge(heads), {"key": k, "value": v})
