@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attndeploy.variants._causal import state_names
+from attndeploy.variants.api import state_names
 from attndeploy.variants.evolving import reference as evolving_ref
 from attndeploy.variants.evolving.causal import CausalEvolvingAttention
 from attndeploy.variants.ganet import reference as ganet_ref

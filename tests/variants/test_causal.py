@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from attndeploy.errors import ConfigError
-from attndeploy.variants._causal import causal_allowed, reorder_state, state_names
+from attndeploy.variants.api import causal_allowed, reorder_state, state_names
 from attndeploy.variants.ganet.causal import CausalGatedAttention, CausalGateNetwork
 from attndeploy.variants.op_registry import causal_op_specs
 from attndeploy.variants.qvi.causal import CausalQVIAttention
