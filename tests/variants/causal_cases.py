@@ -127,8 +127,9 @@ class RefCase:
 
     inputs(rng, batch, t_q, t_k) -> {name: tensor} in the op's input order (plus the attributes
     in `attributes`); `positions` gives, per input, the axes that index token positions, so the
-    causality test can perturb every entry after a position. `decodes`: the op takes fewer
-    queries than keys (Tq < Tk, a cached decode step) as well as a whole sequence.
+    causality test can perturb every entry after a position; `causal_outputs`: the outputs
+    whose rows (axis 2: query or value position) must ignore every later token. Every op takes
+    fewer queries than keys (a cached decode step) as well as a whole sequence.
     """
 
     op: str
@@ -136,7 +137,7 @@ class RefCase:
     inputs: Callable[[torch.Generator, int, int, int], dict[str, Tensor]]
     positions: dict[str, tuple[int, ...]]
     attributes: dict[str, float] = field(default_factory=lambda: {"scale": SCALE})
-    decodes: bool = True
+    causal_outputs: tuple[int, ...] = (0,)
     discrete: tuple[str, ...] = ()
 
 
@@ -164,7 +165,21 @@ def _qvi_weights(g: torch.Generator, pooled: bool) -> dict[str, Tensor]:
 
 
 def _qvi_prefix_inputs(g, batch, t_q, t_k):
-    return {**_attention(g, batch, t_q, t_k), **_qvi_weights(g, pooled=True)}
+    """A whole sequence starts from the empty state; a decode step from a random one."""
+    attention = _attention(g, batch, t_q, t_k)
+    attention["value"] = attention["value"][:, :, t_k - t_q:]  # the new tokens' values only
+    past = t_k - t_q
+    if past == 0:
+        state = dict(zip(("past_values", "prefix_max", "prefix_den", "prefix_num"),
+                         qvi_ref.empty_prefix_state(attention["query"]), strict=True))
+    else:
+        state = {
+            "past_values": torch.randn(batch, HEADS, past, HEAD_DIM, generator=g),
+            "prefix_max": torch.randn(batch, HEADS, generator=g),
+            "prefix_den": 1.0 + torch.rand(batch, HEADS, generator=g) * past,
+            "prefix_num": torch.randn(batch, HEADS, HEAD_DIM, generator=g),
+        }
+    return {**attention, **state, **_qvi_weights(g, pooled=True)}
 
 
 def _qvi_pairwise_inputs(g, batch, t_q, t_k):
@@ -202,23 +217,25 @@ REF_CASES = {
     "standard": RefCase("CausalAttention", standard_ref.causal_attention, _attention,
                         _ATTENTION_POSITIONS),
     "qvi-prefix": RefCase("QVIPrefixAttention", qvi_ref.qvi_prefix_attention,
-                          _qvi_prefix_inputs, _ATTENTION_POSITIONS, decodes=False),
+                          _qvi_prefix_inputs, _ATTENTION_POSITIONS, causal_outputs=(0, 1)),
     "qvi-pairwise": RefCase("QVICausalPairwiseAttention", qvi_ref.qvi_causal_pairwise_attention,
                             _qvi_pairwise_inputs, _ATTENTION_POSITIONS),
     "ganet": RefCase("CausalGatedAttention", ganet_ref.causal_gated_attention, _gated_inputs,
                      {**_ATTENTION_POSITIONS, "gate_logits": (1,)}, discrete=("gates",)),
     "evolving-start": RefCase("CausalEvolvingAttentionStart",
                               evolving_ref.causal_evolving_attention_start, _attention,
-                              _ATTENTION_POSITIONS),
+                              _ATTENTION_POSITIONS, causal_outputs=(0, 1)),
     "evolving": RefCase(
         "CausalEvolvingAttention", evolving_ref.causal_evolving_attention, _evolving_inputs,
         {**_ATTENTION_POSITIONS, "prev_logits": (2, 3)},
         {"scale": SCALE, "alpha": 0.3, "beta": 0.7, "negative_slope": 0.01},
+        causal_outputs=(0, 1),
     ),
     "evolving-relu": RefCase(
         "CausalEvolvingAttention", evolving_ref.causal_evolving_attention, _evolving_inputs,
         {**_ATTENTION_POSITIONS, "prev_logits": (2, 3)},
         {"scale": SCALE, "alpha": 0.5, "beta": 1.0, "negative_slope": 0.0},
+        causal_outputs=(0, 1),
     ),
 }
 

@@ -73,21 +73,20 @@ def test_layers_outputs_up_to_t_ignore_every_later_token(case, padded):
             )
 
 
-def _future_mask(shape: torch.Size, axes: tuple[int, ...], t: int, offset: int) -> Tensor:
-    """bool, broadcastable to `shape`: True where any position axis indexes a key after t.
-    `offset` shifts the query axis of a [.., Tq, ..] input (the queries are the last Tq keys)."""
+def _future_mask(shape: torch.Size, axes: tuple[int, ...], t: int) -> Tensor:
+    """bool, broadcastable to `shape` (a whole sequence's input): True where any position axis
+    indexes a token after t."""
     future = torch.zeros((1,) * len(shape), dtype=torch.bool)
     for axis in axes:
         size = shape[axis]
-        positions = torch.arange(size) + (offset if size != max(shape[a] for a in axes) else 0)
+        positions = torch.arange(size)
         view = [1] * len(shape)
         view[axis] = size
         future = future | (positions > t).view(view)
     return future
 
 
-def _perturb_inputs(ref: RefCase, inputs: dict[str, Tensor], t: int, t_q: int, t_k: int
-                    ) -> dict[str, Tensor]:
+def _perturb_inputs(ref: RefCase, inputs: dict[str, Tensor], t: int) -> dict[str, Tensor]:
     g = torch.Generator().manual_seed(7)
     out = {}
     for name, value in inputs.items():
@@ -95,7 +94,7 @@ def _perturb_inputs(ref: RefCase, inputs: dict[str, Tensor], t: int, t_q: int, t
         if axes is None or name == "key_padding_mask":
             out[name] = value
             continue
-        future = _future_mask(value.shape, axes, t, t_k - t_q)
+        future = _future_mask(value.shape, axes, t)
         out[name] = torch.where(future, 3.0 * torch.randn(value.shape, generator=g), value)
     return out
 
@@ -112,13 +111,13 @@ def test_references_rows_up_to_t_ignore_every_later_token(name):
     inputs = ref.inputs(torch.Generator().manual_seed(1), BATCH, SEQ, SEQ)
     base = _run_reference(ref, inputs)
     for t in (0, 4, SEQ - 2):
-        changed = _run_reference(ref, _perturb_inputs(ref, inputs, t, SEQ, SEQ))
-        output, want = changed[0], base[0]  # [B, H, T, d]
-        _assert_close(output[:, :, : t + 1], want[:, :, : t + 1], f"{name} output t={t}", 0.0)
-        if len(base) > 1 and base[1].dim() == 4:  # Evolving: the handed-on rows [B, H, T, T]
-            _assert_close(changed[1][:, :, : t + 1], base[1][:, :, : t + 1], "logits", 0.0)
-            upper = torch.ones(SEQ, SEQ, dtype=torch.bool).triu(1)
-            assert (base[1][:, :, upper] == 0).all(), "keys after their query must be zeroed"
+        changed = _run_reference(ref, _perturb_inputs(ref, inputs, t))
+        for index in ref.causal_outputs:  # [B, H, T, ...]: rows by position
+            _assert_close(changed[index][:, :, : t + 1], base[index][:, :, : t + 1],
+                          f"{name} output {index} t={t}", 0.0)
+    if ref.op.startswith("CausalEvolving"):  # the handed-on logits [B, H, T, T]
+        upper = torch.ones(SEQ, SEQ, dtype=torch.bool).triu(1)
+        assert (base[1][:, :, upper] == 0).all(), "keys after their query must be zeroed"
 
 
 def test_the_causal_rule_opens_the_diagonal_of_a_padded_query_only():
@@ -277,8 +276,6 @@ LAYOUTS = {  # (batch, Tq, Tk)
 def test_op_body_equals_its_pytorch_reference(name, layout, runner):
     ref = REF_CASES[name]
     batch, t_q, t_k = LAYOUTS[layout]
-    if t_q != t_k and not ref.decodes:
-        pytest.skip(f"{ref.op} takes a whole sequence only (the layer decodes it in PyTorch)")
     spec = _spec(ref.op)
     inputs = ref.inputs(torch.Generator().manual_seed(3), batch, t_q, t_k)
     want = _run_reference(ref, inputs)
@@ -324,11 +321,18 @@ def test_a_layers_whole_sequence_equals_its_op_reference(case):
         elif case.variant == "evolving":
             got = layer(x, mask, None).output
             heads, _ = REF_CASES["evolving-start"].reference(q, k, v, mask, scale=layer.scale)
+        elif case.id == "qvi-prefix":
+            got = layer(x, mask).output
+            from attndeploy.variants.qvi.reference import empty_prefix_state
+
+            heads, *_ = REF_CASES["qvi-prefix"].reference(
+                q, k, v, mask, *empty_prefix_state(q), *layer._weights(), layer.pool_weight,
+                scale=layer.scale,
+            )
         elif case.variant == "qvi":
             got = layer(x, mask).output
-            weights = [*layer._weights()] + ([layer.pool_weight] if layer.form == "prefix" else [])
-            heads = REF_CASES[case.references[0]].reference(q, k, v, mask, *weights,
-                                                            scale=layer.scale)
+            heads = REF_CASES["qvi-pairwise"].reference(q, k, v, mask, *layer._weights(),
+                                                        scale=layer.scale)
         else:
             got = layer(x, mask).output
             heads = REF_CASES["standard"].reference(q, k, v, mask, scale=layer.scale)

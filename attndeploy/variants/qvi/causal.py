@@ -15,20 +15,11 @@ it, so no exp overflows):
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from attndeploy.errors import ConfigError
-from attndeploy.variants._causal import (
-    CausalResult,
-    LayerState,
-    causal_allowed,
-    full_key_mask,
-    past_length,
-    with_past,
-)
+from attndeploy.variants._causal import CausalResult, LayerState, full_key_mask, with_past
 from attndeploy.variants._common import call_op
-from attndeploy.variants._reference import _scores, masked_softmax
 from attndeploy.variants.qvi import reference
 from attndeploy.variants.qvi.layer import QVIAttention
 
@@ -89,53 +80,13 @@ class CausalQVIAttention(QVIAttention):
                 chunk_size=self.pairwise_chunk,
             )  # [B, H, n, d]
             return CausalResult(self.merge(heads), {"key": k, "value": v})
-        new_mask = mask[:, past_length(past):]  # [B, n]
-        q_bar, sums = self._prefix_summaries(q, new_mask, past)  # [B, H, n, d]
-        v_tilde = reference.query_aware_values(q_bar, v_new, *self._weights())  # [B, H, n, d]
-        v = with_past(past, "value", v_tilde)  # [B, H, P+n, d]: Ṽ, final once made
-        probs = masked_softmax(_scores(q, k, self.scale), causal_allowed(mask, q.shape[2]))
-        heads = probs @ v  # [B, H, n, d]
-        return CausalResult(self.merge(heads), {"key": k, "value": v, **sums})
-
-    def _prefix_summaries(
-        self, q: Tensor, new_mask: Tensor, past: LayerState | None
-    ) -> tuple[Tensor, LayerState]:
-        """q̄_j for the new queries q [B,H,n,d] (0 at padded ones) and the updated running sums.
-
-        The past enters as one pseudo-query: logit m + log(den), vector num / den; q̄_j is then a
-        masked softmax over [past, new queries <= j], as `reference.qvi_prefix_attention` pools.
-        """
-        batch, heads, n, dim = q.shape
-        lowest = torch.finfo(torch.float32).min
         if past is None:
-            past_max = q.new_full((batch, heads), lowest, dtype=torch.float32)  # [B, H]
-            past_den = q.new_zeros((batch, heads), dtype=torch.float32)  # [B, H]
-            past_num = q.new_zeros((batch, heads, dim), dtype=torch.float32)  # [B, H, d]
+            past_values, *sums = reference.empty_prefix_state(q)
         else:
-            past_max, past_den, past_num = (past[name] for name in PREFIX_STATE)
-        a = reference.prefix_pool_scores(q, self.pool_weight, self.scale).float()  # [B, H, n]
-        has_past = past_den > 0  # [B, H]
-        past_logit = past_max + torch.log(past_den.clamp(min=1e-38))  # [B, H]
-        past_vector = past_num / past_den.clamp(min=1e-38)[..., None]  # [B, H, d]
-        logits = torch.cat([past_logit[..., None], a], dim=-1)  # [B, H, 1+n]
-        vectors = torch.cat([past_vector[:, :, None, :], q.float()], dim=2)  # [B, H, 1+n, d]
-        rows = torch.arange(n, device=q.device)[:, None]  # [n, 1]
-        cols = torch.arange(n, device=q.device)[None, :]  # [1, n]
-        new_allowed = (cols <= rows)[None, None] & new_mask[:, None, None, :]  # [B, 1, n, n]
-        allowed = torch.cat(
-            [has_past[:, :, None, None].expand(-1, -1, n, 1),
-             new_allowed.expand(-1, heads, -1, -1)],
-            dim=-1,
-        )  # [B, H, n, 1+n]
-        beta = masked_softmax(logits[:, :, None, :].expand(-1, -1, n, -1), allowed)  # [B,H,n,1+n]
-        q_bar = (beta @ vectors).to(q.dtype)  # [B, H, n, d]
-        q_bar = torch.where(new_mask[:, None, :, None], q_bar, torch.zeros((), dtype=q.dtype))
-
-        real_a = torch.where(new_mask[:, None, :], a, torch.full((), lowest))  # [B, H, n]
-        new_max = torch.maximum(past_max, real_a.max(-1).values)  # [B, H]
-        carried = torch.exp(past_max - new_max)  # [B, H]
-        weights = torch.where(new_mask[:, None, :], torch.exp(a - new_max[..., None]),
-                              torch.zeros(()))  # [B, H, n]
-        den = past_den * carried + weights.sum(-1)  # [B, H]
-        num = past_num * carried[..., None] + torch.einsum("bhn,bhnd->bhd", weights, q.float())
-        return q_bar, dict(zip(PREFIX_STATE, (new_max, den, num), strict=True))
+            past_values, sums = past["value"], [past[name] for name in PREFIX_STATE]
+        heads, v, *sums = call_op(
+            reference.qvi_prefix_attention, q, k, v_new, mask, past_values, *sums,
+            *self._weights(), self.pool_weight, scale=self.scale,
+        )  # [B, H, n, d], [B, H, P+n, d]: Ṽ, the running sums
+        present = {"key": k, "value": v, **dict(zip(PREFIX_STATE, sums, strict=True))}
+        return CausalResult(self.merge(heads), present)
