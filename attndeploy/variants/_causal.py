@@ -96,6 +96,11 @@ def reorder_state(state: LayerState, beam_index: Tensor) -> LayerState:
     return {name: tensor.index_select(0, beam_index) for name, tensor in state.items()}
 
 
+def state_bytes(state: LayerState) -> int:
+    """The memory a layer's state holds, in bytes (GA-Net's follows its density)."""
+    return sum(tensor.numel() * tensor.element_size() for tensor in state.values())
+
+
 def state_names(layer_index: int, state: LayerState) -> dict[str, tuple[str, str]]:
     """{state entry: (past input name, present output name)} in Optimum's convention:
     `past_key_values.{i}.key` -> `present.{i}.key`, and so on for every extra entry."""

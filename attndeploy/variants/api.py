@@ -13,7 +13,7 @@
     PaddedBiLSTM, run_lstm, override_lstm, reverse_within_length
                            a padding-aware BiLSTM that exports as ONNX `LSTM` nodes
     CausalResult, LayerState, causal_allowed, full_key_mask, past_length, with_past,
-    reorder_state, state_names
+    reorder_state, state_names, state_bytes
                            what a causal (decoder) layer shares: its result, its named cache
                            state, the causal rule, beam reordering, Optimum's state names
 
@@ -29,6 +29,7 @@ from attndeploy.variants._causal import (
     full_key_mask,
     past_length,
     reorder_state,
+    state_bytes,
     state_names,
     with_past,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "full_key_mask",
     "past_length",
     "reorder_state",
+    "state_bytes",
     "state_names",
     "with_past",
     "GateState",

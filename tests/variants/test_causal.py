@@ -337,3 +337,80 @@ def test_a_layers_whole_sequence_equals_its_op_reference(case):
             got = layer(x, mask).output
             heads = REF_CASES["standard"].reference(q, k, v, mask, scale=layer.scale)
     _assert_close(got, layer.merge(heads), case.id)
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(REF_CASES) if n != "standard"])
+def test_each_causal_torch_op_passes_opcheck(name):
+    """The torch custom op (what export traces) agrees with its fake and its schema, for a
+    whole sequence and a decode step."""
+    ref = REF_CASES[name]
+    torch_op = _spec(ref.op).torch_op
+    for batch, t_q, t_k in ((2, 5, 5), (2, 2, 6)):
+        inputs = ref.inputs(torch.Generator().manual_seed(5), batch, t_q, t_k)
+        torch.library.opcheck(torch_op, tuple(inputs.values()), dict(ref.attributes),
+                              test_utils=("test_schema", "test_faketensor"))
+
+
+# ----------------------------------------------------------------------------- the models' call
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_forward_context_runs_a_whole_sequence_as_forward_does(case):
+    """A built-in model's pass (`forward_context`, no cache) computes what `forward` does."""
+    from attndeploy.variants.api import LayerContext
+
+    stack = case.stack()
+    x, mask = _inputs(), left_padded(BATCH, SEQ)
+    with torch.no_grad():
+        logits = stack.gate_network(x, mask)[0] if stack.gate_network is not None else None
+        prev = None
+        for layer in stack.layers:
+            context = LayerContext(mask, gate_logits=logits, prev_logits=prev)
+            got = layer.forward_context(x, context)
+            if case.variant == "ganet":
+                want = layer(x, mask, logits)
+            elif case.variant == "evolving":
+                want = layer(x, mask, prev)
+                prev = got.logits
+            else:
+                want = layer(x, mask)
+            _assert_close(got.output, want.output, case.id, atol=0.0)
+
+
+def test_gated_layers_are_causal_in_training_with_relaxed_gates():
+    torch.manual_seed(0)
+    layer = CausalGatedAttention(D_MODEL, HEADS).train()
+    x = _inputs()
+    logits = torch.randn(BATCH, SEQ, requires_grad=True)
+    base = layer(x, None, logits).output
+    t = 4
+    changed = layer(_perturbed_after(x, t), None, torch.where(
+        torch.arange(SEQ) > t, 5.0 * torch.randn(BATCH, SEQ), logits)).output
+    _assert_close(changed[:, : t + 1], base[:, : t + 1], "training", atol=0.0)
+    base.sum().backward()
+    assert logits.grad is not None and logits.grad.abs().sum() > 0, "gates must learn"
+
+
+def test_gated_cache_memory_follows_the_density():
+    """Shifting the gate threshold closes tokens; the cache shrinks with the density (batch 1,
+    one token a step)."""
+    from attndeploy.variants.api import state_bytes
+
+    torch.manual_seed(0)
+    network = CausalGateNetwork(D_MODEL, kind="conv", hidden=8).eval()
+    layer = CausalGatedAttention(D_MODEL, HEADS).eval()
+    x = torch.randn(1, 32, D_MODEL, generator=torch.Generator().manual_seed(4))
+    per_token = 2 * HEADS * (D_MODEL // HEADS) * 4 + 1  # key + value fp32, key_mask bool
+    measured = []
+    for shift in (5.0, 0.0, -0.5):
+        with torch.no_grad():
+            network.score.bias.fill_(shift)
+            past, gate_past, opened = None, None, 0
+            for t in range(x.shape[1]):
+                logits, gate_past = network(x[:, t:t + 1], None, gate_past)
+                result = layer(x[:, t:t + 1], None, logits, past)
+                past, opened = result.present, opened + int(result.gates.sum())
+        measured.append((opened / x.shape[1], state_bytes(past)))
+        assert state_bytes(past) == opened * per_token
+    densities = [density for density, _ in measured]
+    assert densities[0] == 1.0 and densities[0] > densities[1] > densities[2]

@@ -24,7 +24,7 @@ from attndeploy.variants._causal import (
     full_key_mask,
     with_past,
 )
-from attndeploy.variants._common import call_op
+from attndeploy.variants._common import LayerContext, LayerResult, call_op
 from attndeploy.variants.evolving import reference
 from attndeploy.variants.evolving.layer import EvolvingAttention
 
@@ -74,3 +74,15 @@ class CausalEvolvingAttention(EvolvingAttention):
         )  # [B, H, n, d], [B, H, n, P+n], [B, H, 2, P+n]
         present = {"key": k, "value": v, "evolving_rows": rows}
         return CausalResult(self.merge(heads), present, logits=logits)
+
+    def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
+        """A whole sequence in a built-in model's pass (no cache): the chain as
+        `EvolvingAttention.forward_context` runs it."""
+        if not self.is_chain_start and context.prev_logits is None:
+            index = getattr(self, "layer_index", "?")
+            raise ConfigError(
+                f"evolving attention layer {index} needs the previous layer's logits"
+            )
+        prev = None if self.is_chain_start else context.prev_logits
+        result = self(x, context.key_padding_mask, prev)
+        return LayerResult(result.output, result.logits)

@@ -40,10 +40,11 @@ def causal_evolving_attention(
     negative_slope: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Eager: `evolving.reference.causal_evolving_attention`. Export: one node."""
-    return reference.causal_evolving_attention(
+    output, logits, rows = reference.causal_evolving_attention(
         query, key, value, key_padding_mask, prev_logits, past_rows, conv_weight, conv_bias,
         scale=scale, alpha=alpha, beta=beta, negative_slope=negative_slope,
     )
+    return output, logits, rows.clone()  # rows is a view into the stacked maps: own it
 
 
 @causal_evolving_attention.register_fake

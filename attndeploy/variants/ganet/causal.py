@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
 from attndeploy.variants._causal import CausalResult, LayerState, causal_allowed, with_past
-from attndeploy.variants._common import call_op
+from attndeploy.variants._common import LayerContext, LayerResult, call_op
 from attndeploy.variants._reference import _scores, masked_softmax
 from attndeploy.variants.ganet import reference
 from attndeploy.variants.ganet.config import GANetConfig
@@ -178,6 +178,12 @@ class CausalGatedAttention(GatedAttention):
         new_gates = gates[:, -n:]  # [B, n]
         present = _append_open(past, k_new, v_new, new_gates)
         return CausalResult(self.merge(heads), present, gates=new_gates)
+
+    def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
+        """A whole sequence in a built-in model's pass (no cache); the context's gate logits
+        must come from a `CausalGateNetwork`."""
+        result = self(x, context.key_padding_mask, context.gate_logits)
+        return LayerResult(result.output, gates=result.gates)
 
     def _relaxed(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, gate_logits: Tensor,

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from attndeploy.errors import ConfigError
 from attndeploy.variants._causal import CausalResult, LayerState, full_key_mask, with_past
-from attndeploy.variants._common import call_op
+from attndeploy.variants._common import LayerContext, LayerResult, call_op
 from attndeploy.variants.qvi import reference
 from attndeploy.variants.qvi.layer import QVIAttention
 
@@ -90,3 +90,7 @@ class CausalQVIAttention(QVIAttention):
         )  # [B, H, n, d], [B, H, P+n, d]: Ṽ, the running sums
         present = {"key": k, "value": v, **dict(zip(PREFIX_STATE, sums, strict=True))}
         return CausalResult(self.merge(heads), present)
+
+    def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
+        """A whole sequence in a built-in model's pass (no cache)."""
+        return LayerResult(self(x, context.key_padding_mask).output)

@@ -14,6 +14,7 @@ from attndeploy.variants._causal import (
     full_key_mask,
     with_past,
 )
+from attndeploy.variants._common import LayerContext, LayerResult
 from attndeploy.variants.standard.layer import StandardAttention
 from attndeploy.variants.standard.reference import causal_attention
 
@@ -33,3 +34,7 @@ class CausalStandardAttention(StandardAttention):
         v = with_past(past, "value", v_new)  # [B, H, P+n, d]
         heads = causal_attention(q, k, v, mask, scale=self.scale)  # [B, H, n, d]
         return CausalResult(self.merge(heads), {"key": k, "value": v})
+
+    def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
+        """A whole sequence in a built-in model's pass (no cache)."""
+        return LayerResult(self(x, context.key_padding_mask).output)
