@@ -189,6 +189,8 @@ def _qvi_pairwise_inputs(g, batch, t_q, t_k):
 def _gated_inputs(g, batch, t_q, t_k):
     logits = 2.0 * torch.randn(batch, t_k, generator=g)
     logits[:, ::4] = 0.0  # exactly 0 is closed
+    logits[0, t_k - t_q:] = -1.0  # example 0 opens no new token (a cache step adding nothing)
+    logits[:, : t_k - t_q] = 1.0  # cached slots are open ones (their mask says if filled)
     return {**_attention(g, batch, t_q, t_k), "gate_logits": logits}
 
 
@@ -221,7 +223,8 @@ REF_CASES = {
     "qvi-pairwise": RefCase("QVICausalPairwiseAttention", qvi_ref.qvi_causal_pairwise_attention,
                             _qvi_pairwise_inputs, _ATTENTION_POSITIONS),
     "ganet": RefCase("CausalGatedAttention", ganet_ref.causal_gated_attention, _gated_inputs,
-                     {**_ATTENTION_POSITIONS, "gate_logits": (1,)}, discrete=("gates",)),
+                     {**_ATTENTION_POSITIONS, "gate_logits": (1,)},
+                     discrete=("gates", "present_key_mask")),
     "evolving-start": RefCase("CausalEvolvingAttentionStart",
                               evolving_ref.causal_evolving_attention_start, _attention,
                               _ATTENTION_POSITIONS, causal_outputs=(0, 1)),

@@ -317,7 +317,7 @@ def test_a_layers_whole_sequence_equals_its_op_reference(case):
         if case.variant == "ganet":
             logits, _ = stack.gate_network(x, mask)
             got = layer(x, mask, logits).output
-            heads, _ = REF_CASES["ganet"].reference(q, k, v, mask, logits, scale=layer.scale)
+            heads, *_ = REF_CASES["ganet"].reference(q, k, v, mask, logits, scale=layer.scale)
         elif case.variant == "evolving":
             got = layer(x, mask, None).output
             heads, _ = REF_CASES["evolving-start"].reference(q, k, v, mask, scale=layer.scale)

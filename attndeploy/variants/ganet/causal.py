@@ -172,12 +172,11 @@ class CausalGatedAttention(GatedAttention):
             return CausalResult(self.merge(heads), present, gates=gates)
         cached = gate_logits.new_ones(mask.shape[0], mask.shape[1] - n)  # [B, P]: all open
         logits = torch.cat([cached, gate_logits], dim=1)  # [B, P+n]
-        heads, gates = call_op(
+        heads, gates, key, value, key_mask = call_op(
             reference.causal_gated_attention, q, k, v, mask, logits, scale=self.scale
-        )  # [B, H, n, d], [B, P+n]
-        new_gates = gates[:, -n:]  # [B, n]
-        present = _append_open(past, k_new, v_new, new_gates)
-        return CausalResult(self.merge(heads), present, gates=new_gates)
+        )  # [B, H, n, d], [B, P+n], the present cache: [B, H, P+N, d] x2, [B, P+N]
+        present = {"key": key, "value": value, "key_mask": key_mask}
+        return CausalResult(self.merge(heads), present, gates=gates[:, -n:])
 
     def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
         """A whole sequence in a built-in model's pass (no cache); the context's gate logits
@@ -204,20 +203,3 @@ class CausalGatedAttention(GatedAttention):
             gates = (gate_logits > 0) & new_mask  # [B, n]
         return masked_softmax(scores, allowed) @ v, gates
 
-
-def _append_open(past: LayerState | None, k_new: Tensor, v_new: Tensor, gates: Tensor
-                 ) -> LayerState:
-    """The cache after these tokens: the past plus the new tokens whose gate is open, gathered
-    open-first in position order into N = the batch's largest open count slots."""
-    batch, heads, n, dim = k_new.shape
-    n_open = int(gates.sum(-1).max()) if n else 0
-    positions = torch.arange(n, device=gates.device)
-    order = gates.long() * (2 * n) - positions[None, :]  # [B, n]: open first, then by position
-    slots = torch.topk(order, n_open, dim=-1).indices  # [B, N]
-    slot_ok = torch.gather(gates, 1, slots)  # [B, N]
-    index = slots[:, None, :, None].expand(batch, heads, n_open, dim)  # [B, H, N, d]
-    return {
-        "key": with_past(past, "key", torch.gather(k_new, 2, index)),  # [B, H, P+N, d]
-        "value": with_past(past, "value", torch.gather(v_new, 2, index)),  # [B, H, P+N, d]
-        "key_mask": with_past(past, "key_mask", slot_ok, dim=1),  # [B, P+N]
-    }

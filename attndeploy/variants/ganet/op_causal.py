@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import onnxscript
 import torch
-from onnxscript import BOOL, FLOAT
+from onnxscript import BOOL, FLOAT, INT64
 from onnxscript import opset18 as op
 from torch import Tensor
 
@@ -30,17 +30,24 @@ def causal_gated_attention(
     gate_logits: Tensor,
     *,
     scale: float,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Eager: `ganet.reference.causal_gated_attention`. Export: one `CausalGatedAttention`."""
-    return reference.causal_gated_attention(
+    output, gates, key_out, value_out, mask_out = reference.causal_gated_attention(
         query, key, value, key_padding_mask, gate_logits, scale=scale
     )
+    # With no new open token the present cache is a slice of the inputs: outputs own memory.
+    return output, gates, key_out.clone(), value_out.clone(), mask_out.clone()
 
 
 @causal_gated_attention.register_fake
 def _(query, key, value, key_padding_mask, gate_logits, *, scale):
-    output = query.new_empty((*query.shape[:-1], value.shape[-1]))  # [B, H, Tq, d]
-    return output, key_padding_mask.new_empty(key_padding_mask.shape)  # gates [B, Tk]
+    batch, heads, t_k, dim = key.shape
+    kept = t_k - query.shape[2] + torch.library.get_ctx().new_dynamic_size()  # P + N
+    output = query.new_empty((*query.shape[:-1], value.shape[-1]))  # [B, H, n, d]
+    gates = key_padding_mask.new_empty(key_padding_mask.shape)  # [B, P+n]
+    return (output, gates, key.new_empty((batch, heads, kept, dim)),
+            value.new_empty((batch, heads, kept, value.shape[-1])),
+            key_padding_mask.new_empty((batch, kept)))
 
 
 @onnxscript.script(ATTNDEPLOY, default_opset=op)
@@ -51,22 +58,58 @@ def CausalGatedAttention(
     key_padding_mask: BOOL,
     gate_logits: TFloat,
     scale: float,
-) -> tuple[TFloat, BOOL]:
+) -> tuple[TFloat, BOOL, TFloat, TFloat, BOOL]:
     """CausalGatedAttention(query, key, value, key_padding_mask, gate_logits; scale: float)
-    -> output, gates
+    -> output, gates, present_key, present_value, present_key_mask
 
-    GA-Net hard-gated attention under the causal rule (docs/variants.md §5). query: T
-    [B,H,Tq,d], the last Tq of the Tk keys; key_padding_mask, gate_logits: [B,Tk].
+    GA-Net hard-gated attention under the causal rule (docs/variants.md §5), with the cache that
+    keeps open tokens only. query: T [B,H,n,d], the last n of the P+n keys; key, value: T
+    [B,H,P+n,d] (the cache, then the new tokens); key_padding_mask, gate_logits: [B,P+n] (a
+    cached slot's logit is positive, its mask says whether the slot holds a token).
 
-        gates = (gate_logits > 0) AND key_padding_mask      decided on the logit, in fp32 [B,Tk]
-        out   = softmax_j(scale · Q Kᵀ + M) @ V,  M open where j <= i and gates_j, and at j = i
-                (the per-row rescue: a closed token is read by itself only)       [B,H,Tq,d]
+        gates  = (gate_logits > 0) AND key_padding_mask     decided on the logit, fp32  [B,P+n]
+        out    = softmax_j(scale · Q Kᵀ + M) @ V,  M open where j <= i and gates_j, and at j = i
+                 (the per-row rescue: a closed token is read by itself only)        [B,H,n,d]
+        N      = the batch's largest count of open new tokens (0 <= N <= n)
+        slots  = the new tokens' positions, open first, in order (TopK), the first N
+        present_key, present_value = [the first P; the new ones at slots]          [B,H,P+N,d]
+        present_key_mask = [gates of the first P; gates at slots]                    [B,P+N]
 
     PyTorch: `attndeploy.variants.ganet.reference.causal_gated_attention`.
     """
-    logits32 = op.Cast(gate_logits, to=FLOAT.dtype)  # [B, Tk]
+    logits32 = op.Cast(gate_logits, to=FLOAT.dtype)  # [B, P+n]
     gates = op.And(op.Greater(logits32, op.Constant(value_float=0.0)), key_padding_mask)
-    scores = ScaledScores(query, key, scale=scale)  # [B, H, Tq, Tk]
-    probs = MaskedSoftmax(scores, CausalAllowed(query, gates))  # [B, H, Tq, Tk]
-    output = op.MatMul(probs, value)  # [B, H, Tq, d]
-    return output, gates
+    scores = ScaledScores(query, key, scale=scale)  # [B, H, n, P+n]
+    probs = MaskedSoftmax(scores, CausalAllowed(query, gates))  # [B, H, n, P+n]
+    output = op.MatMul(probs, value)  # [B, H, n, d]
+
+    zero = op.Constant(value_ints=[0])
+    num_new = op.Shape(query, start=2, end=3)  # [1]: n
+    num_keys = op.Shape(key_padding_mask, start=1, end=2)  # [1]: P+n
+    num_past = op.Sub(num_keys, num_new)  # [1]: P
+    new_gates = op.Slice(gates, num_past, num_keys, [1])  # [B, n]
+    new_int = op.Cast(new_gates, to=INT64.dtype)  # [B, n]
+    open_count = op.ReduceSum(new_int, [1], keepdims=0)  # [B]
+    slot_count = op.ReduceMax(open_count, [0], keepdims=1)  # [1]: N, may be 0
+    positions = op.Range(
+        op.Constant(value_int=0), op.Squeeze(num_new, [0]), op.Constant(value_int=1)
+    )  # [n]
+    order = op.Sub(
+        op.Mul(new_int, op.Mul(op.Constant(value_int=2), num_new)), op.Unsqueeze(positions, [0])
+    )  # [B, n]: open first, then by position, all distinct
+    # TopK's k must be positive (ONNX): take max(N, 1) <= n and keep the first N.
+    _, top = op.TopK(order, op.Max(slot_count, op.Constant(value_ints=[1])), axis=1)
+    slots = op.Slice(top, zero, slot_count, [1])  # [B, N]
+    slot_ok = op.GatherElements(new_gates, slots, axis=1)  # [B, N]
+    row_index = op.Expand(
+        op.Unsqueeze(op.Add(slots, num_past), [1, 3]),
+        op.Concat(op.Shape(key, start=0, end=2), slot_count, op.Constant(value_ints=[1]), axis=0),
+    )  # [B, H, N, 1]: positions among the P+n keys
+    present_key = op.Concat(
+        op.Slice(key, zero, num_past, [2]), op.GatherND(key, row_index, batch_dims=2), axis=2
+    )  # [B, H, P+N, d]
+    present_value = op.Concat(
+        op.Slice(value, zero, num_past, [2]), op.GatherND(value, row_index, batch_dims=2), axis=2
+    )  # [B, H, P+N, d]
+    present_key_mask = op.Concat(op.Slice(gates, zero, num_past, [1]), slot_ok, axis=1)
+    return output, gates, present_key, present_value, present_key_mask

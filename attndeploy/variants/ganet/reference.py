@@ -75,17 +75,40 @@ def causal_gated_attention(
     gate_logits: Tensor,
     *,
     scale: float | None = None,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """CausalGatedAttention(query, key, value, key_padding_mask, gate_logits; scale)
-    -> output, gates
+    -> output, gates, present_key, present_value, present_key_mask
 
     Hard-gated attention under the causal rule (docs/variants.md §5): gates = (logit > 0) AND
-    real, with no rescue over the whole row: query i (the last Tq of the Tk keys) reads the open
+    real, with no rescue over the whole row: query i (the last n of the P+n keys) reads the open
     keys j <= i and always its own key (the per-row rescue), so no row is empty and a closed
-    token is never read by a later one (a decoder's cache can leave it out).
+    token is never read by a later one. So a decoder's cache leaves closed tokens out: the
+    present cache is the first P keys and values as they are (already open ones: a caller
+    passes them with a positive logit) followed by the new tokens whose gate is open, gathered
+    open-first in position order into N = the batch's largest open count slots (N may be 0);
+    present_key_mask [B, P+N] says which slots hold an open real token.
     """
     scale = resolve_scale(query, scale)
-    gates = (gate_logits > 0) & key_padding_mask  # [B, Tk]
-    allowed = causal_allowed(gates, query.shape[2])  # [B, 1, Tq, Tk]
-    probs = masked_softmax(_scores(query, key, scale), allowed)  # [B, H, Tq, Tk]
-    return probs @ value, gates  # [B, H, Tq, d]
+    gates = (gate_logits > 0) & key_padding_mask  # [B, P+n]
+    allowed = causal_allowed(gates, query.shape[2])  # [B, 1, n, P+n]
+    probs = masked_softmax(_scores(query, key, scale), allowed)  # [B, H, n, P+n]
+    present = _open_cache(key, value, gates, query.shape[2])
+    return (probs @ value, gates, *present)  # [B, H, n, d], [B, P+n], the present cache
+
+
+def _open_cache(key: Tensor, value: Tensor, gates: Tensor, num_new: int
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """The first P keys and values kept, then the last `num_new`'s open ones gathered."""
+    batch, heads, t_k, dim = key.shape
+    past = t_k - num_new
+    new_gates = gates[:, past:]  # [B, n]
+    n_open = int(new_gates.sum(-1).max()) if num_new else 0  # N, 0 <= N <= n
+    positions = torch.arange(num_new, device=gates.device)
+    order = new_gates.long() * (2 * num_new) - positions[None, :]  # [B, n]: open first, in order
+    slots = torch.topk(order, n_open, dim=-1).indices  # [B, N]
+    slot_ok = torch.gather(new_gates, 1, slots)  # [B, N]
+    index = (slots + past)[:, None, :, None].expand(batch, heads, n_open, dim)  # [B, H, N, d]
+    present_key = torch.cat([key[:, :, :past], torch.gather(key, 2, index)], dim=2)
+    present_value = torch.cat([value[:, :, :past], torch.gather(value, 2, index)], dim=2)
+    present_mask = torch.cat([gates[:, :past], slot_ok], dim=1)  # [B, P+N]
+    return present_key, present_value, present_mask  # [B, H, P+N, d] x2, [B, P+N]
