@@ -17,8 +17,8 @@ names them `past_key_values.{i}.{name}` in and `present.{i}.{name}` out):
       GA-Net's `key_mask` [B, P] (closed tokens never enter, so its P follows the density).
 
 Every state tensor has the batch first, so beam search reorders all of them alike
-(`reorder_state`). An empty past is `None` (or tensors with P = 0): prefill and decode are one
-call.
+(`reorder_state`). An empty past is `None`, or each layer's `empty_state(batch, like)` (tensors with
+P = 0, the same result): the second lets one exported graph serve prefill and decode.
 """
 
 from __future__ import annotations
@@ -60,6 +60,12 @@ def causal_allowed(key_padding_mask: Tensor, num_queries: int) -> Tensor:
     causal = (cols <= rows)[None, None]  # [1, 1, n, p+n]
     diagonal = (cols == rows)[None, None]  # [1, 1, n, p+n]
     return (causal & key_padding_mask[:, None, None, :]) | diagonal  # [B, 1, n, p+n]
+
+
+def empty_kv(batch: int, heads: int, dim: int, like: Tensor) -> LayerState:
+    """key and value with no token yet: [B, H, 0, d] each."""
+    empty = like.new_zeros(batch, heads, 0, dim)  # [B, H, 0, d]
+    return {"key": empty, "value": empty.clone()}
 
 
 def past_length(past: LayerState | None) -> int:

@@ -53,6 +53,18 @@ class CausalStack(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.gate_network = gate_network
 
+    def empty_state(self, batch: int, like: Tensor) -> dict[str, Tensor]:
+        """The flat state before any token (every layer's `empty_state`)."""
+        state: dict[str, Tensor] = {}
+        if self.gate_network is not None:
+            gates = self.gate_network.empty_state(batch, like)
+            state.update({f"gates.{k}": v for k, v in gates.items()})
+        for index, layer in enumerate(self.layers):
+            layer_state = layer.empty_state(batch, like)
+            names = state_names(index, layer_state)
+            state.update({names[k][0]: v for k, v in layer_state.items()})
+        return state
+
     def forward(
         self, x: Tensor, mask: Tensor | None = None, past: dict[str, Tensor] | None = None
     ) -> tuple[Tensor, dict[str, Tensor]]:

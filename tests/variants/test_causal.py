@@ -157,6 +157,22 @@ def test_incremental_decoding_with_the_cache_equals_full_recomputation(case, pad
 
 
 @pytest.mark.parametrize("case", CASES)
+def test_decoding_from_the_empty_state_equals_decoding_from_none(case):
+    """One graph for prefill and decode: an empty past (P = 0 tensors) is no past."""
+    stack = case.stack()
+    x, mask = _inputs(), left_padded(BATCH, SEQ)
+    with torch.no_grad():
+        want, want_state = stack(x[:, :4], mask[:, :4])
+        empty = stack.empty_state(BATCH, x)
+        got, got_state = stack(x[:, :4], mask[:, :4], empty)
+    assert set(empty) == set(want_state) == set(got_state)
+    _assert_close(got, want, case.id, atol=0.0)
+    for name, value in want_state.items():
+        assert got_state[name].shape == value.shape, name
+        _assert_close(got_state[name].float(), value.float(), name, atol=0.0)
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_beam_reordering_the_state_reorders_the_decoding(case):
     """Every state tensor has the batch first: reordering the state (and the inputs) equals
     decoding the reordered batch from the start."""

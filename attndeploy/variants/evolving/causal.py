@@ -21,6 +21,7 @@ from attndeploy.errors import ConfigError
 from attndeploy.variants._causal import (
     CausalResult,
     LayerState,
+    empty_kv,
     full_key_mask,
     with_past,
 )
@@ -74,6 +75,13 @@ class CausalEvolvingAttention(EvolvingAttention):
         )  # [B, H, n, d], [B, H, n, P+n], [B, H, 2, P+n]
         present = {"key": k, "value": v, "evolving_rows": rows}
         return CausalResult(self.merge(heads), present, logits=logits)
+
+    def empty_state(self, batch: int, like: Tensor) -> LayerState:
+        """The state before any token (P = 0), `like`'s dtype and device."""
+        state = empty_kv(batch, self.n_heads, self.head_dim, like)
+        if not self.is_chain_start:
+            state["evolving_rows"] = like.new_zeros(batch, self.n_heads, ROWS, 0)  # [B,H,2,0]
+        return state
 
     def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
         """A whole sequence in a built-in model's pass (no cache): the chain as

@@ -26,7 +26,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
-from attndeploy.variants._causal import CausalResult, LayerState, causal_allowed, with_past
+from attndeploy.variants._causal import (
+    CausalResult,
+    LayerState,
+    causal_allowed,
+    empty_kv,
+    with_past,
+)
 from attndeploy.variants._common import LayerContext, LayerResult, call_op
 from attndeploy.variants._reference import _scores, masked_softmax
 from attndeploy.variants.ganet import reference
@@ -125,6 +131,15 @@ class CausalGateNetwork(nn.Module):
         features = torch.cat(outputs, dim=1)  # [B, n, h]
         return self.score(features).squeeze(-1), {"gate_lstm_h": h, "gate_lstm_c": c}
 
+    def empty_state(self, batch: int, like: Tensor) -> LayerState:
+        """The state before any token, `like`'s dtype and device."""
+        if self.kind == "conv":
+            return {"gate_conv_inputs": like.new_zeros(batch, 2, self.body.in_channels)}
+        if self.kind == "lstm":
+            zeros = like.new_zeros(batch, self.body.hidden_size)  # [B, h]
+            return {"gate_lstm_h": zeros, "gate_lstm_c": zeros.clone()}
+        return {}
+
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, past: LayerState | None = None
     ) -> tuple[Tensor, LayerState]:
@@ -177,6 +192,12 @@ class CausalGatedAttention(GatedAttention):
         )  # [B, H, n, d], [B, P+n], the present cache: [B, H, P+N, d] x2, [B, P+N]
         present = {"key": key, "value": value, "key_mask": key_mask}
         return CausalResult(self.merge(heads), present, gates=gates[:, -n:])
+
+    def empty_state(self, batch: int, like: Tensor) -> LayerState:
+        """The state before any token (P = 0), `like`'s dtype and device."""
+        state = empty_kv(batch, self.n_heads, self.head_dim, like)
+        state["key_mask"] = torch.zeros(batch, 0, dtype=torch.bool, device=like.device)
+        return state
 
     def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
         """A whole sequence in a built-in model's pass (no cache); the context's gate logits

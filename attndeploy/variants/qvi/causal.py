@@ -18,7 +18,13 @@ from __future__ import annotations
 from torch import Tensor
 
 from attndeploy.errors import ConfigError
-from attndeploy.variants._causal import CausalResult, LayerState, full_key_mask, with_past
+from attndeploy.variants._causal import (
+    CausalResult,
+    LayerState,
+    empty_kv,
+    full_key_mask,
+    with_past,
+)
 from attndeploy.variants._common import LayerContext, LayerResult, call_op
 from attndeploy.variants.qvi import reference
 from attndeploy.variants.qvi.layer import QVIAttention
@@ -90,6 +96,15 @@ class CausalQVIAttention(QVIAttention):
         )  # [B, H, n, d], [B, H, P+n, d]: Ṽ, the running sums
         present = {"key": k, "value": v, **dict(zip(PREFIX_STATE, sums, strict=True))}
         return CausalResult(self.merge(heads), present)
+
+    def empty_state(self, batch: int, like: Tensor) -> LayerState:
+        """The state before any token (P = 0), `like`'s dtype and device."""
+        state = empty_kv(batch, self.n_heads, self.head_dim, like)
+        if self.form == "prefix":
+            queries = like.new_zeros(batch, self.n_heads, 1, self.head_dim)  # [B, H, 1, d]
+            _, *sums = reference.empty_prefix_state(queries)
+            state.update(zip(PREFIX_STATE, sums, strict=True))
+        return state
 
     def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
         """A whole sequence in a built-in model's pass (no cache)."""

@@ -11,6 +11,7 @@ from torch import Tensor
 from attndeploy.variants._causal import (
     CausalResult,
     LayerState,
+    empty_kv,
     full_key_mask,
     with_past,
 )
@@ -34,6 +35,10 @@ class CausalStandardAttention(StandardAttention):
         v = with_past(past, "value", v_new)  # [B, H, P+n, d]
         heads = causal_attention(q, k, v, mask, scale=self.scale)  # [B, H, n, d]
         return CausalResult(self.merge(heads), {"key": k, "value": v})
+
+    def empty_state(self, batch: int, like: Tensor) -> LayerState:
+        """The state before any token (P = 0), `like`'s dtype and device."""
+        return empty_kv(batch, self.n_heads, self.head_dim, like)
 
     def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
         """A whole sequence in a built-in model's pass (no cache)."""
