@@ -68,9 +68,9 @@ def empty_kv(batch: int, heads: int, dim: int, like: Tensor) -> LayerState:
     return {"key": empty, "value": empty.clone()}
 
 
-def past_length(past: LayerState | None) -> int:
+def past_length(past: LayerState | None) -> int:  # a SymInt while exporting
     """P, the number of cached tokens (0 for no past)."""
-    return 0 if past is None else int(past["key"].shape[2])
+    return 0 if past is None else past["key"].shape[2]
 
 
 def with_past(past: LayerState | None, name: str, new: Tensor, dim: int = 2) -> Tensor:

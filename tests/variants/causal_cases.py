@@ -236,7 +236,7 @@ REF_CASES = {
                             _qvi_pairwise_inputs, _ATTENTION_POSITIONS),
     "ganet": RefCase("CausalGatedAttention", ganet_ref.causal_gated_attention, _gated_inputs,
                      {**_ATTENTION_POSITIONS, "gate_logits": (1,)},
-                     discrete=("gates", "present_key_mask")),
+                     discrete=("gates", "open_slots")),
     "evolving-start": RefCase("CausalEvolvingAttentionStart",
                               evolving_ref.causal_evolving_attention_start, _attention,
                               _ATTENTION_POSITIONS, causal_outputs=(0, 1)),

@@ -187,10 +187,14 @@ class CausalGatedAttention(GatedAttention):
             return CausalResult(self.merge(heads), present, gates=gates)
         cached = gate_logits.new_ones(mask.shape[0], mask.shape[1] - n)  # [B, P]: all open
         logits = torch.cat([cached, gate_logits], dim=1)  # [B, P+n]
-        heads, gates, key, value, key_mask = call_op(
+        heads, gates, open_keys, open_values, open_slots = call_op(
             reference.causal_gated_attention, q, k, v, mask, logits, scale=self.scale
-        )  # [B, H, n, d], [B, P+n], the present cache: [B, H, P+N, d] x2, [B, P+N]
-        present = {"key": key, "value": value, "key_mask": key_mask}
+        )  # [B, H, n, d], [B, P+n], the open new tokens: [B, H, N, d] x2, [B, N]
+        present = {
+            "key": with_past(past, "key", open_keys),  # [B, H, P+N, d]
+            "value": with_past(past, "value", open_values),  # [B, H, P+N, d]
+            "key_mask": with_past(past, "key_mask", open_slots, dim=1),  # [B, P+N]
+        }
         return CausalResult(self.merge(heads), present, gates=gates[:, -n:])
 
     def empty_state(self, batch: int, like: Tensor) -> LayerState:

@@ -32,22 +32,20 @@ def causal_gated_attention(
     scale: float,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Eager: `ganet.reference.causal_gated_attention`. Export: one `CausalGatedAttention`."""
-    output, gates, key_out, value_out, mask_out = reference.causal_gated_attention(
+    return reference.causal_gated_attention(
         query, key, value, key_padding_mask, gate_logits, scale=scale
     )
-    # With no new open token the present cache is a slice of the inputs: outputs own memory.
-    return output, gates, key_out.clone(), value_out.clone(), mask_out.clone()
 
 
 @causal_gated_attention.register_fake
 def _(query, key, value, key_padding_mask, gate_logits, *, scale):
-    batch, heads, t_k, dim = key.shape
-    kept = t_k - query.shape[2] + torch.library.get_ctx().new_dynamic_size()  # P + N
+    batch, heads, _, dim = key.shape
+    n_open = torch.library.get_ctx().new_dynamic_size()  # N: data-dependent
     output = query.new_empty((*query.shape[:-1], value.shape[-1]))  # [B, H, n, d]
     gates = key_padding_mask.new_empty(key_padding_mask.shape)  # [B, P+n]
-    return (output, gates, key.new_empty((batch, heads, kept, dim)),
-            value.new_empty((batch, heads, kept, value.shape[-1])),
-            key_padding_mask.new_empty((batch, kept)))
+    return (output, gates, key.new_empty((batch, heads, n_open, dim)),
+            value.new_empty((batch, heads, n_open, value.shape[-1])),
+            key_padding_mask.new_empty((batch, n_open)))
 
 
 @onnxscript.script(ATTNDEPLOY, default_opset=op)
@@ -60,20 +58,20 @@ def CausalGatedAttention(
     scale: float,
 ) -> tuple[TFloat, BOOL, TFloat, TFloat, BOOL]:
     """CausalGatedAttention(query, key, value, key_padding_mask, gate_logits; scale: float)
-    -> output, gates, present_key, present_value, present_key_mask
+    -> output, gates, open_keys, open_values, open_slots
 
-    GA-Net hard-gated attention under the causal rule (docs/variants.md §5), with the cache that
-    keeps open tokens only. query: T [B,H,n,d], the last n of the P+n keys; key, value: T
-    [B,H,P+n,d] (the cache, then the new tokens); key_padding_mask, gate_logits: [B,P+n] (a
-    cached slot's logit is positive, its mask says whether the slot holds a token).
+    GA-Net hard-gated attention under the causal rule (docs/variants.md §5), and what a cache
+    that keeps open tokens only appends. query: T [B,H,n,d], the last n of the P+n keys; key,
+    value: T [B,H,P+n,d] (the cache, then the new tokens); key_padding_mask, gate_logits:
+    [B,P+n] (a cached slot's logit is positive, its mask says whether the slot holds a token).
 
         gates  = (gate_logits > 0) AND key_padding_mask     decided on the logit, fp32  [B,P+n]
         out    = softmax_j(scale · Q Kᵀ + M) @ V,  M open where j <= i and gates_j, and at j = i
                  (the per-row rescue: a closed token is read by itself only)        [B,H,n,d]
         N      = the batch's largest count of open new tokens (0 <= N <= n)
         slots  = the new tokens' positions, open first, in order (TopK), the first N
-        present_key, present_value = [the first P; the new ones at slots]          [B,H,P+N,d]
-        present_key_mask = [gates of the first P; gates at slots]                    [B,P+N]
+        open_keys, open_values = K, V of the new tokens at slots                     [B,H,N,d]
+        open_slots = gates at slots (False: filler of a row with fewer open tokens)      [B,N]
 
     PyTorch: `attndeploy.variants.ganet.reference.causal_gated_attention`.
     """
@@ -105,11 +103,7 @@ def CausalGatedAttention(
         op.Unsqueeze(op.Add(slots, num_past), [1, 3]),
         op.Concat(op.Shape(key, start=0, end=2), slot_count, op.Constant(value_ints=[1]), axis=0),
     )  # [B, H, N, 1]: positions among the P+n keys
-    present_key = op.Concat(
-        op.Slice(key, zero, num_past, [2]), op.GatherND(key, row_index, batch_dims=2), axis=2
-    )  # [B, H, P+N, d]
-    present_value = op.Concat(
-        op.Slice(value, zero, num_past, [2]), op.GatherND(value, row_index, batch_dims=2), axis=2
-    )  # [B, H, P+N, d]
-    present_key_mask = op.Concat(op.Slice(gates, zero, num_past, [1]), slot_ok, axis=1)
-    return output, gates, present_key, present_value, present_key_mask
+    open_keys = op.GatherND(key, row_index, batch_dims=2)  # [B, H, N, d]
+    open_values = op.GatherND(value, row_index, batch_dims=2)  # [B, H, N, d]
+    open_slots = op.Identity(slot_ok)  # [B, N]
+    return output, gates, open_keys, open_values, open_slots

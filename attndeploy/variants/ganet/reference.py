@@ -77,28 +77,28 @@ def causal_gated_attention(
     scale: float | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """CausalGatedAttention(query, key, value, key_padding_mask, gate_logits; scale)
-    -> output, gates, present_key, present_value, present_key_mask
+    -> output, gates, open_keys, open_values, open_slots
 
     Hard-gated attention under the causal rule (docs/variants.md §5): gates = (logit > 0) AND
     real, with no rescue over the whole row: query i (the last n of the P+n keys) reads the open
     keys j <= i and always its own key (the per-row rescue), so no row is empty and a closed
-    token is never read by a later one. So a decoder's cache leaves closed tokens out: the
-    present cache is the first P keys and values as they are (already open ones: a caller
-    passes them with a positive logit) followed by the new tokens whose gate is open, gathered
-    open-first in position order into N = the batch's largest open count slots (N may be 0);
-    present_key_mask [B, P+N] says which slots hold an open real token.
+    token is never read by a later one. So a decoder's cache leaves closed tokens out: it
+    appends open_keys and open_values [B,H,N,d], the new tokens (the last n) whose gate is open,
+    gathered open-first in position order into N = the batch's largest open count slots (N may
+    be 0), and open_slots [B,N], which slots hold an open token. (The cached keys come first in
+    key, with a positive logit: they were open when cached.)
     """
     scale = resolve_scale(query, scale)
     gates = (gate_logits > 0) & key_padding_mask  # [B, P+n]
     allowed = causal_allowed(gates, query.shape[2])  # [B, 1, n, P+n]
     probs = masked_softmax(_scores(query, key, scale), allowed)  # [B, H, n, P+n]
-    present = _open_cache(key, value, gates, query.shape[2])
-    return (probs @ value, gates, *present)  # [B, H, n, d], [B, P+n], the present cache
+    opened = _open_tokens(key, value, gates, query.shape[2])
+    return (probs @ value, gates, *opened)  # [B, H, n, d], [B, P+n], what the cache appends
 
 
-def _open_cache(key: Tensor, value: Tensor, gates: Tensor, num_new: int
-                ) -> tuple[Tensor, Tensor, Tensor]:
-    """The first P keys and values kept, then the last `num_new`'s open ones gathered."""
+def _open_tokens(key: Tensor, value: Tensor, gates: Tensor, num_new: int
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """The last `num_new` keys and values whose gate is open, gathered into N slots."""
     batch, heads, t_k, dim = key.shape
     past = t_k - num_new
     new_gates = gates[:, past:]  # [B, n]
@@ -108,7 +108,4 @@ def _open_cache(key: Tensor, value: Tensor, gates: Tensor, num_new: int
     slots = torch.topk(order, n_open, dim=-1).indices  # [B, N]
     slot_ok = torch.gather(new_gates, 1, slots)  # [B, N]
     index = (slots + past)[:, None, :, None].expand(batch, heads, n_open, dim)  # [B, H, N, d]
-    present_key = torch.cat([key[:, :, :past], torch.gather(key, 2, index)], dim=2)
-    present_value = torch.cat([value[:, :, :past], torch.gather(value, 2, index)], dim=2)
-    present_mask = torch.cat([gates[:, :past], slot_ok], dim=1)  # [B, P+N]
-    return present_key, present_value, present_mask  # [B, H, P+N, d] x2, [B, P+N]
+    return torch.gather(key, 2, index), torch.gather(value, 2, index), slot_ok  # [B,H,N,d] x2
