@@ -7,7 +7,10 @@ Evolving chain handed on) and names the op references of its causal form with in
 (`RefCase`), so that the same table drives
 - causality, at the layer and at the reference level;
 - incremental decoding with the cache against full recomputation;
-- the op bodies (onnxscript, run by onnxruntime and onnx.reference) against the references.
+- the op bodies (onnxscript, run by onnxruntime and onnx.reference) against the references;
+- the warm start (every variant computes causal vanilla attention);
+- the export of the stack with its cache (tests/variants/test_causal_export.py; `no_export`
+  gives a case's reason it cannot, a strict xfail).
 
 To be merged into tests/cases.py (not this helper's file) once decoders are a model family.
 Letters: b batch, h heads, i/j query/key positions, d head dim, n new tokens, D model dim.

@@ -21,6 +21,7 @@ from attndeploy.variants.api import causal_allowed, reorder_state, state_names
 from attndeploy.variants.ganet.causal import CausalGatedAttention, CausalGateNetwork
 from attndeploy.variants.op_registry import causal_op_specs
 from attndeploy.variants.qvi.causal import CausalQVIAttention
+from tests.variants import causal_cases as tests_cases
 from tests.variants.causal_cases import (
     CAUSAL_CASES,
     D_MODEL,
@@ -430,3 +431,28 @@ def test_gated_cache_memory_follows_the_density():
         assert state_bytes(past) == opened * per_token
     densities = [density for density, _ in measured]
     assert densities[0] == 1.0 and densities[0] > densities[1] > densities[2]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_variant_at_its_warm_start_decodes_as_causal_standard_attention(case):
+    """A converted model computes what the pretrained one did: each causal layer after
+    `start_as_vanilla` (GA-Net: every gate open) equals causal vanilla attention of the same
+    projections, over a whole sequence and step by step with the cache."""
+    from attndeploy.nn import CausalStandardAttention
+
+    stack = case.stack()
+    vanilla = tests_cases.CausalStack(
+        [CausalStandardAttention(D_MODEL, HEADS) for _ in stack.layers]).eval()
+    with torch.no_grad():
+        for layer, plain in zip(stack.layers, vanilla.layers, strict=True):
+            layer.start_as_vanilla()
+            plain.qkv.load_state_dict(layer.qkv.state_dict())
+            plain.out.load_state_dict(layer.out.state_dict())
+        if stack.gate_network is not None:
+            stack.gate_network.start_open()
+        x, mask = _inputs(), left_padded(BATCH, SEQ)
+        want, _ = vanilla(x, mask)
+        got, _ = stack(x, mask)
+        stepped, _ = _decode(stack, x, mask)
+    _assert_close(got, want, f"{case.id} whole sequence")
+    _assert_close(stepped, want, f"{case.id} with the cache")

@@ -37,7 +37,12 @@ from attndeploy.variants._common import LayerContext, LayerResult, call_op
 from attndeploy.variants._reference import _scores, masked_softmax
 from attndeploy.variants.ganet import reference
 from attndeploy.variants.ganet.config import GANetConfig
-from attndeploy.variants.ganet.layer import GatedAttention, logistic_noise, relax_gates
+from attndeploy.variants.ganet.layer import (
+    OPEN_GATE_LOGIT,
+    GatedAttention,
+    logistic_noise,
+    relax_gates,
+)
 
 CAUSAL_AUX_NETWORKS = ("mlp", "conv", "lstm")
 
@@ -130,6 +135,15 @@ class CausalGateNetwork(nn.Module):
             outputs.append(out)
         features = torch.cat(outputs, dim=1)  # [B, n, h]
         return self.score(features).squeeze(-1), {"gate_lstm_h": h, "gate_lstm_c": c}
+
+    @torch.no_grad()
+    def start_open(self, logit: float = OPEN_GATE_LOGIT) -> None:
+        """Every gate open (the warm start of a converted model), as `GateNetwork.start_open`:
+        s = `logit` > 0 for every token."""
+        if not logit > 0:
+            raise ConfigError(f"an open gate needs a logit > 0, got {logit}")
+        self.score.weight.zero_()
+        self.score.bias.fill_(logit)
 
     def empty_state(self, batch: int, like: Tensor) -> LayerState:
         """The state before any token, `like`'s dtype and device."""
