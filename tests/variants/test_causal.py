@@ -456,3 +456,11 @@ def test_every_variant_at_its_warm_start_decodes_as_causal_standard_attention(ca
         stepped, _ = _decode(stack, x, mask)
     _assert_close(got, want, f"{case.id} whole sequence")
     _assert_close(stepped, want, f"{case.id} with the cache")
+
+
+def test_every_registered_variant_has_a_causal_case():
+    """Decoders take every variant: a variant registered without a causal case fails here."""
+    from attndeploy.variants.registry import variant_specs
+
+    registered = {spec.name for spec in variant_specs()}
+    assert registered == {case.variant for case in CAUSAL_CASES}
