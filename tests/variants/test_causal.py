@@ -258,12 +258,12 @@ def _spec(op: str):
     return {spec.name: spec for spec in causal_op_specs()}.get(op)
 
 
-def _single_node_model(spec, attributes: dict[str, float], ranks: dict[str, int]
-                       ) -> onnx.ModelProto:
+def _single_node_model(spec, attributes: dict[str, float], ranks: dict[str, int],
+                       float_type: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
     """The op as one custom node with its FunctionProto; every dim symbolic."""
     def info(formal) -> onnx.ValueInfoProto:
         boolean = formal.type_str == "tensor(bool)"
-        elem = onnx.TensorProto.BOOL if boolean else onnx.TensorProto.FLOAT
+        elem = onnx.TensorProto.BOOL if boolean else float_type
         dims = [f"{formal.name}_{axis}" for axis in range(ranks[formal.name])]
         return onnx.helper.make_tensor_value_info(formal.name, elem, dims)
 
@@ -287,7 +287,7 @@ LAYOUTS = {  # (batch, Tq, Tk)
 }
 
 
-@pytest.mark.parametrize("runner", ["onnxruntime", "reference"])
+@pytest.mark.parametrize("runner", ["onnxruntime", "reference", "onnxruntime-fp16"])
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("name", [n for n in sorted(REF_CASES) if n != "standard"])
 def test_op_body_equals_its_pytorch_reference(name, layout, runner):
@@ -295,13 +295,20 @@ def test_op_body_equals_its_pytorch_reference(name, layout, runner):
     batch, t_q, t_k = LAYOUTS[layout]
     spec = _spec(ref.op)
     inputs = ref.inputs(torch.Generator().manual_seed(3), batch, t_q, t_k)
+    fp16 = runner.endswith("fp16")
+    if fp16:  # the reference in fp32 on the fp16-rounded inputs
+        inputs = {k: v.half().float() if v.is_floating_point() else v for k, v in inputs.items()}
     want = _run_reference(ref, inputs)
     ranks = {name: value.dim() for name, value in inputs.items()}
     ranks.update({name: value.dim() for name, value in zip(spec.output_names, want, strict=True)})
-    model = _single_node_model(spec, ref.attributes, ranks)
-    feed = {k: v.numpy() for k, v in inputs.items()}
-    if runner == "onnxruntime":
-        session = ort.InferenceSession(model.SerializeToString(),
+    model = _single_node_model(spec, ref.attributes, ranks,
+                               onnx.TensorProto.FLOAT16 if fp16 else onnx.TensorProto.FLOAT)
+    feed = {k: (v.half() if fp16 and v.is_floating_point() else v).numpy()
+            for k, v in inputs.items()}
+    if runner.startswith("onnxruntime"):
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # fp16 on CPU logs constant-folding warnings
+        session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
         got = session.run(None, feed)
     else:
@@ -313,7 +320,8 @@ def test_op_body_equals_its_pytorch_reference(name, layout, runner):
         if out_name in ref.discrete:
             assert np.array_equal(actual, expected.numpy()), f"{out_name} differs"
         else:
-            _assert_close(torch.from_numpy(np.asarray(actual)), expected, f"{name} {out_name}")
+            actual = torch.from_numpy(np.asarray(actual).astype(np.float32))
+            _assert_close(actual, expected, f"{name} {out_name}", 1e-2 if fp16 else FP32_TOLERANCE)
 
 
 def test_every_causal_op_has_a_reference_case():
