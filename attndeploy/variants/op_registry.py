@@ -108,7 +108,11 @@ def causal_op_specs() -> tuple[OpSpec, ...]:
         if variant.ops is None:
             continue
         module = variant.ops.rsplit(".", 1)[0] + ".causal_ops"
-        if importlib.util.find_spec(module) is not None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # `ops` is a top-level module, not inside a package
+            found = False
+        if found:
             specs.extend(importlib.import_module(module).CAUSAL_OPS)
     _index(op_specs() + tuple(specs))  # refuses duplicates, also against the registered set
     return tuple(specs)
