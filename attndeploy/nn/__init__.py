@@ -18,6 +18,18 @@ Tensors: `x` float [B, T, D]; `key_padding_mask` bool [B, T], True = real token 
     StandardAttention(embed_dim, num_heads)       vanilla attention, the baseline
         forward(x, key_padding_mask) -> y [B, T, D]
 
+Causal (decoder) layers, with a key/value cache (docs/variants.md §5): each takes the new tokens
+x [B, n, D], a mask over the cached and the new tokens [B, P+n] (or None) and the layer's past
+state (a dict of tensors, None at the start), and returns a `CausalResult` (`output` [B, n, D],
+`present` state; Evolving: `logits` for the next layer; GA-Net: the new tokens' `gates`):
+
+    CausalStandardAttention(embed_dim, num_heads)
+    CausalQVIAttention(embed_dim, num_heads, *, form="prefix"|"pairwise")   ("pooled" refused)
+    CausalGateNetwork(embed_dim, *, kind="mlp"|"conv"|"lstm") -> (gate_logits [B, n], state)
+    CausalGatedAttention(embed_dim, num_heads)       forward(x, mask, gate_logits, past)
+    CausalEvolvingAttention(embed_dim, num_heads, *, alpha, beta, negative_slope, chain_start)
+                                                     forward(x, mask, prev_logits, past)
+
 They are the layers of the built-in models (one implementation per variant). Inside any model,
 `attndeploy.export.export_model` writes each call of a QVI, gated or evolving layer as one node
 of the `attndeploy` ONNX domain with its function (docs/ops.md), so any onnxruntime runs it.
@@ -25,12 +37,21 @@ of the `attndeploy` ONNX domain with its function (docs/ops.md), so any onnxrunt
 
 from __future__ import annotations
 
+from attndeploy.variants.evolving.causal import CausalEvolvingAttention
 from attndeploy.variants.evolving.layer import EvolvingAttention
+from attndeploy.variants.ganet.causal import CausalGatedAttention, CausalGateNetwork
 from attndeploy.variants.ganet.layer import GatedAttention, GateNetwork, soft_density
+from attndeploy.variants.qvi.causal import CausalQVIAttention
 from attndeploy.variants.qvi.layer import QVIAttention
+from attndeploy.variants.standard.causal import CausalStandardAttention
 from attndeploy.variants.standard.layer import StandardAttention
 
 __all__ = [
+    "CausalEvolvingAttention",
+    "CausalGateNetwork",
+    "CausalGatedAttention",
+    "CausalQVIAttention",
+    "CausalStandardAttention",
     "EvolvingAttention",
     "GateNetwork",
     "GatedAttention",

@@ -157,5 +157,51 @@ def HardGates(gate_logits: TFloat, key_padding_mask: BOOL) -> BOOL:
     return gates
 
 
+@onnxscript.script(INTERNAL, default_opset=op)
+def CausalAllowed(query: TFloat, key_padding_mask: BOOL) -> BOOL:
+    """CausalAllowed(query: T [B,H,Tq,d], key_padding_mask: bool [B,Tk]) -> bool [B,1,Tq,Tk]
+
+    The causal rule of the decoder ops (docs/variants.md §5): the queries are the last Tq of the
+    Tk keys; query i reads key j when j <= i and j is real, and always its own key (j = i), so
+    no row is empty. Equals `_causal.causal_allowed`.
+    """
+    zero = op.Constant(value_int=0)
+    one = op.Constant(value_int=1)
+    num_queries = op.Squeeze(op.Shape(query, start=2, end=3), [0])  # scalar Tq
+    num_keys = op.Squeeze(op.Shape(key_padding_mask, start=1, end=2), [0])  # scalar Tk
+    rows = op.Add(op.Range(zero, num_queries, one), op.Sub(num_keys, num_queries))  # [Tq]
+    rows = op.Unsqueeze(rows, [1])  # [Tq, 1]: each query's position among the keys
+    cols = op.Unsqueeze(op.Range(zero, num_keys, one), [0])  # [1, Tk]
+    before = op.Unsqueeze(op.LessOrEqual(cols, rows), [0, 1])  # [1, 1, Tq, Tk]
+    diagonal = op.Unsqueeze(op.Equal(cols, rows), [0, 1])  # [1, 1, Tq, Tk]
+    real = op.Unsqueeze(key_padding_mask, [1, 2])  # [B, 1, 1, Tk]
+    allowed = op.Or(op.And(before, real), diagonal)  # [B, 1, Tq, Tk]
+    return allowed
+
+
+@onnxscript.script(INTERNAL, default_opset=op)
+def ZeroCausal(x: TFloat, key_padding_mask: BOOL) -> TFloat:
+    """ZeroCausal(x: T [B,H,Tq,Tk], key_padding_mask: bool [B,Tk]) -> T [B,H,Tq,Tk]
+
+    Z_c(X): rows of padded queries (the last Tq keys), columns of padded keys and every key after
+    its query (j > i) set to 0, with Where. Equals `evolving.reference._zero_causal`.
+    """
+    zero = op.Constant(value_int=0)
+    one = op.Constant(value_int=1)
+    num_queries = op.Shape(x, start=2, end=3)  # [1]: Tq
+    num_keys = op.Shape(x, start=3, end=4)  # [1]: Tk
+    first_query = op.Sub(num_keys, num_queries)  # [1]: P
+    rows = op.Add(op.Range(zero, op.Squeeze(num_queries, [0]), one), first_query)  # [Tq]
+    cols = op.Range(zero, op.Squeeze(num_keys, [0]), one)  # [Tk]
+    before = op.LessOrEqual(op.Unsqueeze(cols, [0]), op.Unsqueeze(rows, [1]))  # [Tq, Tk]
+    query_real = op.Slice(key_padding_mask, first_query, num_keys, [1])  # [B, Tq]
+    keep = op.And(
+        op.And(op.Unsqueeze(before, [0, 1]), op.Unsqueeze(query_real, [1, 3])),
+        op.Unsqueeze(key_padding_mask, [1, 2]),
+    )  # [B, 1, Tq, Tk]
+    zeroed = op.Where(keep, x, op.CastLike(0.0, x))  # [B, H, Tq, Tk]
+    return zeroed
+
+
 # The helper functions the registry inlines into the op bodies.
-HELPERS = (MaskedSoftmax, ScaledScores, ZeroPads, HardGates)
+HELPERS = (MaskedSoftmax, ScaledScores, ZeroPads, HardGates, CausalAllowed, ZeroCausal)

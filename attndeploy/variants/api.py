@@ -12,11 +12,27 @@
                            the gated pooling of the classifier head)
     PaddedBiLSTM, run_lstm, override_lstm, reverse_within_length
                            a padding-aware BiLSTM that exports as ONNX `LSTM` nodes
+    CausalResult, LayerState, causal_allowed, full_key_mask, past_length, with_past,
+    reorder_state, state_names, state_bytes
+                           what a causal (decoder) layer shares: its result, its named cache
+                           state, the causal rule, beam reordering, Optimum's state names
 
-The names live in `variants/_common.py`, `_gating.py` and `_recurrent.py`; import them from
-here (docs/adding-a-variant.md). The ops' PyTorch references are `attndeploy.variants.functional`.
+The names live in `variants/_common.py`, `_gating.py`, `_recurrent.py` and `_causal.py`; import
+them from here (docs/adding-a-variant.md). The ops' PyTorch references are
+`attndeploy.variants.functional`.
 """
 
+from attndeploy.variants._causal import (
+    CausalResult,
+    LayerState,
+    causal_allowed,
+    full_key_mask,
+    past_length,
+    reorder_state,
+    state_bytes,
+    state_names,
+    with_past,
+)
 from attndeploy.variants._common import (
     AttentionBase,
     LayerContext,
@@ -38,6 +54,15 @@ from attndeploy.variants._recurrent import (
 
 __all__ = [
     "AttentionBase",
+    "CausalResult",
+    "LayerState",
+    "causal_allowed",
+    "full_key_mask",
+    "past_length",
+    "reorder_state",
+    "state_bytes",
+    "state_names",
+    "with_past",
     "GateState",
     "LSTMRunner",
     "LayerContext",

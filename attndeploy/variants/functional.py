@@ -11,6 +11,10 @@ Conventions (docs/ops.md): tensors are `[B, H, T, d]`; `key_padding_mask` is boo
 True = real token; weights are per head `[H, d_in, d_out]`, applied as `x @ W`; masked softmax adds
 the most negative finite value of the dtype (never -inf) and runs in fp32; no output is NaN for
 finite input, also for rows without any real token.
+
+The causal (decoder) references (`causal_*`, `qvi_prefix_attention`,
+`qvi_causal_pairwise_attention`; docs/variants.md §5) take queries that are the last Tq of the
+Tk keys: a whole sequence (Tq = Tk) or a decode step against a cache.
 """
 
 from __future__ import annotations
@@ -22,11 +26,28 @@ from attndeploy.variants._reference import (  # noqa: F401  (helpers the op code
     masked_softmax,
     resolve_scale,
 )
-from attndeploy.variants.evolving.reference import evolving_attention, evolving_attention_start
-from attndeploy.variants.ganet.reference import gated_attention, gated_attention_pooling
-from attndeploy.variants.qvi.reference import qvi_attention, qvi_pairwise_attention
+from attndeploy.variants.evolving.reference import (
+    causal_evolving_attention,
+    causal_evolving_attention_start,
+    evolving_attention,
+    evolving_attention_start,
+)
+from attndeploy.variants.ganet.reference import (
+    causal_gated_attention,
+    gated_attention,
+    gated_attention_pooling,
+)
+from attndeploy.variants.qvi.reference import (
+    qvi_attention,
+    qvi_causal_pairwise_attention,
+    qvi_pairwise_attention,
+    qvi_prefix_attention,
+)
 
 __all__ = [
+    "causal_evolving_attention",
+    "causal_evolving_attention_start",
+    "causal_gated_attention",
     "evolving_attention",
     "evolving_attention_start",
     "gated_attention",
@@ -34,5 +55,7 @@ __all__ = [
     "hard_gates",
     "masked_softmax",
     "qvi_attention",
+    "qvi_causal_pairwise_attention",
     "qvi_pairwise_attention",
+    "qvi_prefix_attention",
 ]

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import attndeploy.variants.api as api
-from attndeploy.variants import _common, _gating, _recurrent
+from attndeploy.variants import _causal, _common, _gating, _recurrent
 
 ROOT = Path(__file__).resolve().parents[2]
 PRIVATE = re.compile(r"^attndeploy\.variants\._")
@@ -47,7 +47,7 @@ def test_the_guide_to_a_new_variant_names_the_public_api_only():
 
 def test_the_api_re_exports_the_machinery_itself():
     for name in api.__all__:
-        home = next(m for m in (_common, _gating, _recurrent) if hasattr(m, name))
+        home = next(m for m in (_common, _gating, _recurrent, _causal) if hasattr(m, name))
         assert getattr(api, name) is getattr(home, name)
 
 

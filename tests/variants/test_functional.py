@@ -200,7 +200,9 @@ def test_every_variant_keeps_its_op_references_in_its_own_package():
     for spec in variant_specs():
         if spec.ops is None:
             continue
-        for op in importlib.import_module(spec.ops).OPS:
+        causal = spec.ops.rsplit(".", 1)[0] + ".causal_ops"
+        for op in (*importlib.import_module(spec.ops).OPS,
+                   *importlib.import_module(causal).CAUSAL_OPS):
             assert op.reference.__module__ == f"attndeploy.variants.{spec.name}.reference", op.name
             assert getattr(Fn, op.functional_name) is op.reference
             seen.append(op.functional_name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attndeploy.variants._causal import causal_allowed
 from attndeploy.variants._reference import (
     _key_allowed,
     _scores,
@@ -64,3 +65,47 @@ def gated_attention_pooling(
     gates = hard_gates(gate_logits, key_padding_mask)  # [B, T]
     alpha = masked_softmax(scores, gates)  # [B, T]
     return torch.einsum("bt,btd->bd", alpha, values), gates
+
+
+def causal_gated_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor,
+    gate_logits: Tensor,
+    *,
+    scale: float | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """CausalGatedAttention(query, key, value, key_padding_mask, gate_logits; scale)
+    -> output, gates, open_keys, open_values, open_slots
+
+    Hard-gated attention under the causal rule (docs/variants.md §5): gates = (logit > 0) AND
+    real, with no rescue over the whole row: query i (the last n of the P+n keys) reads the open
+    keys j <= i and always its own key (the per-row rescue), so no row is empty and a closed
+    token is never read by a later one. So a decoder's cache leaves closed tokens out: it
+    appends open_keys and open_values [B,H,N,d], the new tokens (the last n) whose gate is open,
+    gathered open-first in position order into N = the batch's largest open count slots (N may
+    be 0), and open_slots [B,N], which slots hold an open token. (The cached keys come first in
+    key, with a positive logit: they were open when cached.)
+    """
+    scale = resolve_scale(query, scale)
+    gates = (gate_logits > 0) & key_padding_mask  # [B, P+n]
+    allowed = causal_allowed(gates, query.shape[2])  # [B, 1, n, P+n]
+    probs = masked_softmax(_scores(query, key, scale), allowed)  # [B, H, n, P+n]
+    opened = _open_tokens(key, value, gates, query.shape[2])
+    return (probs @ value, gates, *opened)  # [B, H, n, d], [B, P+n], what the cache appends
+
+
+def _open_tokens(key: Tensor, value: Tensor, gates: Tensor, num_new: int
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """The last `num_new` keys and values whose gate is open, gathered into N slots."""
+    batch, heads, t_k, dim = key.shape
+    past = t_k - num_new
+    new_gates = gates[:, past:]  # [B, n]
+    n_open = int(new_gates.sum(-1).max()) if num_new else 0  # N, 0 <= N <= n
+    positions = torch.arange(num_new, device=gates.device)
+    order = new_gates.long() * (2 * num_new) - positions[None, :]  # [B, n]: open first, in order
+    slots = torch.topk(order, n_open, dim=-1).indices  # [B, N]
+    slot_ok = torch.gather(new_gates, 1, slots)  # [B, N]
+    index = (slots + past)[:, None, :, None].expand(batch, heads, n_open, dim)  # [B, H, N, d]
+    return torch.gather(key, 2, index), torch.gather(value, 2, index), slot_ok  # [B,H,N,d] x2
