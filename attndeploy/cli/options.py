@@ -33,7 +33,8 @@ MEANINGS: dict[str, str] = {
     "--text": "A text to classify.",
     "--text-file": "Texts, one per line (a file, a pipe, or '-' for stdin).",
     "--dataset": "A built-in data set (sparse_evidence, tagging).",
-    "--data": "Labelled texts: a JSONL file of {\"text\", \"label\"} objects (or a pipe).",
+    "--data": ("Labelled texts: a JSONL file (or a pipe) whose lines the model's family reads "
+               "({\"text\", \"label\"} for text classification)."),
     "--json": "Print the result as one JSON document on stdout.",
     "--jsonl": "Print one JSON object per line (JSON lines) on stdout.",
     "--json-out": "Write the JSON report to this file.",
