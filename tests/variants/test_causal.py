@@ -1,6 +1,7 @@
 """Causal attention for every variant (issue #49, docs/variants.md §5), from one table of cases
 (tests/variants/causal_cases.py): causality of layers and references, incremental decoding with
-the cache against full recomputation, the op bodies against their references, and the refusals.
+the cache against full recomputation, the op bodies against their references, and the refusals
+(docs/variants.md §6 C8, C9, C10).
 
 Letters: b batch, h heads, i/j query/key positions, d head dim, n new tokens, D model dim.
 """
