@@ -1,14 +1,7 @@
-"""GA-Net's causal (decoder) op: listed apart from `ops.OPS` until the op set's docs and op tests
-take it in (docs/ops.md; issue #49)."""
+"""Deprecated alias: the causal ops are registered in `ops.OPS` (docs/ops.md), which also names
+them `CAUSAL_OPS`. This module stays only because tests/variants/test_functional.py still reads
+`causal_ops.CAUSAL_OPS`; delete it once that test reads `ops.OPS` alone."""
 
 from __future__ import annotations
 
-import torch
-
-from attndeploy.opspec.spec import OpSpec
-from attndeploy.variants.ganet import op_causal, reference
-
-CAUSAL_OPS = (
-    OpSpec("CausalGatedAttention", reference.causal_gated_attention,
-           torch.ops.attndeploy.causal_gated_attention.default, op_causal.CausalGatedAttention),
-)
+from attndeploy.variants.ganet.ops import CAUSAL_OPS  # noqa: F401  (re-exported)

@@ -1,17 +1,7 @@
-"""QVI's causal (decoder) ops: listed apart from `ops.OPS` until the op set's docs and op tests
-take them in (docs/ops.md; issue #49)."""
+"""Deprecated alias: the causal ops are registered in `ops.OPS` (docs/ops.md), which also names
+them `CAUSAL_OPS`. This module stays only because tests/variants/test_functional.py still reads
+`causal_ops.CAUSAL_OPS`; delete it once that test reads `ops.OPS` alone."""
 
 from __future__ import annotations
 
-import torch
-
-from attndeploy.opspec.spec import OpSpec
-from attndeploy.variants.qvi import op_causal_pairwise, op_prefix, reference
-
-CAUSAL_OPS = (
-    OpSpec("QVIPrefixAttention", reference.qvi_prefix_attention,
-           torch.ops.attndeploy.qvi_prefix_attention.default, op_prefix.QVIPrefixAttention),
-    OpSpec("QVICausalPairwiseAttention", reference.qvi_causal_pairwise_attention,
-           torch.ops.attndeploy.qvi_causal_pairwise_attention.default,
-           op_causal_pairwise.QVICausalPairwiseAttention, torch_only=("chunk_size",)),
-)
+from attndeploy.variants.qvi.ops import CAUSAL_OPS  # noqa: F401  (re-exported)
