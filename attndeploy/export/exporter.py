@@ -41,10 +41,12 @@ from attndeploy.export.generic import ExportOptions, ExportResult
 from attndeploy.fsutil import atomic_write_bytes
 from attndeploy.interface import BATCH, SEQ, ModelInterface, make_feed, model_interface
 from attndeploy.opspec.bodies import DOMAIN_VERSION
+from attndeploy.runtime.contract import CONTRACT_VERSION
 from attndeploy.runtime.names import (
     ATTENTION_MASK,
     INPUT_IDS,
     META_CONFIG,
+    META_CONTRACT_VERSION,
     META_DOMAIN_VERSION,
     META_DTYPE,
     META_FAMILY,
@@ -157,6 +159,7 @@ def build_metadata(ckpt: Checkpoint, options: ExportOptions, max_seq: int) -> di
         META_DTYPE: "float16" if options.fp16 else "float32",
         META_INLINED: "true" if options.inline_functions else "false",
         META_TOKENIZER: json.dumps(ckpt.tokenizer.to_dict()) if ckpt.tokenizer else "",
+        META_CONTRACT_VERSION: str(CONTRACT_VERSION),
     }
 
 
