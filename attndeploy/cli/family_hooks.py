@@ -62,3 +62,39 @@ def report_trained(out: Path, metrics: dict[str, Any], summary: dict[str, Any],
     for name, value in {**metrics, **summary}.items():
         shown = f"{value:.4g}" if isinstance(value, float) else str(value)
         console.print(f"  {name}: {shown}", highlight=False)
+
+
+def print_summary(summary: dict[str, Any], json_output: bool) -> None:
+    """A hook's result summary: JSON, or `name: value` lines."""
+    from attndeploy.cli.output import console, print_json
+
+    if json_output:
+        print_json(summary)
+        return
+    for name, value in summary.items():
+        console.print(f"{name}: {value}", highlight=False, markup=False)
+
+
+def report_validation(report: Any, json_output: bool, json_path: Path | None, *,
+                      force: bool) -> None:
+    """A hook's validation report (`to_dict`, `passed`, `failure`, `checks`): written to
+    `json_path` when given, printed, then ValidationError (one line) unless it passed."""
+    from attndeploy.cli.output import console, print_json
+    from attndeploy.errors import ValidationError
+    from attndeploy.fsutil import atomic_write_text, check_replaceable
+
+    document = report.to_dict()
+    if json_path is not None:
+        check_replaceable(json_path, force=force)
+        atomic_write_text(Path(json_path), json.dumps(document, indent=2) + "\n")
+    if json_output:
+        print_json(document)
+    else:
+        for check in report.checks:
+            status = "[green]passed[/]" if check.passed else "[red]failed[/]"
+            console.print(f"{check.name:>12}: {status} max error {check.max_error:.3g} "
+                          f"(<= {check.tolerance:g}) {check.detail}", highlight=False)
+    if not report.passed:
+        raise ValidationError(report.failure())
+    if not json_output:
+        console.print("[bold green]validation passed[/]")
