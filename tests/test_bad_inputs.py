@@ -435,6 +435,11 @@ CASES: dict[str, BadInput] = {
                                "onnxruntime", "--opt-level", "0", stage="export",
                                fragment="opt-level 0"),
     # ---- predict (in process: no server)
+    "generate no prompt": case("generate", "{onnx}", stage="data", fragment="--prompt"),
+    "generate missing model": case("generate", "{tmp}/absent.onnx", "--prompt", "w1",
+                                   stage="model", fragment="absent.onnx"),
+    "generate a classifier": case("generate", "{onnx}", "--prompt", "w1", stage="model",
+                                  fragment="not a text-generation export"),
     "predict no texts": case("predict", "{onnx}", stage="data", fragment="--text"),
     "predict text and file": case("predict", "{onnx}", "--text", "w1", "--text-file", "{tmp}/l.txt",
                                   stage="data", fragment="not both",

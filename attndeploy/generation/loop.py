@@ -32,6 +32,7 @@ from attndeploy.generation.sampling import Sampling, TokenChooser
 from attndeploy.generation.tokenizer import RECORD_TYPE, LMTokenizer
 
 OnText = Callable[[int, str], None]
+DEFAULT_MAX_NEW_TOKENS = 32
 
 
 @dataclass
@@ -138,7 +139,8 @@ class DecoderModel:
                 f"model's context of {self.metadata.max_seq}: shorten the prompt or ask for at "
                 f"most {max(self.metadata.max_seq - longest, 0)} new tokens")
 
-    def generate_ids(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 32, *,
+    def generate_ids(self, prompts: Sequence[Sequence[int]],
+                     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, *,
                      sampling: Sampling | None = None,
                      on_token: Callable[[np.ndarray, np.ndarray], bool] | None = None,
                      use_cache: bool = True) -> list[list[int]]:
@@ -187,7 +189,8 @@ class DecoderModel:
                              "text (export a checkpoint trained with `attndeploy train --data`)")
         return self.tokenizer
 
-    def generate(self, prompts: str | Sequence[str], max_new_tokens: int = 32, *,
+    def generate(self, prompts: str | Sequence[str],
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, *,
                  temperature: float | None = None, top_k: int | None = None,
                  top_p: float | None = None, seed: int | None = None, stop: str | None = None,
                  on_text: OnText | None = None) -> list[Generation]:

@@ -28,7 +28,7 @@ def _outputs(num_labels: int) -> tuple:
 SPEC = register_family(FamilySpec(
     name="text-generation",
     head="causal_lm",
-    order=2,
+    order=90,  # last: its one key, "text", is in every family's lines; those with more read first
     summary="a text in, its continuation out",
     outputs=_outputs,
     architectures=("decoder",),
