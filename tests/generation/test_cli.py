@@ -73,3 +73,10 @@ def test_bad_requests_are_one_line(trained, args, stage, fragment):
     result = run_cli("generate", str(trained / "model.onnx"), "--prompt", "the cat", *args,
                      cwd=trained)
     assert_one_line_error(result, stage, fragment)
+
+
+def test_the_encoder_export_options_are_refused_for_a_decoder(trained):
+    result = run_cli("export", str(trained / "ckpt"), "--out", str(trained / "half.onnx"),
+                     "--fp16", cwd=trained)
+    assert_one_line_error(result, "export", "--fp16 does not apply to a text-generation model")
+    assert not (trained / "half.onnx").exists()

@@ -25,9 +25,17 @@ def agreement(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     return np.argmax(actual, axis=-1) == np.argmax(expected, axis=-1)
 
 
-def export_checkpoint(checkpoint: Path, out: Path, **_: Any) -> dict[str, Any]:
-    """`attndeploy export CKPT` for a decoder: one graph with its cache."""
+def export_checkpoint(checkpoint: Path, out: Path, **options: Any) -> dict[str, Any]:
+    """`attndeploy export CKPT` for a decoder: one graph with its cache, fp32, opset 18, the
+    functions kept, the model's whole context (the encoder exports' options are refused)."""
+    from attndeploy.errors import ExportError
     from attndeploy.export.decoder import export_checkpoint as export
+
+    given = sorted(f"--{name.replace('_', '-')}" for name, value in options.items()
+                   if value not in (None, False))
+    if given:
+        raise ExportError(f"{', '.join(given)} does not apply to a text-generation model yet: "
+                          "it exports in fp32 with opset 18 and its whole context")
 
     return export(Path(checkpoint), Path(out)).summary()
 
