@@ -79,3 +79,14 @@ def test_a_checkpoint_reads_back_the_same_model(tmp_path, tied):
     assert loaded.tokenizer.vocab == tokenizer.vocab
     assert loaded.raw["model"]["head"] == "causal_lm"
     assert (loaded.model.lm_head.weight is loaded.model.token_embedding.weight) == tied
+
+
+def test_a_checkpoint_whose_weights_changed_is_refused(tmp_path):
+    from attndeploy.errors import CheckpointError
+
+    save_decoder(tiny_model("standard"), None, tmp_path / "a")
+    save_decoder(tiny_model("standard", seed=1), None, tmp_path / "b")
+    (tmp_path / "a" / "model.safetensors").write_bytes(
+        (tmp_path / "b" / "model.safetensors").read_bytes())
+    with pytest.raises(CheckpointError, match="sha256 differs"):
+        load_decoder(tmp_path / "a")

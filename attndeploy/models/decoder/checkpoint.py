@@ -8,6 +8,7 @@ embedding) and tied again on load.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from attndeploy import __version__
 from attndeploy.errors import CheckpointError
-from attndeploy.fsutil import check_replaceable
+from attndeploy.fsutil import check_replaceable, current_umask, file_sha256
 from attndeploy.generation.tokenizer import LMTokenizer
 from attndeploy.models.decoder.config import HEAD, DecoderConfig
 from attndeploy.models.decoder.model import CausalLM
@@ -59,6 +60,9 @@ def save_decoder(model: CausalLM, tokenizer: LMTokenizer | None, out: Path, *,
     }
     with atomic_directory(out, replace=force) as staging:
         save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": FORMAT})
+        # safetensors writes 0600; a checkpoint gets the modes the umask gives, like every output
+        os.chmod(staging / WEIGHTS_FILE, 0o666 & ~current_umask())
+        config["weights_sha256"] = file_sha256(staging / WEIGHTS_FILE)
         (staging / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     return out
 
@@ -73,6 +77,11 @@ def load_decoder(path: Path) -> DecoderCheckpoint:
     if not is_decoder_checkpoint(path):
         raise CheckpointError(f"{path}: not a text-generation checkpoint (head {HEAD!r})")
     config = DecoderConfig.from_dict(raw["model"])
+    digest = raw.get("weights_sha256")
+    if digest is not None and (path / WEIGHTS_FILE).is_file() and (
+            file_sha256(path / WEIGHTS_FILE) != digest):
+        raise CheckpointError(f"{path / WEIGHTS_FILE} is not the file config.json records "
+                              "(its sha256 differs): the checkpoint was changed or mixed up")
     model = CausalLM(config)
     try:
         tensors = load_file(str(path / WEIGHTS_FILE))
