@@ -28,7 +28,7 @@ GREATER_IS_BETTER = False
 LABEL_DTYPE = torch.long
 MODEL_SIZES = ("variant", "d_model", "n_heads", "n_layers", "d_ff", "max_seq", "dropout")
 FIT_FIELDS = ("steps", "batch_size", "learning_rate", "weight_decay", "warmup_steps", "seed",
-              "max_seconds")
+              "max_seconds", "density_target")
 
 
 def train_texts(texts: Sequence[str], *, model: dict[str, Any], training: dict[str, Any],

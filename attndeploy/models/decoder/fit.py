@@ -5,7 +5,9 @@ Every text becomes `<bos> words <eos>` (`LMTokenizer`), cut into windows of at m
 tokens; a batch is right-padded and its pads are left out of the loss (a causal model's real
 tokens never read the pads after them). The held-out split is a seeded share of the texts; the
 tokenizer is built from the training split only. AdamW with a linear warm-up and cosine decay;
-GA-Net's gate network trains with its logistic noise (relaxed gates) and decodes with hard ones.
+GA-Net's gate network trains with its logistic noise (relaxed gates) and decodes with hard ones;
+with a `density_target` a hinge on the soft open share pushes gates closed, so fewer tokens enter
+the cache (`gate_density` measures the hard gates on the held-out text).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class FitOptions:
     max_seconds: float | None = None
     eval_fraction: float = 0.2
     max_vocab: int = 8000
+    density_target: float | None = None  # GA-Net: push the mean open-gate chance down to this
+    density_weight: float = 1.0  # ... with this weight on the excess (a hinge)
 
 
 @dataclass
@@ -96,12 +100,28 @@ def _batch(rows: Sequence[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch
     return ids, mask, targets
 
 
-def lm_loss(model: CausalLM, rows: Sequence[list[int]]) -> tuple[torch.Tensor, int]:
-    """(mean next-token cross-entropy, number of predicted tokens) of one batch."""
+def lm_loss(model: CausalLM, rows: Sequence[list[int]],
+            density_target: float | None = None, density_weight: float = 1.0,
+            ) -> tuple[torch.Tensor, int]:
+    """(mean next-token cross-entropy, number of predicted tokens) of one batch; with a
+    `density_target` and a GA-Net model, plus `density_weight` times the excess of its mean
+    open-gate chance (sigmoid of the gate logits over real tokens) over the target."""
     ids, mask, targets = _batch(rows)
-    logits, _ = model(ids, mask)  # [B, T, V]
+    gate_logits: list[torch.Tensor] = []
+    hook = (model.gate_network.register_forward_hook(
+        lambda module, inputs, output: gate_logits.append(output[0]))
+        if density_target is not None and model.gate_network is not None else None)
+    try:
+        logits, _ = model(ids, mask)  # [B, T, V]
+    finally:
+        if hook is not None:
+            hook.remove()
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),  # [B*T, V]
                            targets.reshape(-1), ignore_index=IGNORE)  # [B*T]
+    if gate_logits:
+        real = mask.bool()  # [B, T]
+        density = torch.sigmoid(gate_logits[0])[real].mean()  # the soft open share
+        loss = loss + density_weight * torch.relu(density - density_target)
     return loss, int((targets != IGNORE).sum())
 
 
@@ -117,6 +137,17 @@ def perplexity(model: CausalLM, rows: Sequence[list[int]], batch_size: int = 32)
         count += n
     model.train(was_training)
     return math.exp(total / count) if count else float("nan")
+
+
+@torch.no_grad()
+def gate_density(model: CausalLM, rows: Sequence[list[int]]) -> float:
+    """GA-Net: the share of real tokens whose hard gate is open (they enter the cache)."""
+    opened = real = 0
+    for row in rows:
+        _, present = model(torch.tensor([row[:-1]]))  # [1, n]: one text, no padding
+        opened += int(present["past_key_values.0.key_mask"].sum())
+        real += len(row) - 1
+    return opened / real if real else float("nan")
 
 
 def _learning_rate(step: int, options: FitOptions) -> float:
@@ -155,7 +186,7 @@ def fit_decoder(texts: Sequence[str], config: dict[str, Any], options: FitOption
             rows = rng.sample(train_rows, min(options.batch_size, len(train_rows)))
             for group in optimizer.param_groups:
                 group["lr"] = _learning_rate(step, options)
-            loss, _ = lm_loss(model, rows)
+            loss, _ = lm_loss(model, rows, options.density_target, options.density_weight)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -173,6 +204,8 @@ def fit_decoder(texts: Sequence[str], config: dict[str, Any], options: FitOption
         "held_out_texts": len(held_texts),
         "held_out_tokens": sum(len(r) - 1 for r in held_rows),
     }
+    if model.gate_network is not None:
+        metrics["gate_density"] = gate_density(model, held_rows)
     summary = {"steps": step, "seconds": round(time.monotonic() - started, 2),
                "variant": decoder_config.variant, "vocab_size": len(tokenizer),
                "parameters": sum(p.numel() for p in model.parameters()),
