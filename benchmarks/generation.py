@@ -20,13 +20,15 @@ Measured, in `--rounds` rounds that visit the variants in a fresh random order e
   own gates stay open: these are thresholds moved after training.)
 
 Run: `.venv/bin/python benchmarks/generation.py [--variants standard,qvi,ganet,evolving]
-[--steps 150] [--rounds 3] [--threads 2] [--new-tokens 64] [--data FILE] [--out DIR]`.
+[--steps 150] [--rounds 3] [--threads 2] [--new-tokens 64] [--data FILE]
+[--ganet-density-target D] [--out DIR]`.
 Writes DIR/generation.json (DIR defaults to benchmarks/results/).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -152,6 +154,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--contexts", default="16,64,128,192")
     parser.add_argument("--data", type=Path)
+    parser.add_argument("--ganet-density-target", type=float,
+                        help="GA-Net trains toward this gate density (FitOptions.density_target)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -166,13 +170,17 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="generation-bench-"))
     for variant in variants:
         started = time.perf_counter()
-        result = fit_decoder(texts, {**config, "variant": variant}, options)
+        own = (dataclasses.replace(options, density_target=args.ganet_density_target)
+               if variant == "ganet" else options)
+        result = fit_decoder(texts, {**config, "variant": variant}, own)
         trained[variant] = result
         export_decoder(result.model, result.tokenizer, folder / f"{variant}.onnx")
         models[variant] = DecoderModel(folder / f"{variant}.onnx", threads=args.threads)
         quality[variant] = {"perplexity": result.metrics["perplexity"],
                             "baseline_perplexity": result.metrics["baseline_perplexity"],
-                            "train_and_export_s": time.perf_counter() - started}
+                            "train_and_export_s": time.perf_counter() - started,
+                            **({"gate_density": result.metrics["gate_density"]}
+                               if "gate_density" in result.metrics else {})}
         print(f"{variant}: trained and exported, perplexity "
               f"{result.metrics['perplexity']:.3f}", flush=True)
     samples: dict = {v: {"steps": {c: [] for c in contexts}, "speed": []} for v in variants}
