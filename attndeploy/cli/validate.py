@@ -63,8 +63,9 @@ def command(
 
         own = checks_hook(checkpoint, "validate_checkpoint")  # text-generation: a decoder
         if own is not None:
-            report_validation(own(checkpoint, onnx_file, seed=seed), json_output, json_path,
-                              force=force)
+            tolerance = {} if atol is None else {"atol": atol}  # ONNX against PyTorch
+            report_validation(own(checkpoint, onnx_file, seed=seed, **tolerance), json_output,
+                              json_path, force=force)
             return
     checkpoint, model = _sources(checkpoint, onnx_file, user_model, weights, shapes)
     inputs = [weights] if weights is not None else [checkpoint / n for n in _checkpoint_files()]
