@@ -20,9 +20,12 @@ from attndeploy.errors import ConfigError
 def checkpoint_head(checkpoint: Path) -> str | None:
     """The `model.head` a checkpoint's config.json records, or None where it cannot be read
     (the common path then says what is wrong)."""
+    from attndeploy.errors import CheckpointError
+    from attndeploy.jsonread import read_json_file
+
     try:
-        raw = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = read_json_file(Path(checkpoint) / "config.json", error=CheckpointError)
+    except (OSError, CheckpointError):
         return None
     model = raw.get("model") if isinstance(raw, dict) else None
     head = model.get("head") if isinstance(model, dict) else None

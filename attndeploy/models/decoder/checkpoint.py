@@ -19,6 +19,7 @@ from attndeploy import __version__
 from attndeploy.errors import CheckpointError
 from attndeploy.fsutil import check_replaceable, current_umask, file_sha256
 from attndeploy.generation.tokenizer import LMTokenizer
+from attndeploy.jsonread import read_json_file
 from attndeploy.models.decoder.config import HEAD, DecoderConfig
 from attndeploy.models.decoder.model import CausalLM
 from attndeploy.output_set import atomic_directory
@@ -38,8 +39,8 @@ class DecoderCheckpoint:
 def is_decoder_checkpoint(path: Path) -> bool:
     """Whether `path` is a checkpoint folder whose model section has head `causal_lm`."""
     try:
-        raw = json.loads((Path(path) / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = read_json_file(Path(path) / CONFIG_FILE, error=CheckpointError)
+    except (OSError, CheckpointError):
         return False
     return isinstance(raw, dict) and isinstance(raw.get("model"), dict) and (
         raw["model"].get("head") == HEAD)
@@ -71,8 +72,8 @@ def load_decoder(path: Path) -> DecoderCheckpoint:
     """The model (eval mode) and tokenizer of a decoder checkpoint; CheckpointError otherwise."""
     path = Path(path)
     try:
-        raw = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        raw = read_json_file(path / CONFIG_FILE, error=CheckpointError)
+    except OSError as exc:
         raise CheckpointError(f"{path}: not a readable checkpoint ({exc})") from None
     if not is_decoder_checkpoint(path):
         raise CheckpointError(f"{path}: not a text-generation checkpoint (head {HEAD!r})")
