@@ -269,9 +269,15 @@ CASES: dict[str, BadInput] = {
                                 prepare=_write("d.jsonl", "not json\n")),
     "train data empty": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
                              stage="data", fragment="d.jsonl", prepare=_write("d.jsonl", "")),
+    # a first line with a label makes a text-classification file (text alone: text-generation)
     "train data without label": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
-                                     stage="data", fragment="label",
-                                     prepare=_write("d.jsonl", '{"text": "a b"}\n')),
+                                     stage="data", fragment="missing 'label'",
+                                     prepare=_write("d.jsonl", '{"text": "a", "label": "x"}\n'
+                                                               '{"text": "a b"}\n')),
+    "train language model on one text": case(
+        "train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o", stage="data",
+        fragment="a language model needs at least 2 texts",
+        prepare=_write("d.jsonl", '{"text": "a b"}\n')),
     "train data not utf-8": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
                                  stage="data", fragment="d.jsonl",
                                  prepare=_write("d.jsonl", b'{"text": "\xff\xfe", "label": 1}\n')),
