@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from attndeploy.cli.options import JsonFlag, shared
-from attndeploy.cli.output import console, error_console, print_warning
+from attndeploy.cli.output import console, error_console
 from attndeploy.runtime import DEFAULT_BATCH_SIZE
 from attndeploy.runtime.lines import LineReader as FileLines
 
@@ -60,9 +60,6 @@ def command(
                         f"('-' reads stdin){both}")
     if json_output and jsonl_output:
         raise DataError("give --json (one document) or --jsonl (one record a line), not both")
-    if json_output and file is not None:  # for one release: --json printed JSON lines before
-        print_warning("predict --json prints one JSON document now; --jsonl prints one record "
-                      "a line, as --json did")
     runner = InferenceModel(model, threads=threads)  # ModelError: `error (model): ...`
     lines = LineReader(file) if file is not None else None
     texts: Iterator[str] = iter(text) if lines is None else iter(lines)
