@@ -269,9 +269,15 @@ CASES: dict[str, BadInput] = {
                                 prepare=_write("d.jsonl", "not json\n")),
     "train data empty": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
                              stage="data", fragment="d.jsonl", prepare=_write("d.jsonl", "")),
+    # a first line with a label makes a text-classification file (text alone: text-generation)
     "train data without label": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
-                                     stage="data", fragment="label",
-                                     prepare=_write("d.jsonl", '{"text": "a b"}\n')),
+                                     stage="data", fragment="missing 'label'",
+                                     prepare=_write("d.jsonl", '{"text": "a", "label": "x"}\n'
+                                                               '{"text": "a b"}\n')),
+    "train language model on one text": case(
+        "train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o", stage="data",
+        fragment="a language model needs at least 2 texts",
+        prepare=_write("d.jsonl", '{"text": "a b"}\n')),
     "train data not utf-8": case("train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o",
                                  stage="data", fragment="d.jsonl",
                                  prepare=_write("d.jsonl", b'{"text": "\xff\xfe", "label": 1}\n')),
@@ -435,6 +441,11 @@ CASES: dict[str, BadInput] = {
                                "onnxruntime", "--opt-level", "0", stage="export",
                                fragment="opt-level 0"),
     # ---- predict (in process: no server)
+    "generate no prompt": case("generate", "{onnx}", stage="data", fragment="--prompt"),
+    "generate missing model": case("generate", "{tmp}/absent.onnx", "--prompt", "w1",
+                                   stage="model", fragment="absent.onnx"),
+    "generate a classifier": case("generate", "{onnx}", "--prompt", "w1", stage="model",
+                                  fragment="not a text-generation export"),
     "predict no texts": case("predict", "{onnx}", stage="data", fragment="--text"),
     "predict text and file": case("predict", "{onnx}", "--text", "w1", "--text-file", "{tmp}/l.txt",
                                   stage="data", fragment="not both",

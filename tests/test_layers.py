@@ -45,7 +45,7 @@ LAYERS: tuple[Layer, ...] = (
           torch_free=True),
     # the family registry and each family's declaration and runtime part (numpy only, shipped)
     Layer("runtime", ("attndeploy.runtime", "attndeploy.interface", "attndeploy.families",
-                      "attndeploy.families.*.runtime"), torch_free=True),
+                      "attndeploy.families.*.runtime", "attndeploy.generation"), torch_free=True),
     Layer("opspec", ("attndeploy.opspec",)),
     # the variants, their op references (`variants/<name>/reference.py`, `variants/_reference.py`,
     # the `variants.functional` facade) among them: opspec, below, names no variant

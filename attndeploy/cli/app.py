@@ -53,6 +53,7 @@ COMMANDS = {
     "held-out": ("held_out", "command"),
     "debug": ("debug", "command"),
     "tune": ("tune", "command"),
+    "generate": ("generate", "command"),
 }
 
 for name, (module, function) in COMMANDS.items():

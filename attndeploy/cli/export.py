@@ -67,6 +67,9 @@ def command(
         raise ExportError("--weights goes with --factory; a checkpoint holds its own weights")
     target = out or checkpoint / DEFAULT_NAME
     check_target(checkpoint, target, force=force)  # before the seconds of tracing and checks
+    if _exported_by_its_family(checkpoint, target, json_output, fp16=fp16, opset=opset,
+                               inline_functions=inline_functions, max_seq=max_seq):
+        return
 
     from attndeploy.export.exporter import ExportOptions, export_checkpoint
 
@@ -75,6 +78,20 @@ def command(
     with console.status(f"exporting {checkpoint}", spinner="dots") if not json_output else _null():
         result = export_checkpoint(checkpoint, target, options)
     _print_result(result, json_output)
+
+
+def _exported_by_its_family(checkpoint: Path, target: Path, json_output: bool,
+                            **options: object) -> bool:
+    """Hand the checkpoint to its family's `export_checkpoint` hook (text-generation exports
+    a decoder with its cache: cli/family_hooks.py); False for the common path."""
+    from attndeploy.cli.family_hooks import checks_hook, print_summary
+
+    export = checks_hook(checkpoint, "export_checkpoint")
+    if export is None:
+        return False
+    with console.status(f"exporting {checkpoint}", spinner="dots") if not json_output else _null():
+        print_summary(export(checkpoint, target, **options), json_output)
+    return True
 
 
 def _print_result(result, json_output: bool) -> None:

@@ -47,6 +47,7 @@ MEANINGS: dict[str, str] = {
     "--rtol": "Relative tolerance.",
     "--providers": "onnxruntime execution providers, comma-separated.",
     "--threads": "onnxruntime intra-op threads.",
+    "--temperature": "The temperature the logits are divided by",
     "--truncate": "Keep the first max-seq tokens of a longer text instead of refusing it.",
     "--batch-size": "Examples per batch.",
     "--max-seq": "The longest sequence (tokens) the model takes.",

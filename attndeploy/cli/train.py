@@ -51,6 +51,9 @@ def command(**values: Any) -> None:
                                  converted=hf_model is not None)
     recipe = RECIPE.parse(values)
 
+    if data.data is not None and hf_model is None and _trained_by_its_family(
+            data, model, recipe, outputs):
+        return
     if hf_model is not None:
         from attndeploy.cli.train_hf import train_hf_command
 
@@ -85,3 +88,25 @@ def command(**values: Any) -> None:
         progress=not outputs.json_output,
     )
     outputs.report(result)
+
+
+def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any) -> bool:
+    """Hand the file to its family's `train_texts` hook (text-generation trains a decoder, no
+    label head: cli/family_hooks.py); False when the family takes the common path."""
+    import dataclasses
+
+    from attndeploy.cli.family_hooks import report_trained, training_hook
+    from attndeploy.data.jsonl import read_jsonl_family
+    from attndeploy.training.config import TrainConfig
+
+    head, (texts, _) = read_jsonl_family(data.data, data.model_family)
+    train_texts = training_hook(head, "train_texts")
+    if train_texts is None:
+        return False
+    result = train_texts(
+        texts, model={"variant": model.variant, "max_seq": model.max_seq, **model.sizes},
+        training=dataclasses.asdict(recipe.train_config(TrainConfig())),
+        eval_fraction=data.eval_fraction, out=outputs.out, force=outputs.force,
+        progress=not outputs.json_output)
+    report_trained(outputs.out, result.metrics, result.summary, outputs.json_output)
+    return True

@@ -58,6 +58,15 @@ def command(
     from attndeploy.errors import ValidationError
     from attndeploy.output_set import atomic_outputs
 
+    if user_model is None and checkpoint is not None and onnx_file is not None:
+        from attndeploy.cli.family_hooks import checks_hook, report_validation
+
+        own = checks_hook(checkpoint, "validate_checkpoint")  # text-generation: a decoder
+        if own is not None:
+            tolerance = {} if atol is None else {"atol": atol}  # ONNX against PyTorch
+            report_validation(own(checkpoint, onnx_file, seed=seed, **tolerance), json_output,
+                              json_path, force=force)
+            return
     checkpoint, model = _sources(checkpoint, onnx_file, user_model, weights, shapes)
     inputs = [weights] if weights is not None else [checkpoint / n for n in _checkpoint_files()]
     check_inputs_and_outputs(model, inputs, [json_path, markdown], force=force)

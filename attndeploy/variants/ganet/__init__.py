@@ -92,7 +92,8 @@ _TRAIN_OPTIONS = (
     TrainOption("aux", "GA-Net auxiliary network (fine-tuning a Hugging Face model: "
                        f"{GANetConfig().aux} unless given).", choices=AUX_NETWORKS,
                 note_pretrained=False, pinned={"bilstm": "bilstm"}, converted=False),
-    TrainOption("temperature", "GA-Net Gumbel-sigmoid temperature."),
+    TrainOption("temperature", "The temperature the logits are divided by in GA-Net's "
+                "Gumbel-sigmoid gates."),
     TrainOption("density_weight", "GA-Net density penalty weight (lambda); with a density "
                                   "target, its starting value."),
     TrainOption("gate_mode", "GA-Net eval gates.", choices=GATE_MODES),

@@ -1,0 +1,103 @@
+"""A family that handles a stage its own way, found by the family, not by a branch on it.
+
+A family's part may define a hook a command hands its whole job to: `train_texts` in its
+training part (`attndeploy train --data FILE` on the family's lines), `export_checkpoint` and
+`validate_checkpoint` in its checks part (`attndeploy export` / `validate` on one of its
+checkpoints). text-generation does (a decoder has no label head and exports with its cache);
+the encoder families define none and take the common path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from attndeploy.errors import ConfigError
+
+
+def checkpoint_head(checkpoint: Path) -> str | None:
+    """The `model.head` a checkpoint's config.json records, or None where it cannot be read
+    (the common path then says what is wrong)."""
+    from attndeploy.errors import CheckpointError
+    from attndeploy.jsonread import read_json_file
+
+    try:
+        raw = read_json_file(Path(checkpoint) / "config.json", error=CheckpointError)
+    except (OSError, CheckpointError):
+        return None
+    model = raw.get("model") if isinstance(raw, dict) else None
+    head = model.get("head") if isinstance(model, dict) else None
+    return head if isinstance(head, str) else None
+
+
+def checks_hook(checkpoint: Path, name: str) -> Callable[..., Any] | None:
+    """The checks part's `name` of the checkpoint's family, when it defines one."""
+    from attndeploy.validate.families import checks_part
+
+    head = checkpoint_head(checkpoint)
+    if head is None:
+        return None
+    try:
+        part = checks_part(head)
+    except ConfigError:
+        return None
+    return getattr(part, name, None)
+
+
+def training_hook(head: str, name: str) -> Callable[..., Any] | None:
+    """The training part's `name` of the family whose head is `head`, when it defines one."""
+    from attndeploy.models.families import training_part
+
+    return getattr(training_part(head), name, None)
+
+
+def report_trained(out: Path, metrics: dict[str, Any], summary: dict[str, Any],
+                   json_output: bool) -> None:
+    """A hook's trained checkpoint, as `train` reports one: JSON, or `name: value` lines."""
+    from attndeploy.cli.output import console, print_json
+
+    if json_output:
+        print_json({"checkpoint": str(out), "metrics": metrics, "training": summary})
+        return
+    console.print(f"saved {out}")
+    for name, value in {**metrics, **summary}.items():
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        console.print(f"  {name}: {shown}", highlight=False)
+
+
+def print_summary(summary: dict[str, Any], json_output: bool) -> None:
+    """A hook's result summary: JSON, or `name: value` lines."""
+    from attndeploy.cli.output import console, print_json
+
+    if json_output:
+        print_json(summary)
+        return
+    for name, value in summary.items():
+        console.print(f"{name}: {value}", highlight=False, markup=False)
+
+
+def report_validation(report: Any, json_output: bool, json_path: Path | None, *,
+                      force: bool) -> None:
+    """A hook's validation report (`to_dict`, `passed`, `failure`, `checks`): written to
+    `json_path` when given, printed, then ValidationError (one line) unless it passed."""
+    from attndeploy.cli.output import console, print_json
+    from attndeploy.errors import ValidationError
+    from attndeploy.fsutil import atomic_write_text, check_replaceable
+
+    document = report.to_dict()
+    if json_path is not None:
+        check_replaceable(json_path, force=force)
+        atomic_write_text(Path(json_path), json.dumps(document, indent=2) + "\n")
+    if json_output:
+        print_json(document)
+    else:
+        for check in report.checks:
+            status = "[green]passed[/]" if check.passed else "[red]failed[/]"
+            console.print(f"{check.name:>12}: {status} max error {check.max_error:.3g} "
+                          f"(<= {check.tolerance:g}) {check.detail}", highlight=False)
+    if not report.passed:
+        raise ValidationError(report.failure())
+    if not json_output:
+        console.print("[bold green]validation passed[/]")

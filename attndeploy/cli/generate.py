@@ -1,0 +1,68 @@
+"""`attndeploy generate`: continue a prompt with an exported decoder, in process (numpy +
+onnxruntime, no torch; issue #49). Greedy unless sampling is asked for; the new text streams to
+stdout as tokens come; `--json` prints one document instead (`text`, `token_ids`); with
+`--prompt-file` every non-blank line is a prompt, all batched with left padding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attndeploy.cli.options import JsonFlag, shared
+from attndeploy.cli.output import print_json
+from attndeploy.generation.loop import DEFAULT_MAX_NEW_TOKENS
+
+
+def command(
+    model: Annotated[Path, typer.Argument(help="An exported decoder (attndeploy export).")],
+    prompt: Annotated[str | None, typer.Option(help="The text to continue.")] = None,
+    prompt_file: Annotated[Path | None, typer.Option(
+        help="A file of prompts, one a line, generated as one left-padded batch.")] = None,
+    max_new_tokens: Annotated[int, typer.Option(
+        help="The most tokens to add.")] = DEFAULT_MAX_NEW_TOKENS,
+    temperature: Annotated[float | None, shared(
+        "--temperature", "when sampling (0: greedy) [default: greedy; 1 when only top-k, "
+                         "top-p or a seed is given].")] = None,
+    top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest.")] = None,
+    top_p: Annotated[float | None, typer.Option(
+        help="Sample among the likeliest tokens whose probabilities reach p.")] = None,
+    seed: Annotated[int | None, shared("--seed", "(sampling)")] = None,
+    stop: Annotated[str | None, typer.Option(help="End a text before this text.")] = None,
+    threads: Annotated[int | None, shared("--threads", "[default: onnxruntime's]")] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Continue a prompt (or each line of --prompt-file) with an exported decoder."""
+    from attndeploy.errors import DataError
+    from attndeploy.generation.loop import DecoderModel
+
+    if (prompt is None) == (prompt_file is None):
+        raise DataError("give one of --prompt TEXT or --prompt-file FILE")
+    if prompt_file is not None:
+        try:
+            prompts = [line for line in prompt_file.read_text(encoding="utf-8").splitlines()
+                       if line.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"{prompt_file}: cannot read it ({exc})") from None
+        if not prompts:
+            raise DataError(f"{prompt_file}: no prompts (every line is blank)")
+    else:
+        prompts = [prompt]
+    decoder = DecoderModel(model, threads=threads)
+    stream = not json_output and len(prompts) == 1
+
+    def on_text(row: int, piece: str) -> None:
+        typer.echo(piece, nl=False)
+
+    results = decoder.generate(prompts, max_new_tokens, temperature=temperature, top_k=top_k,
+                               top_p=top_p, seed=seed, stop=stop,
+                               on_text=on_text if stream else None)
+    if json_output:
+        documents = [r.to_dict() for r in results]
+        print_json(documents[0] if prompt is not None else {"generations": documents})
+    elif stream:
+        typer.echo()
+    else:
+        for text, result in zip(prompts, results, strict=True):
+            typer.echo(f"{text}{result.text}")
