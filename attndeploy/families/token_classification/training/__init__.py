@@ -102,6 +102,20 @@ def fit_baseline(fit_docs: Sequence[Sequence[str]], fit_labels: Sequence[Tensor]
     return {}
 
 
-# ----------------------------------------------------------------------------- JSONL files
+# ----------------------------------------------------------------------------- data files
 
-JSONL_KEYS: tuple[str, ...] = ()  # `train --data FILE` reads no tagging file yet
+# `train --data FILE`: JSONL {"tokens", "tags"} or CoNLL columns, the tags checked against their
+# scheme, the splitting rule (words or characters) chosen once and stored (`reading.py`).
+from attndeploy.families.token_classification.training.reading import (  # noqa: E402
+    FILE_SUFFIXES,
+    JSONL_KEYS,
+    jsonl_line,
+    label_encoder,
+    label_names_of,
+    read_example,
+    read_file,
+    tokenizer_class,
+)
+
+__all__ = ["FILE_SUFFIXES", "JSONL_KEYS", "jsonl_line", "label_encoder", "label_names_of",
+           "read_example", "read_file", "tokenizer_class"]
