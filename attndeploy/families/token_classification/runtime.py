@@ -70,3 +70,39 @@ def decode_wire(outputs: Mapping[str, np.ndarray], row: int, length: int) -> dic
 def table_cells(prediction: Any) -> list[str]:
     pairs = zip(prediction.tokens, prediction.fields[TAGS], strict=True)
     return [" ".join(f"{token}/{tag}" for token, tag in pairs)]
+
+
+# ----------------------------------------------------------------------------- entities
+
+def _split(tag: str) -> tuple[str, str]:
+    """(prefix, type) of a tag: `B-PER` -> ("B", "PER"), M read as I; `O` -> ("O", ""); a plain
+    tag (no B/I/M/E/S prefix) -> ("S", tag): a one-token entity of its own type."""
+    if tag == "O":
+        return "O", ""
+    prefix, dash, kind = tag.partition("-")
+    if dash and kind and prefix in ("B", "I", "M", "E", "S"):
+        return ("I" if prefix == "M" else prefix), kind
+    return "S", tag
+
+
+def entity_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """The entities of one tag sequence as (type, start, end), token positions, end exclusive;
+    chunks as conlleval and seqeval's default mode read them (BIO, BIOES/BMES alike), so a
+    sequence a scheme forbids (a softmax tagger's I- after O) still reads as entities."""
+    spans: list[tuple[str, int, int]] = []
+    begin, previous, previous_type = -1, "O", ""
+    for index, tag in enumerate([*tags, "O"]):  # a closing O ends the last entity
+        prefix, kind = _split(tag)
+        ends = (previous in ("E", "S")
+                or (previous in ("B", "I") and prefix in ("B", "S", "O"))
+                or (previous != "O" and previous_type != kind))
+        if ends and begin >= 0:
+            spans.append((previous_type, begin, index))
+            begin = -1
+        starts = (prefix in ("B", "S")
+                  or (previous in ("E", "S", "O") and prefix in ("E", "I"))
+                  or (prefix != "O" and previous_type != kind))
+        if starts:
+            begin = index
+        previous, previous_type = prefix, kind
+    return spans

@@ -1,0 +1,77 @@
+"""A linear-chain CRF over per-token emissions: the forward-algorithm loss and Viterbi decoding.
+
+Letters: b batch, t position, i the previous tag, j the current tag, C tags. Sequences are
+right-padded (docs/variants.md §1.2): `mask` [b, t] is True on real tokens, 1…1 0…0 per row,
+and every row holds at least one real token.
+
+The score of tags y over emissions e is
+    start[y_0] + sum_t e[t, y_t] + sum_{t>0} transitions[y_{t-1}, y_t] + end[y_last];
+the loss is log Z - score(gold), Z summing exp(score) over every tag sequence (the forward
+algorithm, in log space); decoding returns the sequence of highest score (Viterbi). Positions
+past a row's end carry its last real tag forward (an identity step), so one loop over the
+batch's width serves every row; `viterbi` then writes `pad_tag` there.
+
+Equivalent reference (pytorch-crf's `CRF`, batch_first=True, reduction="mean"): its `forward`
+is -`nll` here, its `decode` `viterbi` without the padding.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class LinearChainCRF(nn.Module):
+    """Transition scores between C tags (`transitions[i, j]`: tag i then tag j) and the scores
+    of starting and ending on each tag; all start at zero (a softmax tagger's decisions)."""
+
+    def __init__(self, num_tags: int) -> None:
+        super().__init__()
+        self.num_tags = num_tags
+        self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))  # [i, j]
+        self.start = nn.Parameter(torch.zeros(num_tags))  # [C]
+        self.end = nn.Parameter(torch.zeros(num_tags))  # [C]
+
+    def nll(self, emissions: Tensor, tags: Tensor, mask: Tensor) -> Tensor:
+        """Mean over rows of log Z - score(tags): emissions [b, t, C], tags int64 [b, t] (any
+        value at pads), mask bool [b, t]."""
+        tags = tags.masked_fill(~mask, 0)  # [b, t]: pads index tag 0, then count for nothing
+        return (self.log_partition(emissions, mask) - self.score(emissions, tags, mask)).mean()
+
+    def score(self, emissions: Tensor, tags: Tensor, mask: Tensor) -> Tensor:
+        """score(tags) per row [b] (the module docstring)."""
+        weight = mask.to(emissions.dtype)  # [b, t]
+        emitted = emissions.gather(-1, tags.unsqueeze(-1)).squeeze(-1)  # [b, t]
+        moved = self.transitions[tags[:, :-1], tags[:, 1:]]  # [b, t-1]
+        last = tags.gather(1, (mask.sum(1) - 1).unsqueeze(1)).squeeze(1)  # [b]
+        return (self.start[tags[:, 0]] + (emitted * weight).sum(1)
+                + (moved * weight[:, 1:]).sum(1) + self.end[last])
+
+    def log_partition(self, emissions: Tensor, mask: Tensor) -> Tensor:
+        """log Z per row [b]: the forward algorithm over positions."""
+        alpha = self.start + emissions[:, 0]  # [b, j]
+        for t in range(1, emissions.shape[1]):
+            step = alpha.unsqueeze(2) + self.transitions  # [b, i, j]
+            following = torch.logsumexp(step, dim=1) + emissions[:, t]  # [b, j]
+            alpha = torch.where(mask[:, t, None], following, alpha)  # pads: unchanged
+        return torch.logsumexp(alpha + self.end, dim=1)  # [b]
+
+    def viterbi(self, emissions: Tensor, mask: Tensor, pad_tag: int = 0) -> Tensor:
+        """The best tags int64 [b, t], `pad_tag` past each row's end."""
+        batch, width, num_tags = emissions.shape
+        score = self.start + emissions[:, 0]  # [b, j]
+        identity = torch.arange(num_tags, device=emissions.device).expand(batch, num_tags)
+        history = []  # per position t > 0: the best previous tag for each tag, [b, j]
+        for t in range(1, width):
+            step = score.unsqueeze(2) + self.transitions  # [b, i, j]
+            best, previous = step.max(dim=1)  # [b, j] each
+            real = mask[:, t, None]  # [b, 1]
+            score = torch.where(real, best + emissions[:, t], score)
+            history.append(torch.where(real, previous, identity))
+        tag = (score + self.end).argmax(dim=1)  # [b]: the last real token's tag
+        path = [tag]
+        for previous in reversed(history):
+            tag = previous.gather(1, tag.unsqueeze(1)).squeeze(1)  # [b]
+            path.append(tag)
+        tags = torch.stack(path[::-1], dim=1)  # [b, t]
+        return tags.masked_fill(~mask, pad_tag)
