@@ -173,6 +173,12 @@ def _load(checkpoint_dir: Path, options: ExportOptions) -> tuple[Checkpoint, nn.
             "table has no rows beyond it"
         )
     variant_spec(config.variant).export_check(config)  # e.g. GA-Net's random `sample` gates
+    if config.tag_head != "softmax":  # its decoding would be lost: every runtime would argmax
+        raise ExportError(
+            f"a {config.tag_head} tagger decodes with its transitions (Viterbi), which the "
+            "export does not hold yet (issue #52); export a --head softmax tagger, or decode "
+            "this checkpoint in PyTorch"
+        )
     model = ckpt.model.eval()  # whatever mode the checkpoint was saved in
     if options.fp16:
         model = model.half()

@@ -7,9 +7,9 @@ and every row holds at least one real token.
 The score of tags y over emissions e is
     start[y_0] + sum_t e[t, y_t] + sum_{t>0} transitions[y_{t-1}, y_t] + end[y_last];
 the loss is log Z - score(gold), Z summing exp(score) over every tag sequence (the forward
-algorithm, in log space); decoding returns the sequence of highest score (Viterbi). Positions
-past a row's end carry its last real tag forward (an identity step), so one loop over the
-batch's width serves every row; `viterbi` then writes `pad_tag` there.
+algorithm, in log space); decoding returns the sequence of highest score (Viterbi, exportable:
+see `viterbi`). Positions past a row's end carry its last real tag forward (an identity step),
+so one loop over the batch's width serves every row; `viterbi` then writes `pad_tag` there.
 
 Equivalent reference (pytorch-crf's `CRF`, batch_first=True, reduction="mean"): its `forward`
 is -`nll` here, its `decode` `viterbi` without the padding.
@@ -57,21 +57,44 @@ class LinearChainCRF(nn.Module):
         return torch.logsumexp(alpha + self.end, dim=1)  # [b]
 
     def viterbi(self, emissions: Tensor, mask: Tensor, pad_tag: int = 0) -> Tensor:
-        """The best tags int64 [b, t], `pad_tag` past each row's end."""
+        """The best tags int64 [b, t], `pad_tag` past each row's end.
+
+        Written as two `torch.ops.higher_order.scan`s over positions (forward: best scores and
+        back-pointers; backward: the path), which torch.onnx exports as ONNX `Scan` nodes with
+        the transition matrix inside: every runtime then returns the same best tag ids, at any
+        sequence length. One padded step is appended to the scanned positions (a scan needs at
+        least one, and a one-token row has none after its first), then dropped. Decoding has no
+        loss, so it runs without autograd (scan's autograd refuses integer back-pointers).
+        """
+        with torch.no_grad():
+            return self._viterbi(emissions, mask.bool(), pad_tag)
+
+    def _viterbi(self, emissions: Tensor, mask: Tensor, pad_tag: int) -> Tensor:
+        from torch._higher_order_ops.scan import scan
+
         batch, width, num_tags = emissions.shape
-        score = self.start + emissions[:, 0]  # [b, j]
+        # positions 1..t-1 then one padded step: [b, t, C] and [b, t]
+        following = torch.cat([emissions[:, 1:], emissions[:, :1]], dim=1)
+        real = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], dim=1)
         identity = torch.arange(num_tags, device=emissions.device).expand(batch, num_tags)
-        history = []  # per position t > 0: the best previous tag for each tag, [b, j]
-        for t in range(1, width):
-            step = score.unsqueeze(2) + self.transitions  # [b, i, j]
-            best, previous = step.max(dim=1)  # [b, j] each
-            real = mask[:, t, None]  # [b, 1]
-            score = torch.where(real, best + emissions[:, t], score)
-            history.append(torch.where(real, previous, identity))
-        tag = (score + self.end).argmax(dim=1)  # [b]: the last real token's tag
-        path = [tag]
-        for previous in reversed(history):
-            tag = previous.gather(1, tag.unsqueeze(1)).squeeze(1)  # [b]
-            path.append(tag)
-        tags = torch.stack(path[::-1], dim=1)  # [b, t]
+        transitions = self.transitions
+
+        def forward_step(score: Tensor, step: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+            emitted, real = step  # [b, j], [b]
+            candidates = score.unsqueeze(2) + transitions  # [b, i, j]
+            best, previous = candidates.max(dim=1)  # [b, j] each
+            real = real.unsqueeze(1)  # [b, 1]
+            return (torch.where(real, best + emitted, score),  # pads: unchanged
+                    torch.where(real, previous, identity))  # pads: an identity step
+
+        score, history = scan(  # history [t, b, j]: the best previous tag of each tag
+            forward_step, self.start + emissions[:, 0],
+            (following.transpose(0, 1), real.transpose(0, 1)))
+        last = (score + self.end).argmax(dim=1)  # [b]: the last real token's tag
+
+        def backward_step(tag: Tensor, previous: Tensor) -> tuple[Tensor, Tensor]:
+            return previous.gather(1, tag.unsqueeze(1)).squeeze(1), tag.clone()  # [b] each
+
+        first, rest = scan(backward_step, last, history, reverse=True)  # [b], [t, b]
+        tags = torch.cat([first.unsqueeze(0), rest]).transpose(0, 1)[:, :width]  # [b, t]
         return tags.masked_fill(~mask, pad_tag)

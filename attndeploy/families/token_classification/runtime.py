@@ -1,7 +1,13 @@
-"""token-classification's runtime part: one tag per token, the argmax of that token's logits.
+"""token-classification's runtime part: one tag per token, the argmax of that token's logits,
+and for a tagger whose labels are an entity scheme (B-/I-/M-/E-/S- tags) its `entities`.
 
 The protocol every family's runtime part follows is described in
-`attndeploy/families/text_classification/runtime.py` and docs/prediction-contract.md.
+`attndeploy/families/text_classification/runtime.py` and docs/prediction-contract.md. This
+part also has the optional `token_record(tokens, fields, names)`: the record's `entities`, each
+{"type", "start", "end", "text"} (token positions, end exclusive; the text the span's tokens,
+joined without a space when each is one character, as a character-level set's are, else with
+one), read from the tags as conlleval reads them (`entity_spans`). A tagger with plain tags
+(`unique`, `NN`) has no entities, so its record is what it was.
 """
 
 from __future__ import annotations
@@ -69,7 +75,41 @@ def decode_wire(outputs: Mapping[str, np.ndarray], row: int, length: int) -> dic
 
 def table_cells(prediction: Any) -> list[str]:
     pairs = zip(prediction.tokens, prediction.fields[TAGS], strict=True)
-    return [" ".join(f"{token}/{tag}" for token, tag in pairs)]
+    cell = " ".join(f"{token}/{tag}" for token, tag in pairs)
+    found = entities(prediction.tokens, prediction.fields[TAGS], prediction.label_names)
+    if found:  # an entity tagger: its entities after the tags
+        cell += "\n" + "; ".join(f"{e['type']}: {e['text']}" for e in found)
+    return [cell]
+
+
+ENTITIES = "entities"
+SCHEME_PREFIXES = ("B-", "I-", "M-", "E-", "S-")
+
+
+def is_entity_scheme(names: Sequence[str]) -> bool:
+    """Whether the labels are an entity scheme: some label starts B-, I-, M-, E- or S-."""
+    return any(name.startswith(SCHEME_PREFIXES) for name in names)
+
+
+def entities(tokens: Sequence[str], tags: Sequence[str], names: Sequence[str]
+             ) -> list[dict[str, Any]]:
+    """The entities of one prediction (the module docstring); [] for plain tags."""
+    if not is_entity_scheme(names):
+        return []
+    found = []
+    for kind, start, end in entity_spans(tags):
+        words = list(tokens[start:end])
+        joiner = "" if all(len(word) == 1 for word in words) else " "
+        found.append({"type": kind, "start": start, "end": end, "text": joiner.join(words)})
+    return found
+
+
+def token_record(tokens: Sequence[str], fields: Mapping[str, Any], names: Sequence[str]
+                 ) -> dict[str, Any]:
+    """{"entities": [...]} for an entity tagger, {} for plain tags (the record unchanged)."""
+    if not is_entity_scheme(names):
+        return {}
+    return {ENTITIES: entities(tokens, fields[TAGS], names)}
 
 
 # ----------------------------------------------------------------------------- entities

@@ -79,7 +79,8 @@ def head_loss(head: nn.Module | None, logits: Tensor, labels: Tensor,
 def decode(head: nn.Module | None, logits: Tensor, mask: Tensor) -> Tensor:
     """The best tag ids int64 [B, T] (0 at pads): a CRF's Viterbi path, else each argmax."""
     if isinstance(head, CRFTagger):
-        return head.crf.viterbi(logits, mask)
+        with torch.no_grad():  # decoding has no loss
+            return head.crf.viterbi(logits, mask)
     return logits.argmax(-1).masked_fill(~mask, 0)
 
 
