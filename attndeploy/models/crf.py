@@ -72,12 +72,21 @@ class LinearChainCRF(nn.Module):
     def _viterbi(self, emissions: Tensor, mask: Tensor, pad_tag: int) -> Tensor:
         from torch._higher_order_ops.scan import scan
 
+        # detached: scan's autograd refuses the integer back-pointers, even where a decomposing
+        # exporter re-traces the graph with gradients on
+        emissions = emissions.detach()
+        start, end, transitions = (self.start.detach(), self.end.detach(),
+                                   self.transitions.detach())
         batch, width, num_tags = emissions.shape
-        # positions 1..t-1 then one padded step: [b, t, C] and [b, t]
-        following = torch.cat([emissions[:, 1:], emissions[:, :1]], dim=1)
-        real = torch.cat([mask[:, 1:], torch.zeros_like(mask[:, :1])], dim=1)
+        # positions 1..t-1 then one padded step (position 0 again, marked padding): [b, t, C]
+        # and [b, t]; gathered, not sliced, so that no size t-1 makes the exporter guard t != 2
+        # (tensor arithmetic only: the ONNX translation takes no symbolic size as a scalar)
+        positions = torch.arange(width, device=emissions.device)  # [t]
+        before_last = positions < positions.max()  # [t]
+        shifted = torch.where(before_last, positions + 1, torch.zeros_like(positions))  # [t]
+        following = emissions.index_select(1, shifted)  # [b, t, C]
+        real = mask.index_select(1, shifted) & before_last  # [b, t]
         identity = torch.arange(num_tags, device=emissions.device).expand(batch, num_tags)
-        transitions = self.transitions
 
         def forward_step(score: Tensor, step: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
             emitted, real = step  # [b, j], [b]
@@ -88,9 +97,9 @@ class LinearChainCRF(nn.Module):
                     torch.where(real, previous, identity))  # pads: an identity step
 
         score, history = scan(  # history [t, b, j]: the best previous tag of each tag
-            forward_step, self.start + emissions[:, 0],
+            forward_step, start + emissions[:, 0],
             (following.transpose(0, 1), real.transpose(0, 1)))
-        last = (score + self.end).argmax(dim=1)  # [b]: the last real token's tag
+        last = (score + end).argmax(dim=1)  # [b]: the last real token's tag
 
         def backward_step(tag: Tensor, previous: Tensor) -> tuple[Tensor, Tensor]:
             return previous.gather(1, tag.unsqueeze(1)).squeeze(1), tag.clone()  # [b] each

@@ -1,17 +1,20 @@
 """The prediction contract's `entities` for an entity tagger: a softmax tagger trained on a
 character-level BMES file is exported, and `predict` splits raw text into characters as
-training did and reports each entity's type, token span and text. A CRF tagger's export is
-refused until its Viterbi is exported (issue #52)."""
+training did and reports each entity's type, token span and text. A CRF tagger's export holds
+its Viterbi path (`tag_ids`, ONNX Scan nodes), which validate finds identical to PyTorch's and
+predict decodes by."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 from typer.testing import CliRunner
 
 from attndeploy.cli.app import app
-from attndeploy.errors import ExportError
 from attndeploy.families.token_classification import runtime as tagging
 
 pytestmark = pytest.mark.usefixtures("torch_defaults")
@@ -50,10 +53,27 @@ def test_predict_splits_raw_text_by_characters_and_reports_entities(bmes_file, t
     assert "LOC: 上海" in table
 
 
-def test_a_crf_tagger_s_export_is_refused_rather_than_decoded_by_argmax(bmes_file, tmp_path):
-    checkpoint = tmp_path / "crf"
-    _cli("train", "--data", str(bmes_file), "--steps", "4", "--d-model", "16", "--head", "crf",
+@pytest.mark.slow  # trains, exports and validates: about 30 s
+def test_a_crf_tagger_exports_its_viterbi_path_which_predict_and_validate_use(bmes_file,
+                                                                               tmp_path):
+    checkpoint, model = tmp_path / "crf", tmp_path / "crf.onnx"
+    _cli("train", "--data", str(bmes_file), "--steps", "60", "--d-model", "32", "--head", "crf",
          "--out", str(checkpoint), "--json")
-    result = runner.invoke(app, ["export", str(checkpoint), "--out", str(tmp_path / "c.onnx")])
-    assert result.exit_code == 1
-    assert isinstance(result.exception, ExportError) and "Viterbi" in str(result.exception)
+    _cli("export", str(checkpoint), "--out", str(model))
+    graph = onnx.load(str(model))
+    assert [value.name for value in graph.graph.output] == ["logits", "tag_ids"]
+    assert sum(node.op_type == "Scan" for node in graph.graph.node) == 2
+    report = json.loads(_cli("validate", str(checkpoint), str(model), "--json"))
+    assert report["passed"]
+    results = report["oracles"]["onnxruntime[all]"]["results"]
+    assert all(r["outputs"]["tag_ids"]["max_abs"] == 0 for r in results)  # identical tags
+    prediction = json.loads(_cli("predict", str(model), "--text", "张三在北京工作",
+                                 "--json"))["predictions"][0]
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    ids = np.array([[1 + i for i in range(7)]])  # any ids: only the decoding path matters here
+    logits, tag_ids = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+    assert tag_ids.shape == (1, 7) and logits.shape == (1, 7, len(prediction["logits"][0]))
+    assert [e["text"] for e in prediction["entities"]] == ["张三", "北京"]
+    served = runner.invoke(app, ["package", str(model), "--repo", str(tmp_path / "repo")])
+    assert served.exit_code == 1  # not served until the text model decodes tag_ids
+    assert "CRF tagger" in str(served.exception)

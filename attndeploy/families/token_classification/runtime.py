@@ -44,12 +44,13 @@ def wire_fields(num_labels: int) -> tuple[WireField, ...]:
             WireField(PROBABILITIES, FP32, (-1, num_labels), "their softmax over the labels"))
 
 
-def decode(logits: np.ndarray, lengths: Sequence[int], names: Sequence[str]
-           ) -> list[dict[str, Any]]:
-    """`logits` [B, T, C] -> per row one tag per real token (the argmax of its logits), the
-    row's logits [T_row, C] and their softmax (views of the batch's, padding cut off)."""
+def decode(logits: np.ndarray, lengths: Sequence[int], names: Sequence[str],
+           tag_ids: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """`logits` [B, T, C] -> per row one tag per real token (the argmax of its logits, or a CRF
+    tagger's `tag_ids` [B, T]: the Viterbi path its graph computed), the row's logits
+    [T_row, C] and their softmax (views of the batch's, padding cut off)."""
     probabilities = softmax(logits)  # [B, T, C]
-    best = logits.argmax(axis=-1).tolist()  # [B, T], as Python ints
+    best = (logits.argmax(axis=-1) if tag_ids is None else tag_ids).tolist()  # [B, T] ints
     return [{TAGS: [names[i] for i in best[row][:length]],
              LOGITS: logits[row, :length], PROBABILITIES: probabilities[row, :length]}
             for row, length in enumerate(lengths)]
