@@ -77,3 +77,18 @@ def test_a_crf_tagger_exports_its_viterbi_path_which_predict_and_validate_use(bm
     served = runner.invoke(app, ["package", str(model), "--repo", str(tmp_path / "repo")])
     assert served.exit_code == 1  # not served until the text model decodes tag_ids
     assert "CRF tagger" in str(served.exception)
+
+
+def test_a_served_answer_s_record_carries_the_same_entities_as_in_process() -> None:
+    from attndeploy.runtime.contract import decode_wire, encode_wire
+    from attndeploy.runtime.text import decode_batch
+
+    names = ("O", "B-LOC", "E-LOC", "S-PER")
+    logits = np.full((1, 3, 4), -5.0, dtype=np.float32)  # [B, T, C]
+    logits[0, [0, 1, 2], [3, 1, 2]] = 5.0  # S-PER B-LOC E-LOC
+    (prediction,) = decode_batch(logits, None, [["张", "北", "京"]], names, family=tagging)
+    wire = encode_wire([prediction], gated=False, family=tagging)  # what the text model answers
+    served = decode_wire(wire, names, family=tagging)
+    assert served["entities"] == prediction.to_dict()["entities"] == [
+        {"type": "PER", "start": 0, "end": 1, "text": "张"},
+        {"type": "LOC", "start": 1, "end": 3, "text": "北京"}]
