@@ -2,7 +2,7 @@
 character-level BMES file is exported, and `predict` splits raw text into characters as
 training did and reports each entity's type, token span and text. A CRF tagger's export holds
 its Viterbi path (`tag_ids`, ONNX Scan nodes), which validate finds identical to PyTorch's and
-predict decodes by."""
+predict and the served text model decode by."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 
 from attndeploy.cli.app import app
 from attndeploy.families.token_classification import runtime as tagging
+from attndeploy.runtime.contract import decode_wire
+from tests.serving.text_model_standin import load_text_model, text_request
 
 pytestmark = pytest.mark.usefixtures("torch_defaults")
 runner = CliRunner()
@@ -54,8 +56,8 @@ def test_predict_splits_raw_text_by_characters_and_reports_entities(bmes_file, t
 
 
 @pytest.mark.slow  # trains, exports and validates: about 30 s
-def test_a_crf_tagger_exports_its_viterbi_path_which_predict_and_validate_use(bmes_file,
-                                                                               tmp_path):
+def test_a_crf_tagger_exports_its_viterbi_path_which_predict_validate_and_serving_use(
+        bmes_file, tmp_path, monkeypatch):
     checkpoint, model = tmp_path / "crf", tmp_path / "crf.onnx"
     _cli("train", "--data", str(bmes_file), "--steps", "60", "--d-model", "32", "--head", "crf",
          "--out", str(checkpoint), "--json")
@@ -74,9 +76,15 @@ def test_a_crf_tagger_exports_its_viterbi_path_which_predict_and_validate_use(bm
     logits, tag_ids = session.run(None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})
     assert tag_ids.shape == (1, 7) and logits.shape == (1, 7, len(prediction["logits"][0]))
     assert [e["text"] for e in prediction["entities"]] == ["张三", "北京"]
-    served = runner.invoke(app, ["package", str(model), "--repo", str(tmp_path / "repo")])
-    assert served.exit_code == 1  # not served until the text model decodes tag_ids
-    assert "CRF tagger" in str(served.exception)
+    repo = tmp_path / "repo"
+    _cli("package", str(model), "--repo", str(repo), "--flavor", "python", "--model", "crf")
+    text_model = load_text_model(repo, "crf", monkeypatch)
+    assert "tag_ids" in text_model.id_outputs  # the served model decodes by the Viterbi path
+    (response,) = text_model.execute([text_request("张三在北京工作")])
+    labels = tuple(prediction["logits"][0])
+    served = decode_wire(response.outputs, labels, family=tagging)
+    assert served["tags"] == prediction["tags"]
+    assert served["entities"] == prediction["entities"]
 
 
 def test_a_served_answer_s_record_carries_the_same_entities_as_in_process() -> None:

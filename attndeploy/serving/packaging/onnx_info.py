@@ -30,7 +30,6 @@ from attndeploy.runtime.names import (
     META_VARIANT,
     META_VERSION,
     META_WEIGHTS,
-    TAG_IDS,
 )
 from attndeploy.serving.packaging.onnx_tensors import check_tensors
 
@@ -44,7 +43,8 @@ class ModelInfo(ModelMetadata):
 
     @property
     def interface(self) -> ModelInterface:
-        return model_interface(head=self.head, num_labels=self.num_labels, gated=self.gated)
+        return model_interface(head=self.head, num_labels=self.num_labels, gated=self.gated,
+                               tag_head="crf" if self.decodes_tags else "softmax")
 
 
 def load_onnx_graph(path: Path) -> onnx.ModelProto:
@@ -90,11 +90,6 @@ def read_model_info(model: onnx.ModelProto, source: str = "the model") -> ModelI
         raise RepositoryError(str(exc)) from exc
     if any("\n" in label or "\r" in label for label in parsed.labels):  # labels.txt lines
         raise RepositoryError(f"{source}: label names must not contain line breaks.")
-    if TAG_IDS in (output.name for output in model.graph.output):
-        raise RepositoryError(
-            f"{source} is a CRF tagger: its tags are its {TAG_IDS!r} output (Viterbi), which a "
-            "served model does not declare or decode yet (issue #52); serve a --head softmax "
-            "tagger, or run this one with attndeploy predict")
     return ModelInfo(**{field.name: getattr(parsed, field.name) for field in fields(parsed)})
 
 
