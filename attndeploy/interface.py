@@ -104,6 +104,14 @@ class ModelInterface:
         raise KeyError(name)
 
 
+def text_inputs() -> tuple[TensorSpec, ...]:
+    """The inputs of a text model, every family's unless its spec says otherwise."""
+    return (
+        TensorSpec(INPUT_IDS, "int64", (BATCH, SEQ), "token ids"),
+        TensorSpec(ATTENTION_MASK, "int64", (BATCH, SEQ), "1 = real token, 0 = padding"),
+    )
+
+
 # A CRF tagger's extra output (`ModelConfig.tag_head == "crf"`), after the family's logits (its
 # emissions): the best tag ids Viterbi finds inside the graph, so every runtime decodes alike.
 TAGS_OUTPUT = TAG_IDS
@@ -113,16 +121,14 @@ def model_interface(*, head: str, num_labels: int, gated: bool,
                     tag_head: str = "softmax") -> ModelInterface:
     """The interface of a model of the family whose head is `head` (`classification`,
     `tagging`, or a plug-in family's), with `num_labels` labels, and `gates` when its variant is
-    gated. The outputs are the family's (`FamilySpec.outputs(num_labels)`), then the gates.
-    ValueError for a head no family has."""
+    gated. The inputs are the family's (`FamilySpec.inputs`, a text model's by default), the
+    outputs the family's (`FamilySpec.outputs(num_labels)`), a CRF tagger's `tag_ids`
+    (`tag_head="crf"`), then the gates. ValueError for a head no family has."""
     try:
         family = family_for_head(head)
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
-    inputs = (
-        TensorSpec(INPUT_IDS, "int64", (BATCH, SEQ), "token ids"),
-        TensorSpec(ATTENTION_MASK, "int64", (BATCH, SEQ), "1 = real token, 0 = padding"),
-    )
+    inputs = family.inputs() if family.inputs is not None else text_inputs()
     outputs = list(family.outputs(num_labels))
     if tag_head == "crf":
         outputs.append(TensorSpec(TAGS_OUTPUT, "int64", (BATCH, SEQ),

@@ -302,8 +302,9 @@ def _train_until_stopped(run: TrainingRun, train_set: Any, *, label: str, progre
     when selecting) until the run should stop; returns why ("time", "patience" or "steps")."""
     config = run.config
     bar = Progress(
-        TextColumn(f"[bold]{label}"), BarColumn(),
-        TextColumn("{task.completed}/{task.total} steps"), TextColumn("{task.fields[status]}"),
+        # sized for an 80-column terminal: label, a short bar, steps, status, time
+        TextColumn(f"[bold]{label}"), BarColumn(bar_width=12),
+        TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(), disable=not progress, transient=False,
     )
     with bar:
@@ -316,7 +317,7 @@ def _train_until_stopped(run: TrainingRun, train_set: Any, *, label: str, progre
             ):
                 record = run.take_step(train_set, rows)
                 bar.update(task, advance=1,
-                           status=f"epoch {run.epochs:.1f} loss {record['loss']:.3f} "
+                           status=f"ep {run.epochs:.1f} loss {record['loss']:.3f} "
                                   f"{run.status}")
                 if run.every and run.step % run.every == 0:
                     run.record_evaluation()

@@ -96,7 +96,7 @@ def command(
         Distribution, typer.Option(help="Arrivals in request-rate mode.")
     ] = Distribution(_default("distribution")),
     batch_size: Annotated[
-        int, shared("--batch-size", "(Rows per request.)", min=1)
+        int, shared("--batch-size", "(Rows per request.)")
     ] = _default("batch"),
     seq: Annotated[
         str, shared("--seq", callback=_numbers("seq", int, lambda n: n >= 1,

@@ -33,7 +33,8 @@ MEANINGS: dict[str, str] = {
     "--text": "A text to classify.",
     "--text-file": "Texts, one per line (a file, a pipe, or '-' for stdin).",
     "--dataset": "A built-in data set (sparse_evidence, tagging).",
-    "--data": "Labelled texts: a JSONL file of {\"text\", \"label\"} objects (or a pipe).",
+    "--data": ("Labelled texts: a JSONL file (or a pipe) whose lines the model's family reads "
+               "({\"text\", \"label\"} for text classification)."),
     "--json": "Print the result as one JSON document on stdout.",
     "--jsonl": "Print one JSON object per line (JSON lines) on stdout.",
     "--json-out": "Write the JSON report to this file.",
@@ -63,10 +64,19 @@ MEANINGS: dict[str, str] = {
 }
 
 
+# One range per shared numeric option, wherever it is used: a value outside it is a usage error
+# (exit 2) before any work, never a check later in one command and not in another.
+RANGES: dict[str, dict[str, int]] = {
+    "--threads": {"min": 1, "max": 1024},
+    "--batch-size": {"min": 1, "max": 65536},
+}
+
+
 def shared(name: str, detail: str = "", **kwargs: Any) -> Any:
-    """The option `name` with its one meaning as the start of its help, `detail` after it."""
+    """The option `name` with its one meaning as the start of its help, `detail` after it, and
+    its one range (`RANGES`) where it has one."""
     help_text = MEANINGS[name] + (f" {detail}" if detail else "")
-    return typer.Option(name, help=help_text, **kwargs)
+    return typer.Option(name, help=help_text, **{**RANGES.get(name, {}), **kwargs})
 
 
 def readable_text_file(value: Path | None) -> Path | None:

@@ -22,8 +22,9 @@ from typing import Annotated, Any
 import typer
 
 from attndeploy.cli.options import JsonFlag, shared
-from attndeploy.cli.output import console, error_console, print_warning
+from attndeploy.cli.output import console, error_console
 from attndeploy.runtime import DEFAULT_BATCH_SIZE
+from attndeploy.runtime.contract import CONTRACT_VERSION
 from attndeploy.runtime.lines import LineReader as FileLines
 
 CHUNK_TEXTS = 2048  # texts read, run and printed at a time (InferenceModel sorts each by length)
@@ -60,9 +61,6 @@ def command(
                         f"('-' reads stdin){both}")
     if json_output and jsonl_output:
         raise DataError("give --json (one document) or --jsonl (one record a line), not both")
-    if json_output and file is not None:  # for one release: --json printed JSON lines before
-        print_warning("predict --json prints one JSON document now; --jsonl prints one record "
-                      "a line, as --json did")
     runner = InferenceModel(model, threads=threads)  # ModelError: `error (model): ...`
     lines = LineReader(file) if file is not None else None
     texts: Iterator[str] = iter(text) if lines is None else iter(lines)
@@ -182,16 +180,22 @@ class ChunkProgress:
 # --------------------------------------------------------------------------- printing
 
 
+def _record(index: int, prediction: Any) -> dict[str, Any]:
+    """One prediction's JSON record: its index among the texts, the prediction contract's
+    version (so a consumer can check what it reads) and the contract's fields."""
+    return {"index": index, "contract_version": CONTRACT_VERSION, **prediction.to_dict()}
+
+
 def print_json_lines(start: int, texts: list[str], predictions: list) -> None:
     """One JSON object per text, `index` counting from the input's first text."""
     out = sys.stdout
     for index, prediction in enumerate(predictions, start):
-        out.write(json.dumps({"index": index, **prediction.to_dict()}) + "\n")
+        out.write(json.dumps(_record(index, prediction)) + "\n")
 
 
 class JsonDocumentPrinter:
     """`--json`: one document, `{"model": ..., "predictions": [...]}`, written a chunk at a
-    time (the records as `--jsonl`'s); `close()` ends it."""
+    time (the records as `--jsonl`'s, each with the contract version); `close()` ends it."""
 
     def __init__(self, model: Path) -> None:
         self.head = '{"model": ' + json.dumps(str(model)) + ', "predictions": ['
@@ -203,7 +207,7 @@ class JsonDocumentPrinter:
             out.write(self.head)
         for index, prediction in enumerate(predictions, start):
             out.write(("" if self.first else ", ")
-                      + json.dumps({"index": index, **prediction.to_dict()}))
+                      + json.dumps(_record(index, prediction)))
             self.first = False
 
     def close(self) -> None:

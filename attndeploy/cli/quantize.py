@@ -85,7 +85,7 @@ def command(
         str | None, shared("--shapes", f"Compared on random ids [default: {DEFAULT_GRID}, seq "
                                        "capped at the model's max_seq].")
     ] = None,
-    threads: Annotated[int | None, shared("--threads", "For the checks.", min=1)] = None,
+    threads: Annotated[int | None, shared("--threads", "For the checks.")] = None,
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:

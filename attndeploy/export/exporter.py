@@ -48,10 +48,12 @@ from attndeploy.interface import (
     model_interface,
 )
 from attndeploy.opspec.bodies import DOMAIN_VERSION
+from attndeploy.runtime.contract import CONTRACT_VERSION
 from attndeploy.runtime.names import (
     ATTENTION_MASK,
     INPUT_IDS,
     META_CONFIG,
+    META_CONTRACT_VERSION,
     META_DOMAIN_VERSION,
     META_DTYPE,
     META_FAMILY,
@@ -168,6 +170,7 @@ def build_metadata(ckpt: Checkpoint, options: ExportOptions, max_seq: int) -> di
         META_DTYPE: "float16" if options.fp16 else "float32",
         META_INLINED: "true" if options.inline_functions else "false",
         META_TOKENIZER: json.dumps(ckpt.tokenizer.to_dict()) if ckpt.tokenizer else "",
+        META_CONTRACT_VERSION: str(CONTRACT_VERSION),
     }
 
 

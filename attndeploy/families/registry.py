@@ -54,6 +54,8 @@ class FamilySpec:
     summary:       one line for help texts and `info`.
     outputs:       num_labels -> the model-level outputs (`attndeploy.interface.TensorSpec`s)
                    before a variant's own (gates), in order.
+    inputs:        () -> the model-level inputs, in order; None: a text model's (`input_ids`,
+                   `attention_mask`, int64 [batch, seq]; `attndeploy.interface.text_inputs`).
     architectures: the built-in model architectures that take this head (`ModelConfig.family`,
                    `train --architecture`: `transformer`, `bilstm`).
     pooled:        its head pools the tokens into one vector with the model's pooling (a gated
@@ -70,6 +72,7 @@ class FamilySpec:
     order: int
     summary: str
     outputs: Callable[[int], tuple[Any, ...]]
+    inputs: Callable[[], tuple[Any, ...]] | None = None
     architectures: tuple[str, ...] = ("transformer",)
     pooled: bool = False
     min_labels: int = 2

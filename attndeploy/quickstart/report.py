@@ -170,7 +170,9 @@ def write_report(data: dict[str, Any], outcomes: list, work: Path, options: Any)
                   "`logits`, their softmax `probabilities`, and GA-Net's `attended`, the tokens "
                   "whose hard gates are open. "
                   "One request and its response per variant, as `curl -d @request.json "
-                  "localhost:8000<path>` sends and receives them:", ""]
+                  "localhost:8000<path>` sends and receives them to a server you start with "
+                  "`attndeploy serve --repo` on this repository (the quickstart's own server "
+                  "ran on free ports and has stopped):", ""]
         for o in text_examples:
             example = o.text_example
             lines += [f"**{o.variant}**: `POST {example['path']}`", "", "```json",

@@ -25,6 +25,7 @@ What the keys hold (the exporter's `build_metadata`, `generic.py` for a user's m
 | `META_OPTIMIZED` | what `attndeploy optimize` ran, JSON |
 | `META_QUANTIZATION` | how `attndeploy quantize` quantized it, JSON |
 | `META_HF_ARCHITECTURE`, `META_HF_MODEL_TYPE` | a converted Hugging Face model's origin |
+| `META_CONTRACT_VERSION` | the prediction contract its predictions follow (`runtime.contract`) |
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ META_OPTIMIZED = META_PREFIX + "optimized"
 META_QUANTIZATION = META_PREFIX + "quantization"
 META_HF_ARCHITECTURE = META_PREFIX + "hf_architecture"
 META_HF_MODEL_TYPE = META_PREFIX + "hf_model_type"
+META_CONTRACT_VERSION = META_PREFIX + "contract_version"
 
 # The model-level interface: the inputs (int64 [batch, seq]) and outputs of every exported model
 # (`attndeploy.interface` declares their dtypes and dims).

@@ -116,8 +116,7 @@ class TrainingRun:
             if self.selecting:
                 self.tracker.offer(record, self.model)  # copies the weights evaluated
                 best = self.tracker.best
-                self.status = (f"best {best[self.tracker.primary]:.3f} "
-                               f"@ epoch {best['epoch']:g}")
+                self.status = f"best {best[self.tracker.primary]:.3f}@ep {best['epoch']:.1f}"
         self.paused += time.perf_counter() - pause_start
 
     def stop_reason(self) -> str | None:

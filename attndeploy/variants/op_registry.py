@@ -2,15 +2,15 @@
 collected.
 
 Each variant package that has ops names its `ops` module in its `VariantSpec`; that module's
-`OPS` tuple lists its `OpSpec`s (`attndeploy.opspec.spec`). Nothing here lists a variant or
-an op: the order is the variants' `order`, then each variant's own order (docs/ops.md order).
+`OPS` tuple lists its `OpSpec`s (`attndeploy.opspec.spec`), the causal (decoder) ones included.
+Nothing here lists a variant or an op: the order is the variants' `order`, then each variant's
+own order (docs/ops.md order).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -51,12 +51,12 @@ def _index(specs: tuple[OpSpec, ...]) -> dict[Any, OpSpec]:
 
 @functools.cache
 def _by_key() -> dict[Any, OpSpec]:
-    return _index(op_specs() + causal_op_specs())
+    return _index(op_specs())
 
 
 def op_spec(name: str | Callable[..., Any]) -> OpSpec:
-    """The op called `name` (ONNX name or functional name) or whose PyTorch reference is `name`,
-    a causal one included; an unknown one lists the valid names."""
+    """The op called `name` (ONNX name or functional name) or whose PyTorch reference is `name`;
+    an unknown one lists the valid names."""
     try:
         return _by_key()[name]
     except (KeyError, TypeError):
@@ -65,15 +65,14 @@ def op_spec(name: str | Callable[..., Any]) -> OpSpec:
 
 
 def torch_ops() -> dict[torch._ops.OpOverload, OpSpec]:
-    """The torch custom ops of the set and the causal ones, each with its spec (to count them
-    in a traced graph)."""
-    return {spec.torch_op: spec for spec in op_specs() + causal_op_specs()}
+    """The torch custom ops of the set, each with its spec (to count them in a traced graph)."""
+    return {spec.torch_op: spec for spec in op_specs()}
 
 
 def custom_translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
     """For `torch.onnx.export(..., custom_translation_table=...)`: torch op -> opaque node, for
-    the set and the causal ops (a decoder exports like an encoder)."""
-    return {spec.torch_op: spec.translation for spec in op_specs() + causal_op_specs()}
+    every op of the set (a decoder's causal ops as an encoder's)."""
+    return {spec.torch_op: spec.translation for spec in op_specs()}
 
 
 def function_protos(
@@ -82,37 +81,11 @@ def function_protos(
     """The FunctionProtos to append to `model_proto.functions`, default-domain opset `opset`.
 
     Every op of the set, or only those in `names` (ONNX or functional names, e.g. the op types
-    of a model's `attndeploy` nodes, causal ones included), in docs/ops.md order, then the
-    causal ops in variant order.
+    of a model's `attndeploy` nodes), in docs/ops.md order.
     """
     check_opset(opset)
     if names is None:
         return [spec.function_proto(opset) for spec in op_specs()]
     wanted = {op_spec(name).name for name in names}
-    return [
-        spec.function_proto(opset) for spec in op_specs() + causal_op_specs()
-        if spec.name in wanted
-    ]
+    return [spec.function_proto(opset) for spec in op_specs() if spec.name in wanted]
 
-
-@functools.cache
-def causal_op_specs() -> tuple[OpSpec, ...]:
-    """The causal (decoder) ops of the variants (issue #49), in variant order: each variant's
-    `causal_ops.CAUSAL_OPS`, beside its `ops` module. They export (`op_spec`, `torch_ops`,
-    `custom_translation_table` and `function_protos` by name know them) but are not yet part of
-    the documented set `op_specs()` (docs/ops.md's table and tests/export/test_ops.py's cases
-    list exactly that); moving them into each variant's `OPS` with their docs and op cases
-    makes them so."""
-    specs: list[OpSpec] = []
-    for variant in variant_specs():
-        if variant.ops is None:
-            continue
-        module = variant.ops.rsplit(".", 1)[0] + ".causal_ops"
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:  # `ops` is a top-level module, not inside a package
-            found = False
-        if found:
-            specs.extend(importlib.import_module(module).CAUSAL_OPS)
-    _index(op_specs() + tuple(specs))  # refuses duplicates, also against the registered set
-    return tuple(specs)

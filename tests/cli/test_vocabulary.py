@@ -280,3 +280,17 @@ def test_a_pipe_or_stdin_is_read_once_into_a_file_and_a_file_is_left_as_it_is(
     regular.write_text("four\n")
     assert readable_text_file(regular) == regular
     assert readable_text_file(tmp_path / "absent") == tmp_path / "absent"  # the command's error
+
+
+def test_a_ranged_option_has_its_one_range_in_every_command() -> None:
+    """`predict --threads 0` and `quantize --threads 0` are the same usage error (exit 2)."""
+    from attndeploy.cli.options import RANGES
+
+    seen: dict[str, set[tuple]] = defaultdict(set)
+    for click_command in _commands().values():
+        for param in click_command.params:
+            name = next((n for n in param.opts if n in RANGES), None)
+            if name is not None:
+                seen[name].add((getattr(param, "min", None), getattr(param, "max", None)))
+    assert seen and {name: bounds for name, bounds in seen.items()} == {
+        name: {(r["min"], r["max"])} for name, r in RANGES.items() if name in seen}

@@ -143,6 +143,81 @@ def evolving_inputs(rng, layout):
     }
 
 
+# ----------------------------------------------------------------------------- causal op inputs
+#
+# A causal op takes the n new queries against the P cached plus n new keys. The cases below
+# cover both calls from one layout: an odd T is a decode step (P = T // 2 cached tokens, the last
+# n = T - P queries), an even T a whole sequence (P = 0), so the parity, fp16 and opset tests
+# run prefill and decode alike. The mask is the layout's (right padding: a short row's last
+# queries are pads, which read only themselves).
+
+
+def _past(layout: Layout) -> int:
+    """P, the cached tokens: T // 2 for an odd T (a decode step), 0 for an even T."""
+    return layout.seq // 2 if layout.seq % 2 else 0
+
+
+def _causal_attention_inputs(rng: np.random.Generator, layout: Layout) -> dict[str, np.ndarray]:
+    """query [B,H,n,d] for the last n = T - P keys; key, value [B,H,T,d]; mask [B,T]."""
+    inputs = _attention_inputs(rng, layout)
+    inputs["query"] = inputs["query"][:, :, _past(layout):]  # [B, H, n, d]
+    return inputs
+
+
+def qvi_prefix_inputs(rng, layout):
+    """The new tokens' values only; a decode step starts from a random cached state, a whole
+    sequence from the empty one (P = 0; its running maximum the most negative finite fp16
+    value, finite in every T, where fp32's would become -inf in fp16)."""
+    past = _past(layout)
+    inputs = _causal_attention_inputs(rng, layout)
+    inputs["value"] = inputs["value"][:, :, past:]  # [B, H, n, d]
+    batch = layout.batch
+    if past == 0:
+        state = {
+            "past_values": np.zeros((batch, HEADS, 0, HEAD_DIM)),
+            "prefix_max": np.full((batch, HEADS), -65504.0),
+            "prefix_den": np.zeros((batch, HEADS)),
+            "prefix_num": np.zeros((batch, HEADS, HEAD_DIM)),
+        }
+    else:
+        state = {
+            "past_values": rng.normal(0.0, 1.0, (batch, HEADS, past, HEAD_DIM)),
+            "prefix_max": rng.normal(0.0, 1.0, (batch, HEADS)),
+            "prefix_den": 1.0 + past * rng.uniform(0.0, 1.0, (batch, HEADS)),
+            "prefix_num": rng.normal(0.0, 1.0, (batch, HEADS, HEAD_DIM)),
+        }
+    pool = {"pool_weight": rng.normal(0.0, 1.0, (HEADS, HEAD_DIM))}
+    return {**inputs, **state, **_qvi_weights(rng), **pool}
+
+
+def qvi_causal_pairwise_inputs(rng, layout):
+    return {**_causal_attention_inputs(rng, layout), **_qvi_weights(rng)}
+
+
+def causal_gated_inputs(rng, layout):
+    """The gate patterns of `gate_logits_for`; a cached slot's logit is positive (it was open
+    when cached), its mask says whether it holds a token."""
+    logits = gate_logits_for(rng, layout)
+    logits[:, : _past(layout)] = 1.0
+    return {**_causal_attention_inputs(rng, layout), "gate_logits": logits}
+
+
+def causal_evolving_inputs(rng, layout):
+    """prev_logits: the queries' rows [B,H,n,T]; past_rows [B,H,2,T]: zeros for a whole
+    sequence, else the two rows above the first query, zero after each row's own position."""
+    past = _past(layout)
+    rows = rng.normal(0.0, 1.0, (layout.batch, HEADS, 2, layout.seq))
+    own = np.array([past - 2, past - 1])[:, None]  # [2, 1]: the rows' positions
+    rows = np.where(np.arange(layout.seq)[None, :] <= own, rows, 0.0)  # [B, H, 2, T]
+    return {
+        **_causal_attention_inputs(rng, layout),
+        "prev_logits": rng.normal(0.0, 1.0, (layout.batch, HEADS, layout.seq - past, layout.seq)),
+        "past_rows": rows,
+        "conv_weight": rng.normal(0.0, 0.3, (HEADS, HEADS, 3, 3)),
+        "conv_bias": rng.normal(0.0, 0.1, (HEADS,)),
+    }
+
+
 ATTENTION_DIMS = {
     "query": "B H T d", "key": "B H T d", "value": "B H T d", "key_padding_mask": "B T",
     "output": "B H T d",
@@ -152,6 +227,11 @@ QVI_DIMS = {
     "gate_value_weight": "H d d", "gate_interaction_weight": "H d d", "gate_bias": "H d",
     "pool_weight": "H d",
 }
+
+
+# Causal ops: n new queries, T = P + n keys (cached, then new), N open new tokens (GA-Net).
+CAUSAL_DIMS = {**ATTENTION_DIMS, "query": "B H n d", "output": "B H n d"}
+QVI_CAUSAL_DIMS = {**QVI_DIMS, **CAUSAL_DIMS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +285,31 @@ CASES = (
         "EvolvingAttention", evolving_inputs,
         {**ATTENTION_DIMS, "prev_logits": "B H T T", "conv_weight": "H H 3 3",
          "conv_bias": "H", "logits": "B H T T"},
+        {"scale": SCALE, "alpha": 0.3, "beta": 0.7, "negative_slope": 0.01},
+    ),
+    OpCase(
+        "QVIPrefixAttention", qvi_prefix_inputs,
+        {**QVI_CAUSAL_DIMS, "value": "B H n d", "past_values": "B H P d", "prefix_max": "B H",
+         "prefix_den": "B H", "prefix_num": "B H d", "values": "B H T d", "present_max": "B H",
+         "present_den": "B H", "present_num": "B H d"},
+        {"scale": SCALE},
+    ),
+    OpCase("QVICausalPairwiseAttention", qvi_causal_pairwise_inputs, QVI_CAUSAL_DIMS,
+           {"scale": SCALE}),
+    OpCase(
+        "CausalGatedAttention", causal_gated_inputs,
+        {**CAUSAL_DIMS, "gate_logits": "B T", "gates": "B T", "open_keys": "B H N d",
+         "open_values": "B H N d", "open_slots": "B N"},
+        {"scale": SCALE}, discrete=("gates", "open_slots"),
+    ),
+    OpCase(
+        "CausalEvolvingAttentionStart", _causal_attention_inputs,
+        {**CAUSAL_DIMS, "logits": "B H n T"}, {"scale": SCALE},
+    ),
+    OpCase(
+        "CausalEvolvingAttention", causal_evolving_inputs,
+        {**CAUSAL_DIMS, "prev_logits": "B H n T", "past_rows": "B H 2 T",
+         "conv_weight": "H H 3 3", "conv_bias": "H", "logits": "B H n T", "rows": "B H 2 T"},
         {"scale": SCALE, "alpha": 0.3, "beta": 0.7, "negative_slope": 0.01},
     ),
 )
@@ -344,6 +449,11 @@ def test_op_names_and_signatures_follow_ops_md():
         "GatedAttentionPooling": ("context", "gates"),
         "EvolvingAttentionStart": ("output", "logits"),
         "EvolvingAttention": ("output", "logits"),
+        "QVIPrefixAttention": ("output", "values", "present_max", "present_den", "present_num"),
+        "QVICausalPairwiseAttention": ("output",),
+        "CausalGatedAttention": ("output", "gates", "open_keys", "open_values", "open_slots"),
+        "CausalEvolvingAttentionStart": ("output", "logits"),
+        "CausalEvolvingAttention": ("output", "logits", "rows"),
     }
     assert {spec.name: spec.output_names for spec in op_registry.op_specs()} == expected
     assert op_registry.op_spec("EvolvingAttention").attributes == (

@@ -52,11 +52,13 @@ def test_each_part_module_path_defaults_to_the_family_s_own_package() -> None:
 
 
 def test_the_declared_outputs_are_the_model_level_interface_s() -> None:
-    from attndeploy.interface import model_interface
+    from attndeploy.interface import model_interface, text_inputs
 
     for spec in family_specs():
         declared = spec.outputs(3)
-        assert model_interface(head=spec.head, num_labels=3, gated=False).outputs == declared
+        interface = model_interface(head=spec.head, num_labels=3, gated=False)
+        assert interface.outputs == declared
+        assert interface.inputs == (spec.inputs() if spec.inputs is not None else text_inputs())
         gated = model_interface(head=spec.head, num_labels=3, gated=True).output_names
         assert gated == [*[t.name for t in declared], "gates"]
 

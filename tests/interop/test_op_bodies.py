@@ -20,7 +20,8 @@ from tests.export.test_ops import CASE_BY_OP, LAYOUTS, make_runner, run_case
 
 CONTROL_FLOW = ("If", "Loop", "Scan")
 # docs/ops.md's attributes decide these Ifs: onnxruntime keeps only the taken branch at load time.
-ATTRIBUTE_CONDITIONS = {"EvolvingAttention": 2}  # LeakyRelu's slope, beta = 1
+# LeakyRelu slope, beta = 1
+ATTRIBUTE_CONDITIONS = {"EvolvingAttention": 2, "CausalEvolvingAttention": 2}
 
 
 def _graphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:

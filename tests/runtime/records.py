@@ -6,13 +6,16 @@ from typing import Any
 
 import pytest
 
-from attndeploy.runtime.contract import FIELDS
+from attndeploy.runtime.contract import CONTRACT_VERSION, FIELDS
 
-ENVELOPE = ("model", "text", "index")  # what a command adds around the record
+# what a command adds around the record (`contract_version`: the contract it follows)
+ENVELOPE = ("model", "text", "index", "contract_version")
 
 
 def contract_fields(record: dict[str, Any]) -> dict[str, Any]:
-    """The record without the command's envelope; fails on a field the contract lacks."""
+    """The record without the command's envelope; fails on a field the contract lacks, and on
+    a record that says it follows another contract version."""
+    assert record.get("contract_version", CONTRACT_VERSION) == CONTRACT_VERSION, record
     fields = {key: value for key, value in record.items() if key not in ENVELOPE}
     assert set(fields) <= set(FIELDS), sorted(set(fields) - set(FIELDS))
     return fields

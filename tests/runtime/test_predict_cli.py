@@ -42,8 +42,8 @@ def test_json_lines_hold_one_object_per_text_equal_to_the_library(ganet, monkeyp
     expected = InferenceModel(ganet).predict([TEXTS[0], "Amber, W3!"])
     assert [r["index"] for r in records] == [0, 1]
     for record, prediction in zip(records, expected, strict=True):
-        assert set(record) == {"index", "tokens", "label", "logits", "probabilities",
-                               "attended"}
+        assert set(record) == {"index", "contract_version", "tokens", "label", "logits",
+                               "probabilities", "attended"}
         assert record["label"] == prediction.label
         assert record["attended"] == prediction.attended
         assert_same_record(record, prediction.to_dict(), atol=1e-6)
@@ -63,8 +63,7 @@ def test_json_is_one_document_holding_the_records_of_jsonl(ganet, tmp_path, monk
     code, document, err = run_main(monkeypatch, capsys, "predict", str(ganet), "--text-file",
                                    str(empty), "--json")
     assert code == 0 and len(json.loads(document)["predictions"]) == 1
-    assert err == ["warning: predict --json prints one JSON document now; --jsonl prints one "
-                   "record a line, as --json did"]
+    assert err == []  # the change of --json was announced for one release; no warning now
     code, _, err = run_main(monkeypatch, capsys, "predict", str(ganet), *texts, "--json",
                             "--jsonl")
     assert code == 1 and "not both" in err[0]
@@ -142,7 +141,8 @@ def test_a_tagging_model_prints_token_tag_pairs(text_exports, monkeypatch, capsy
     code, out, err = run_main(monkeypatch, capsys, "predict", str(path), "--text", "w1 w2",
                               "--jsonl")
     (record,) = json_lines(out)
-    assert set(record) == {"index", "tokens", "tags", "logits", "probabilities", "attended"}
+    assert set(record) == {"index", "contract_version", "tokens", "tags", "logits",
+                           "probabilities", "attended"}
     assert len(record["tags"]) == len(record["logits"]) == len(record["probabilities"]) == 2
 
 
@@ -191,8 +191,11 @@ BAD = {
     "missing file": (["--text-file", "{tmp}/absent.txt"], "no such file: {tmp}/absent.txt"),
     "folder as file": (["--text-file", "{tmp}"], "is a folder; --text-file takes a text file"),
     "not utf-8": (["--text-file", "{latin}"], "is not UTF-8 text"),
-    "bad batch size": (["--text", "w1", "--batch-size", "0"], "error (config): batch_size"),
-    "zero threads": (["--text", "w1", "--threads", "0"], "error (config): threads"),
+}
+# A value outside a shared option's one range (`cli/options.RANGES`) is a usage error, exit 2.
+BAD_USAGE = {
+    "bad batch size": (["--text", "w1", "--batch-size", "0"], "'--batch-size'"),
+    "zero threads": (["--text", "w1", "--threads", "0"], "'--threads'"),
 }
 
 
@@ -208,6 +211,14 @@ def test_bad_input_is_one_line_and_exit_1(name, ganet, tmp_path, monkeypatch, ca
                               *(arg.format(**values) for arg in argv))
     assert code == 1 and out == ""
     assert len(err) == 1 and fragment.format(**values) in err[0], err
+
+
+@pytest.mark.parametrize("name", sorted(BAD_USAGE))
+def test_a_value_out_of_its_range_is_a_usage_error_exit_2(name, ganet, monkeypatch, capsys):
+    argv, fragment = BAD_USAGE[name]
+    code, out, err = run_main(monkeypatch, capsys, "predict", str(ganet), *argv)
+    assert code == 2 and out == ""
+    assert len(err) == 1 and err[0].startswith("error (usage)") and fragment in err[0], err
 
 
 def test_a_model_that_is_not_an_attndeploy_export_is_one_line(tmp_path, monkeypatch, capsys):

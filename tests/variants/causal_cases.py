@@ -12,6 +12,9 @@ Evolving chain handed on) and names the op references of its causal form with in
 - the export of the stack with its cache (tests/variants/test_causal_export.py; `no_export`
   gives a case's reason it cannot, a strict xfail).
 
+Every registered variant has a case here, or an entry in `NO_CAUSAL_FORM` saying why it has no
+causal form: test_causal.py's guard fails otherwise (docs/adding-a-variant.md).
+
 To be merged into tests/cases.py (not this helper's file) once decoders are a model family.
 Letters: b batch, h heads, i/j query/key positions, d head dim, n new tokens, D model dim.
 """
@@ -298,3 +301,8 @@ CAUSAL_CASES = (
     CausalCase("evolving-defaults", "evolving", _evolving(0.5, 1.0, 0.0),
                ("evolving-start", "evolving-relu"), "alpha 0.5, beta 1, ReLU"),
 )
+
+# Registered variants without a causal form: {variant: why}. Every built-in variant has one, so
+# this is empty; a plug-in variant that cannot decode lists itself here with its reason (the
+# guard in test_causal.py then accepts it, and refuses a name that is not registered).
+NO_CAUSAL_FORM: dict[str, str] = {}

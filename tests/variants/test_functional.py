@@ -70,6 +70,36 @@ def _evolving(q, k, v, m):
     return Fn.evolving_attention(q, k, v, m, prev, *_conv(q.shape[1]), alpha=0.5, beta=1.0)
 
 
+# The causal ops, over a whole sequence (P = 0: the queries are all the keys).
+def _qvi_prefix(q, k, v, m):
+    from attndeploy.variants.qvi.reference import empty_prefix_state
+
+    weights = qvi_weights(q.shape[1], q.shape[-1])  # pool_weight last, as the op takes it
+    past_values, *sums = empty_prefix_state(q)
+    output, *_ = Fn.qvi_prefix_attention(q, k, v, m, past_values, *sums, *weights)
+    return (output,)
+
+
+def _qvi_causal_pairwise(q, k, v, m):
+    weights = qvi_weights(q.shape[1], q.shape[-1], pooled=False)
+    return (Fn.qvi_causal_pairwise_attention(q, k, v, m, *weights, chunk_size=2),)
+
+
+def _causal_gated(q, k, v, m):
+    return Fn.causal_gated_attention(q, k, v, m, _gate_logits(m))
+
+
+def _causal_evolving_start(q, k, v, m):
+    return Fn.causal_evolving_attention_start(q, k, v, m)
+
+
+def _causal_evolving(q, k, v, m):
+    _, prev = Fn.causal_evolving_attention_start(k, q, v, m)
+    rows = q.new_zeros(q.shape[0], q.shape[1], 2, k.shape[2])  # [B, H, 2, T]: no past
+    return Fn.causal_evolving_attention(q, k, v, m, prev, rows, *_conv(q.shape[1]),
+                                        alpha=0.5, beta=1.0)
+
+
 OPS: dict[str, OpAdapter] = {
     "qvi_attention": _qvi,
     "qvi_pairwise_attention": _qvi_pairwise,
@@ -78,6 +108,11 @@ OPS: dict[str, OpAdapter] = {
     "gated_attention_pooling": _pooling,
     "evolving_attention_start": _evolving_start,
     "evolving_attention": _evolving,
+    "qvi_prefix_attention": _qvi_prefix,
+    "qvi_causal_pairwise_attention": _qvi_causal_pairwise,
+    "causal_gated_attention": _causal_gated,
+    "causal_evolving_attention_start": _causal_evolving_start,
+    "causal_evolving_attention": _causal_evolving,
 }
 
 
@@ -200,9 +235,7 @@ def test_every_variant_keeps_its_op_references_in_its_own_package():
     for spec in variant_specs():
         if spec.ops is None:
             continue
-        causal = spec.ops.rsplit(".", 1)[0] + ".causal_ops"
-        for op in (*importlib.import_module(spec.ops).OPS,
-                   *importlib.import_module(causal).CAUSAL_OPS):
+        for op in importlib.import_module(spec.ops).OPS:  # the causal ones included
             assert op.reference.__module__ == f"attndeploy.variants.{spec.name}.reference", op.name
             assert getattr(Fn, op.functional_name) is op.reference
             seen.append(op.functional_name)

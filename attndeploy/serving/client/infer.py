@@ -31,7 +31,7 @@ import numpy as np
 from attndeploy.errors import DataError, ServerError
 from attndeploy.families.registry import heads
 from attndeploy.runtime import DEFAULT_MAX_TEXT_BYTES
-from attndeploy.runtime.contract import decode_wire, served_label_names
+from attndeploy.runtime.contract import CONTRACT_VERSION, decode_wire, served_label_names
 from attndeploy.runtime.families import runtime_for_logits, runtime_part
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
 from attndeploy.runtime.text import TextError, decode_batch, encode_text
@@ -86,7 +86,8 @@ def _text_model_result(url: str | None, model: str, text: str, timeout_s: float,
     names = served_label_names(parameters, num_labels, model)
     head = parameters.get(PARAM_HEAD)  # its family's; unknown here: found from the answer
     family = runtime_part(head) if head in heads() else None
-    return {"model": model, "text": text, **decode_wire(outputs, names, family=family)}
+    return {"model": model, "text": text, "contract_version": CONTRACT_VERSION,
+            **decode_wire(outputs, names, family=family)}
 
 
 def _served(url: str | None, model: str, repo: Path | None, timeout_s: float,
@@ -162,4 +163,4 @@ def infer_request(
         family=family,
     )
     head = {"model": model} if text is None else {"model": model, "text": text}
-    return {**head, **prediction.to_dict()}
+    return {**head, "contract_version": CONTRACT_VERSION, **prediction.to_dict()}

@@ -19,8 +19,8 @@ metrics port serves the same numbers) and which the load tester reads for the se
 
 A local server draws a fresh key at each start (`new_admin_key`) and only the process that started
 it knows it (`TritonServer.admin_key`; the readiness check reads the repository index with it); it
-is never printed nor recorded. A pod's key is its own UID (the Downward API), which no client is
-told.
+is never printed nor recorded. A pod's container draws its own from `/dev/urandom` as it starts
+(`deploy/manifests.py`'s start script), which no client is told.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def new_admin_key() -> str:
 def restricted_api_arguments(key: str) -> list[str]:
     """tritonserver's flags that close `RESTRICTED_PROTOCOLS` on gRPC and HTTP to all but `key`.
 
-    `key` is a literal key, or a Kubernetes `$(VAR)` reference the kubelet expands in a pod's args.
+    `key` is a literal key, or a shell variable (`$key`) a pod's start script expands.
     """
     groups = ",".join(RESTRICTED_PROTOCOLS)
     setting = f"{groups}:{ADMIN_KEY_HEADER}={key}"
