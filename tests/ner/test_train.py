@@ -49,3 +49,23 @@ def test_a_softmax_config_is_written_as_before_and_a_crf_needs_the_tagging_head(
         ModelConfig(vocab_size=5, num_labels=2, tag_head="crf")
     with pytest.raises(ConfigError, match="unknown tag head"):
         ModelConfig(vocab_size=5, num_labels=2, head="tagging", tag_head="hmm")
+    assert "char_cnn" not in ModelConfig(vocab_size=5, num_labels=2).to_dict()
+    with pytest.raises(ConfigError, match="odd kernel width"):
+        ModelConfig(vocab_size=5, num_labels=2, char_cnn=4)
+
+
+def test_a_char_cnn_is_stored_and_its_padding_never_reaches_real_tokens() -> None:
+    import torch
+
+    from attndeploy.models import build_model
+
+    config = ModelConfig(vocab_size=9, num_labels=3, head="tagging", tag_head="crf", d_model=8,
+                         n_heads=2, char_cnn=3)
+    model = build_model(config).eval()
+    assert model.cnn is not None and ModelConfig.from_dict(config.to_dict()) == config
+    ids = torch.tensor([[2, 3, 4, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 0, 0]])
+    with torch.no_grad():
+        padded = model(ids, mask)["logits"][:, :3]
+        alone = model(ids[:, :3], mask[:, :3])["logits"]
+    torch.testing.assert_close(padded, alone)
