@@ -3,7 +3,7 @@
 config.json (format "attndeploy-checkpoint", format_version 1):
   model        ModelConfig.to_dict(): family, variant, every hyperparameter
   labels       label names, index = class id
-  tokenizer    WordTokenizer.to_dict() (the vocabulary), or null
+  tokenizer    the tokenizer record (`to_dict()`: its splitting rule, its vocabulary), or null
   data         where the training data came from (task name and seed, or JSONL path)
   training     the TrainConfig used and the training summary (steps, seconds)
   metrics      held-out metrics (accuracy; GA-Net: density, rescues, rescue_rate)
@@ -348,7 +348,7 @@ def check_tensors(
 
 def read_checkpoint(path: Path) -> Checkpoint:
     """Load a checkpoint directory; the model is in eval mode."""
-    from attndeploy.data import WordTokenizer
+    from attndeploy.data.tokenizer import tokenizer_from_dict
 
     path = Path(path)
     raw = read_config(path)
@@ -379,7 +379,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
     try:
         model_config = ModelConfig.from_dict(raw.get("model"))
         labels = tuple(str(x) for x in raw.get("labels") or ())
-        tokenizer = WordTokenizer.from_dict(raw["tokenizer"]) if raw.get("tokenizer") else None
+        tokenizer = tokenizer_from_dict(raw["tokenizer"]) if raw.get("tokenizer") else None
     except AttnDeployError as exc:
         raise CheckpointError(f"{path / CONFIG_FILE}: {exc}") from exc
     if len(labels) != model_config.num_labels:

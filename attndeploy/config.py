@@ -47,7 +47,14 @@ _COMMON_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("dropout", "float", 0.0),
     ("pool_hidden", "int", 32),
     ("lstm_hidden", "int", 100),
+    ("tag_head", "str", "softmax"),
+    ("char_cnn", "int", 0),  # the width of a convolution over the embeddings; 0: none
 )
+# token-classification's decoders (`train --head`): a softmax per token, or a linear-chain CRF
+TAG_HEADS = ("softmax", "crf")
+# Fields added after exports existed, written only when not their default: every checkpoint and
+# export made before them keeps its config (and so its metadata) byte for byte.
+_WRITTEN_WHEN_SET = {"tag_head": "softmax", "char_cnn": 0}
 
 
 def _sub_configs() -> dict[str, type]:
@@ -66,6 +73,16 @@ class _ModelConfigMethods:
         spec = variant_spec(self.variant)  # an unknown variant lists the valid ones
         choice("model family", self.family, FAMILIES)
         choice("head", self.head, heads())
+        choice("tag head", self.tag_head, TAG_HEADS)
+        if self.char_cnn < 0 or (self.char_cnn and self.char_cnn % 2 == 0):
+            raise ConfigError(f"char_cnn must be 0 (none) or an odd kernel width, so that each "
+                              f"token keeps its place; got {self.char_cnn}")
+        if self.char_cnn and self.family != "transformer":
+            raise ConfigError("char_cnn convolves a transformer's embeddings; the "
+                              f"{self.family} architecture has none")
+        if self.tag_head != "softmax" and self.head != "tagging":
+            raise ConfigError(f"a {self.tag_head} head decodes tags: it needs the tagging head "
+                              f"(token-classification), not {self.head!r}")
         family = family_for_head(self.head)
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_seq",
                      "pool_hidden", "lstm_hidden"):
@@ -100,7 +117,11 @@ class _ModelConfigMethods:
         return getattr(self, self.variant, None)
 
     def to_dict(self) -> dict[str, Any]:
-        return json_ready(dataclasses.asdict(self))
+        raw = json_ready(dataclasses.asdict(self))
+        for key, default in _WRITTEN_WHEN_SET.items():
+            if raw.get(key) == default:
+                del raw[key]
+        return raw
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:

@@ -28,7 +28,13 @@ import onnx
 
 from attndeploy.errors import ConfigError
 from attndeploy.families.registry import family_for_head
-from attndeploy.runtime.names import ATTENTION_MASK, GATES, INPUT_IDS, LOGITS  # noqa: F401
+from attndeploy.runtime.names import (  # noqa: F401
+    ATTENTION_MASK,
+    GATES,
+    INPUT_IDS,
+    LOGITS,
+    TAG_IDS,
+)
 
 BATCH = "batch"
 SEQ = "seq"
@@ -106,18 +112,27 @@ def text_inputs() -> tuple[TensorSpec, ...]:
     )
 
 
-def model_interface(*, head: str, num_labels: int, gated: bool) -> ModelInterface:
+# A CRF tagger's extra output (`ModelConfig.tag_head == "crf"`), after the family's logits (its
+# emissions): the best tag ids Viterbi finds inside the graph, so every runtime decodes alike.
+TAGS_OUTPUT = TAG_IDS
+
+
+def model_interface(*, head: str, num_labels: int, gated: bool,
+                    tag_head: str = "softmax") -> ModelInterface:
     """The interface of a model of the family whose head is `head` (`classification`,
     `tagging`, or a plug-in family's), with `num_labels` labels, and `gates` when its variant is
     gated. The inputs are the family's (`FamilySpec.inputs`, a text model's by default), the
-    outputs the family's (`FamilySpec.outputs(num_labels)`), then the gates.
-    ValueError for a head no family has."""
+    outputs the family's (`FamilySpec.outputs(num_labels)`), a CRF tagger's `tag_ids`
+    (`tag_head="crf"`), then the gates. ValueError for a head no family has."""
     try:
         family = family_for_head(head)
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     inputs = family.inputs() if family.inputs is not None else text_inputs()
     outputs = list(family.outputs(num_labels))
+    if tag_head == "crf":
+        outputs.append(TensorSpec(TAGS_OUTPUT, "int64", (BATCH, SEQ),
+                                  "the best tag ids (the CRF's Viterbi path), 0 at padding"))
     if gated:
         outputs.append(TensorSpec(GATES, "bool", (BATCH, SEQ), "tokens the model attended to"))
     return ModelInterface(inputs=inputs, outputs=tuple(outputs))

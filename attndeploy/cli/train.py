@@ -74,9 +74,11 @@ def command(**values: Any) -> None:
 
     train_config = recipe.train_config(defaults.training_for(model.variant))
     architecture = model.architecture(defaults)
-    # Validate the architecture before loading data (vocab and labels are filled in below).
+    # Validate the architecture before loading data (vocab, labels and the data's head, which
+    # a tag head needs, are filled in below).
     ModelConfig(vocab_size=2, num_labels=2, variant=model.variant, family=model.family,
-                **architecture, **sub_configs)
+                **{key: value for key, value in architecture.items() if key != "tag_head"},
+                **sub_configs)
     dataset = data.load(defaults, seed=train_config.seed, max_seq=model.max_seq)
     model_config = ModelConfig(
         vocab_size=len(dataset.tokenizer), num_labels=len(dataset.label_names),

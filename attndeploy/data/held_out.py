@@ -6,7 +6,7 @@ they came from (its `data` entry), and `held_out_of(record)` makes them again:
 - a JSONL file: `eval_fraction` of its examples at `seed` (`split_indices`, as `train --data`
   and `train --hf-model` split), checked against the file's SHA-256 where the checkpoint
   recorded one (checkpoints since `data_sha256` was added) and against the recorded count;
-- a built-in classification task: its `n_eval` examples at `seed + 10_000`, as text.
+- a built-in task: its `n_eval` examples at `seed + 10_000`, as text (a tagger's with tags).
 """
 
 from __future__ import annotations
@@ -86,9 +86,13 @@ def _from_task(record: dict[str, Any], *, max_words: int) -> HeldOut:
 
     spec = get_task(record["task"])
     if not getattr(training_part(spec.head), "JSONL_KEYS", ()):
-        raise DataError(f"task {spec.name!r} tags tokens: its held-out examples have a label "
-                        "per token, which a JSONL file of {\"text\", \"label\"} cannot hold")
+        raise DataError(f"task {spec.name!r}: its family reads no JSONL file, so its held-out "
+                        "examples cannot be written as one")
     seed = int(record["seed"]) + TASK_HELD_OUT_SEED
     examples = spec.sample(int(record["n_eval"]), seed=seed, max_seq=max_words)
-    return HeldOut([(" ".join(words), spec.label_names[label]) for words, label in examples],
+
+    def named(label: Any) -> Any:  # a class index, or a tagger's one index per token
+        return (spec.label_names[label] if isinstance(label, int)
+                else [spec.label_names[index] for index in label])
+    return HeldOut([(" ".join(words), named(label)) for words, label in examples],
                    f"task {spec.name} ({record['n_eval']} examples at seed {seed})", spec.head)

@@ -9,6 +9,11 @@ line longer than `MAX_JSONL_LINE_BYTES` (room for any text predict takes, escape
 label) is refused without being read whole. Texts longer than `max_seq` tokens are refused unless
 `truncate=True` is asked for: cutting a text silently could cut away the evidence its label rests
 on.
+
+A family's training part may read other files too: a file whose suffix is in its `FILE_SUFFIXES`
+is read whole by its `read_file(path)` (token-classification's CoNLL column files), and its
+`tokenizer_class(records, path)` may choose the splitting rule (characters for a
+character-level set) that the tokenizer, and so every later `predict`, applies.
 """
 
 from __future__ import annotations
@@ -73,6 +78,24 @@ def _family_named(family: FamilySpec | str | None) -> tuple[FamilySpec, ModuleTy
     return spec, part
 
 
+def _file_family(path: Path, chosen: tuple[FamilySpec, ModuleType] | None
+                 ) -> tuple[FamilySpec, ModuleType] | None:
+    """The family that reads `path` by its suffix (its part's `FILE_SUFFIXES`), or None: JSONL.
+    Given a family, only its own suffixes count."""
+    suffix = path.suffix.lower()
+    candidates = [chosen] if chosen is not None else jsonl_families()
+    for spec, part in candidates:
+        if suffix in getattr(part, "FILE_SUFFIXES", ()):
+            return spec, part
+    return None
+
+
+def _tokenizer_class(read: JsonlRecords, path: Path) -> type[WordTokenizer]:
+    """The family's splitting rule for this file (`tokenizer_class`), else words."""
+    choose = getattr(read.part, "tokenizer_class", None)
+    return WordTokenizer if choose is None else choose(read.records, path)
+
+
 @dataclass(frozen=True)
 class JsonlRecords:
     """A JSONL file's examples as (line number, text, target) and the family that read them
@@ -92,6 +115,9 @@ def _read_records(path: Path, family: FamilySpec | str | None = None) -> JsonlRe
     if not path.is_file():
         raise DataError(f"{path}: no such data file")
     chosen = _family_named(family)
+    by_suffix = _file_family(path, chosen)
+    if by_suffix is not None:  # not JSONL: the family reads the whole file
+        return JsonlRecords(by_suffix[0], by_suffix[1], by_suffix[1].read_file(path))
     records = []
     reader = text_lines.LineReader(path, limit=text_lines.MAX_JSONL_LINE_BYTES,
                                    unit="JSONL line (a text and its label)")
@@ -163,7 +189,7 @@ def load_jsonl(
         label_names = tuple(str(name) for name in label_names)
         read.part.check_label_names(label_names)
     if tokenizer is None:
-        tokenizer = WordTokenizer.build(text for _, text, _ in read.records)
+        tokenizer = _tokenizer_class(read, path).build(text for _, text, _ in read.records)
     dataset = _encode(path, read, read.records, tokenizer, label_names, max_seq=max_seq,
                       truncate=truncate)
     return dataset, tokenizer
@@ -184,6 +210,8 @@ def _encode(path: Path, read: JsonlRecords, records: list[tuple[int, str, Any]],
                     "shorten it, raise max_seq, or truncate"
                 )
             ids = ids[:max_seq]
+            if isinstance(value, list):  # one target per token (a tagger's): cut alike
+                value = value[:max_seq]
         sequences.append(ids)
         targets.append(value)
     input_ids, attention_mask = pad_batch(sequences)  # [N, T] each
@@ -238,11 +266,11 @@ def load_jsonl_split(
         train, val = split_indices(len(kept), val_fraction, seed=seed + 1)
         parts["train"], parts["validation"] = kept[train].tolist(), kept[val].tolist()
     chosen = {name: [records[i] for i in rows] for name, rows in parts.items()}
-    tokenizer = WordTokenizer.build((text for _, text, _ in chosen["train"]),
-                                    min_freq=min_freq, max_vocab=max_vocab)
+    tokenizer = _tokenizer_class(read, path).build((text for _, text, _ in chosen["train"]),
+                                                   min_freq=min_freq, max_vocab=max_vocab)
     encoded = {name: _encode(path, read, rows, tokenizer, label_names, max_seq=max_seq,
                              truncate=truncate) for name, rows in chosen.items()}
-    tokens = {name: [WordTokenizer.tokenize(text) for _, text, _ in rows]
+    tokens = {name: [tokenizer.tokenize(text) for _, text, _ in rows]
               for name, rows in chosen.items()}
     return JsonlSplit(encoded["train"], encoded.get("validation"), encoded["held_out"],
                       tokenizer, tokens, read.family)

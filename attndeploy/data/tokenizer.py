@@ -12,10 +12,14 @@ from collections.abc import Sequence
 
 import torch
 
+from attndeploy.errors import DataError
 from attndeploy.runtime.tokenizer import MAX_TOKEN_CHARS, pad_sequences
+from attndeploy.runtime.tokenizer import CharTokenizer as _CharTokenizer
+from attndeploy.runtime.tokenizer import SpaceTokenizer as _SpaceTokenizer
 from attndeploy.runtime.tokenizer import WordTokenizer as _WordTokenizer
 
-__all__ = ["MAX_TOKEN_CHARS", "WordTokenizer", "pad_batch"]
+__all__ = ["MAX_TOKEN_CHARS", "CharTokenizer", "SpaceTokenizer", "WordTokenizer", "pad_batch",
+           "tokenizer_from_dict"]
 
 
 def pad_batch(sequences: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,3 +41,23 @@ class WordTokenizer(_WordTokenizer):
         """(input_ids, attention_mask), int64 torch tensors [N, T]; see the base class."""
         input_ids, attention_mask = super().encode_batch(texts, max_seq=max_seq)
         return torch.from_numpy(input_ids), torch.from_numpy(attention_mask)
+
+
+class CharTokenizer(_CharTokenizer, WordTokenizer):
+    """`attndeploy.runtime.tokenizer.CharTokenizer` (one token per character) whose batches are
+    torch tensors."""
+
+
+class SpaceTokenizer(_SpaceTokenizer, WordTokenizer):
+    """`attndeploy.runtime.tokenizer.SpaceTokenizer` (tokens split at white space) whose
+    batches are torch tensors."""
+
+
+def tokenizer_from_dict(raw: dict) -> WordTokenizer:
+    """The tokenizer a checkpoint's record describes, by its "type" (its splitting rule):
+    "word", "char" or "space"; DataError naming the known types otherwise."""
+    kinds = {cls.kind: cls for cls in (WordTokenizer, CharTokenizer, SpaceTokenizer)}
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind not in kinds:
+        raise DataError(f"unknown tokenizer type {kind!r}; expected one of {', '.join(kinds)}")
+    return kinds[kind].from_dict(raw)

@@ -39,7 +39,14 @@ from attndeploy.errors import ExportError
 from attndeploy.export import generic, tracing
 from attndeploy.export.generic import ExportOptions, ExportResult
 from attndeploy.fsutil import atomic_write_bytes
-from attndeploy.interface import BATCH, SEQ, ModelInterface, make_feed, model_interface
+from attndeploy.interface import (
+    BATCH,
+    SEQ,
+    TAGS_OUTPUT,
+    ModelInterface,
+    make_feed,
+    model_interface,
+)
 from attndeploy.opspec.bodies import DOMAIN_VERSION
 from attndeploy.runtime.contract import CONTRACT_VERSION
 from attndeploy.runtime.names import (
@@ -79,7 +86,8 @@ EXAMPLE_BATCH, EXAMPLE_SEQ = 2, 8
 def interface_of(config: Any) -> ModelInterface:
     """The model-level interface (docs/ops.md) of a model with this config."""
     return model_interface(
-        head=config.head, num_labels=config.num_labels, gated=variant_spec(config.variant).gated
+        head=config.head, num_labels=config.num_labels, gated=variant_spec(config.variant).gated,
+        tag_head=getattr(config, "tag_head", "softmax"),
     )
 
 
@@ -97,6 +105,9 @@ class _InterfaceWrapper(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
         outputs = self.model(input_ids, attention_mask)
+        if TAGS_OUTPUT in self.output_names:  # a CRF tagger: Viterbi inside the graph
+            outputs[TAGS_OUTPUT] = self.model.head.crf.viterbi(outputs["logits"],
+                                                               attention_mask != 0)
         for name in self.float_outputs:
             outputs[name] = outputs[name].float()
         return {name: outputs[name] for name in self.output_names}

@@ -42,6 +42,10 @@ class TransformerModel(AttnModel):
         super().__init__(config, config.d_model)
         self.embed = nn.Embedding(config.vocab_size, config.d_model, padding_idx=0)
         self.position = nn.Embedding(config.max_seq, config.d_model)
+        # the QVI paper's CNN-Transformer: a convolution over neighbouring tokens' embeddings
+        # (characters, for Chinese NER), added to each token's before the encoder
+        self.cnn = (nn.Conv1d(config.d_model, config.d_model, config.char_cnn,
+                              padding=config.char_cnn // 2) if config.char_cnn else None)
         self.blocks = nn.ModuleList(EncoderBlock(config, i) for i in range(config.n_layers))
         self.norm = nn.LayerNorm(config.d_model)
         self.head = self.family_part.build_head(config, config.d_model, self.is_gated)
@@ -52,6 +56,9 @@ class TransformerModel(AttnModel):
         self.check_inputs(input_ids, attention_mask)
         mask = attention_mask != 0  # [B, T] bool
         tokens = self.embed(input_ids)  # [B, T, D]
+        if self.cnn is not None:  # pads zeroed first: a row's padding never reaches its tokens
+            local = (tokens * mask.unsqueeze(-1)).transpose(1, 2)  # [B, D, T]
+            tokens = tokens + torch.relu(self.cnn(local)).transpose(1, 2)  # [B, T, D]
         state = None
         context = LayerContext(key_padding_mask=mask)
         if self.gates is not None:

@@ -149,9 +149,12 @@ def by_label(values: np.ndarray, names: Sequence[str]) -> dict[str, float] | lis
 
 def family_record(family: ModuleType, *, tokens: Sequence[str], fields: Mapping[str, Any],
                   names: Sequence[str], attended: Sequence[str] | None = None) -> dict[str, Any]:
-    """The JSON record of one prediction: `tokens`, the family's fields (`family.record`), and
-    `attended` for a gated model."""
+    """The JSON record of one prediction: `tokens`, the family's fields (`family.record`), the
+    fields it derives from the tokens too where it has the optional `token_record(tokens,
+    fields, names)` (token-classification's `entities`), and `attended` for a gated model."""
     out: dict[str, Any] = {TOKENS: list(tokens), **family.record(fields, names)}
+    if hasattr(family, "token_record"):
+        out.update(family.token_record(tokens, fields, names))
     if attended is not None:
         out[ATTENDED] = list(attended)
     return out

@@ -37,6 +37,7 @@ from attndeploy.runtime.names import (
     META_VARIANT,
     META_VERSION,
     META_WEIGHTS,
+    TAG_IDS,
 )
 from attndeploy.runtime.shipping import tokenizer_from_record
 from attndeploy.runtime.tokenizer import TextTokenizer
@@ -72,6 +73,12 @@ class ModelMetadata:
         """Whether the model outputs `gates` (a gated variant's, e.g. GA-Net's): read from the
         graph, so any registered gated variant is one, with no list of names."""
         return GATES in self.outputs
+
+    @property
+    def decodes_tags(self) -> bool:
+        """Whether the model outputs `tag_ids` (a CRF tagger's Viterbi path, which its tags
+        are): read from the graph, like `gated`."""
+        return TAG_IDS in self.outputs
 
     @property
     def num_labels(self) -> int:

@@ -29,7 +29,7 @@ from attndeploy.errors import ConfigError, DataError, ModelError
 from attndeploy.runtime import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TEXT_BYTES, sessions
 from attndeploy.runtime.checks import check_inputs
 from attndeploy.runtime.metadata import ModelMetadata, parse_metadata
-from attndeploy.runtime.names import ATTENTION_MASK, GATES, INPUT_IDS, LOGITS
+from attndeploy.runtime.names import ATTENTION_MASK, GATES, INPUT_IDS, LOGITS, TAG_IDS
 from attndeploy.runtime.text import Prediction, decode_batch, encode_texts
 from attndeploy.runtime.tokenizer import TextTokenizer, pad_sequences
 
@@ -96,6 +96,8 @@ class InferenceModel:
         self.metadata: ModelMetadata = parse_metadata(meta, str(self.path),
                                                       outputs=graph_outputs)
         self.output_names = [LOGITS, GATES] if self.metadata.gated else [LOGITS]
+        if TAG_IDS in graph_outputs:  # a CRF tagger: its Viterbi path decides the tags
+            self.output_names.append(TAG_IDS)
         inputs = sorted(i.name for i in self.session.get_inputs())
         outputs = {o.name for o in self.session.get_outputs()}
         if inputs != sorted([INPUT_IDS, ATTENTION_MASK]) or not set(self.output_names) <= outputs:
@@ -179,9 +181,10 @@ class InferenceModel:
                 progress(len(rows))
         outputs = [stack_rows([arrays[k] for arrays in per_batch])
                    for k in range(len(self.output_names))]  # in `order`
-        decoded = decode_batch(outputs[0], outputs[1] if self.metadata.gated else None,
+        named = dict(zip(self.output_names, outputs, strict=True))
+        decoded = decode_batch(named[LOGITS], named.get(GATES),
                                [encoded[i].tokens for i in order], self.labels,
-                               family=self.metadata.runtime)
+                               family=self.metadata.runtime, tag_ids=named.get(TAG_IDS))
         results: list[Prediction | None] = [None] * len(encoded)
         for row, prediction in zip(order, decoded, strict=True):
             results[row] = prediction

@@ -60,6 +60,7 @@ INPUT_IDS = "input_ids"
 ATTENTION_MASK = "attention_mask"
 LOGITS = "logits"
 GATES = "gates"  # a gated variant's output: whether a model is gated is read from it
+TAG_IDS = "tag_ids"  # a CRF tagger's output: the best tag ids (Viterbi, inside the graph)
 
 PRODUCER = "attndeploy"  # the ONNX producer_name of every model attndeploy writes
 DOMAIN = "attndeploy"  # the custom ONNX domain of attndeploy's ops (`attndeploy::GatedAttention`)

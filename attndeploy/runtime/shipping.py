@@ -13,7 +13,8 @@ first use), in an order in which each one's imports come first.
 
 `TOKENIZER_TYPES` tells a served model which class reads a tokenizer record (the JSON object in
 the ONNX metadata key `attndeploy.tokenizer`, `{"type": ..., ...}`) and which third-party package
-that class needs in the server's Python: "word" (`WordTokenizer`, numpy only) and "wordpiece"
+that class needs in the server's Python: "word" (`WordTokenizer`, numpy only; "char" and
+"space" are its one-character and white-space splitting rules, for tagged sets) and "wordpiece"
 (`WordPieceTokenizer` of converted Hugging Face models, which needs `tokenizers`). In-process
 inference (`runtime.metadata`) builds tokenizers from the same table. A new tokenizer plugs in as
 one entry here plus its module in `SHIPPED_MODULES`; a served model whose server lacks the
@@ -65,6 +66,8 @@ class TokenizerType:
 
 TOKENIZER_TYPES: dict[str, TokenizerType] = {
     "word": TokenizerType("attndeploy.runtime.tokenizer", "WordTokenizer"),
+    "char": TokenizerType("attndeploy.runtime.tokenizer", "CharTokenizer"),
+    "space": TokenizerType("attndeploy.runtime.tokenizer", "SpaceTokenizer"),
     "wordpiece": TokenizerType("attndeploy.runtime.wordpiece", "WordPieceTokenizer",
                                requires="tokenizers"),
 }

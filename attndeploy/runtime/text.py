@@ -187,6 +187,7 @@ def decode_batch(
     *,
     family: ModuleType | None = None,
     tagging: bool | None = None,
+    tag_ids: np.ndarray | None = None,
 ) -> list[Prediction]:
     """One Prediction per row of a right-padded batch, decoded by `family` (the model family's
     runtime module, `runtime.families.runtime_part`; the old `tagging=` picks the built-in
@@ -195,11 +196,14 @@ def decode_batch(
     `logits` ([B, C], tagging [B, T, C]: the family's `LOGITS_RANK`) and `gates` bool [B, T]
     are the model's outputs for the batch; `tokens[row]` are that row's real tokens (its length
     is the row's length, T at most), and the list becomes the Prediction's `tokens`. Per-row
-    arrays are views of the batch's.
+    arrays are views of the batch's. `tag_ids` int64 [B, T]: a CRF tagger's best tag ids (its
+    `tag_ids` output), which its family's `decode` takes as the tags instead of each argmax.
     """
     runtime = _family(family, tagging)
     names = label_names_for(labels, logits.shape[-1])
-    rows = runtime.decode(logits, [len(row_tokens) for row_tokens in tokens], names)
+    lengths = [len(row_tokens) for row_tokens in tokens]
+    rows = (runtime.decode(logits, lengths, names) if tag_ids is None  # a CRF's Viterbi path:
+            else runtime.decode(logits, lengths, names, tag_ids=tag_ids))  # its family's tags
     if gates is not None and gates.dtype != np.bool_:
         gates = gates.astype(bool)
     predictions = []

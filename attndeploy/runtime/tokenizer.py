@@ -67,6 +67,7 @@ class WordTokenizer:
     """Lowercased word/punctuation tokenizer; unknown words map to `<unk>` (id 1)."""
 
     framing = (0, 0)  # no special tokens around a text
+    kind = "word"  # its record's "type": the splitting rule (`CharTokenizer`'s is "char")
     PAD = "<pad>"
     UNK = "<unk>"
     PAD_ID = 0
@@ -181,10 +182,11 @@ class WordTokenizer:
         return len(self._vocab)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, WordTokenizer) and self._vocab == other._vocab
+        return (isinstance(other, WordTokenizer) and self.kind == other.kind
+                and self._vocab == other._vocab)
 
     def __hash__(self) -> int:
-        return hash(tuple(self._vocab))
+        return hash(tuple(self._vocab)) if self.kind == "word" else hash((self.kind, *self._vocab))
 
     def __repr__(self) -> str:
         return f"WordTokenizer(vocab_size={len(self)})"
@@ -199,6 +201,68 @@ class WordTokenizer:
             raise DataError(f"a tokenizer must be a JSON object; got {type(raw).__name__}")
         if raw.get("type") != "word":
             raise DataError(f"unknown tokenizer type {raw.get('type')!r}; expected 'word'")
+        vocab = raw.get("vocab")
+        if not isinstance(vocab, list):
+            raise DataError("a tokenizer needs a 'vocab' list of words")
+        return cls(vocab)
+
+
+class CharTokenizer(WordTokenizer):
+    """One token per character, spaces dropped, lowercased: the splitting rule of a
+    character-level data set (MSRA's Chinese NER tags every character). Its record is
+    `{"type": "char", "vocab": [...]}`, so predict and a served text model split raw text as
+    training did, never by a guess. `tokenize("北京 ok") -> ["北", "京", "o", "k"]`."""
+
+    kind = "char"
+
+    @staticmethod
+    def tokenize(text: str) -> list[str]:
+        """Every character that is not white space, lowercased (one token each)."""
+        return [char.lower() for char in text if not char.isspace()]
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={len(self)})"
+
+    def to_dict(self) -> dict:
+        return {"type": "char", "vocab": list(self.vocab)}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> CharTokenizer:
+        """Inverse of `to_dict`; anything else fails with a DataError saying what is wrong."""
+        if not isinstance(raw, dict) or raw.get("type") != "char":
+            kind = raw.get("type") if isinstance(raw, dict) else type(raw).__name__
+            raise DataError(f"unknown tokenizer type {kind!r}; expected 'char'")
+        vocab = raw.get("vocab")
+        if not isinstance(vocab, list):
+            raise DataError("a tokenizer needs a 'vocab' list of words")
+        return cls(vocab)
+
+
+class SpaceTokenizer(WordTokenizer):
+    """Tokens separated by white space, lowercased: the splitting rule of a pre-tokenized
+    word-level set whose tokens are no single words of `WordTokenizer` (CoNLL-2003's
+    `1996-08-22`, `U.S.`). Its record is `{"type": "space", ...}`; raw text given to such a model
+    must be split as its training data was. `tokenize("U.S. troops") -> ["u.s.", "troops"]`."""
+
+    kind = "space"
+
+    @staticmethod
+    def tokenize(text: str) -> list[str]:
+        """The text lowercased, split at white space."""
+        return text.lower().split()
+
+    def __repr__(self) -> str:
+        return f"SpaceTokenizer(vocab_size={len(self)})"
+
+    def to_dict(self) -> dict:
+        return {"type": "space", "vocab": list(self.vocab)}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> SpaceTokenizer:
+        """Inverse of `to_dict`; anything else fails with a DataError saying what is wrong."""
+        if not isinstance(raw, dict) or raw.get("type") != "space":
+            kind = raw.get("type") if isinstance(raw, dict) else type(raw).__name__
+            raise DataError(f"unknown tokenizer type {kind!r}; expected 'space'")
         vocab = raw.get("vocab")
         if not isinstance(vocab, list):
             raise DataError("a tokenizer needs a 'vocab' list of words")

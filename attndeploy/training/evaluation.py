@@ -21,14 +21,19 @@ if TYPE_CHECKING:
 
 
 def task_loss(logits: torch.Tensor, labels: torch.Tensor, label_smoothing: float = 0.0,
-              *, head: str | None = None) -> torch.Tensor:
-    """The loss of `head`'s family (its training part's `loss`). Without `head` (the callers
+              *, head: str | None = None, module: torch.nn.Module | None = None
+              ) -> torch.Tensor:
+    """The loss of `head`'s family (its training part's `loss`, or its `head_loss` given the
+    model's head `module`: a CRF's loss needs its transitions). Without `head` (the callers
     before families), the family is the first whose logits output (its spec's `outputs`) has
     the rank of `logits`: [B, C] text classification's, [B, T, C] token classification's."""
     if head is None:
         head = next(spec.head for spec in family_specs()
                     if len(spec.outputs(logits.shape[-1])[0].dims) == logits.dim())
-    return training_part(head).loss(logits, labels, label_smoothing)
+    part = training_part(head)
+    if module is not None and hasattr(part, "head_loss"):
+        return part.head_loss(module, logits, labels, label_smoothing)
+    return part.loss(logits, labels, label_smoothing)
 
 
 @torch.no_grad()
@@ -39,6 +44,7 @@ def evaluate(model: AttnModel, dataset: Any, *, batch_size: int = 256) -> dict[s
     was_training = model.training
     model.eval()
     family = training_part(dataset.head)  # the labels' family
+    module = getattr(model, "head", None)  # what a head-aware family's hooks read
     sums: Counter[str] = Counter()
     loss_sum = 0.0
     open_fraction_sum = 0.0
@@ -46,8 +52,12 @@ def evaluate(model: AttnModel, dataset: Any, *, batch_size: int = 256) -> dict[s
     for input_ids, attention_mask, labels in dataset.batches(batch_size, shuffle=False):
         out = model(input_ids, attention_mask, details=True)
         logits = out["logits"]
-        loss_sum += float(family.loss(logits, labels)) * labels.shape[0]
-        sums.update(family.metric_sums(logits, labels))
+        loss_sum += float(task_loss(logits, labels, head=dataset.head,
+                                    module=module)) * labels.shape[0]
+        if hasattr(family, "head_metric_sums"):
+            sums.update(family.head_metric_sums(module, logits, labels, dataset.label_names))
+        else:
+            sums.update(family.metric_sums(logits, labels))
         examples += labels.shape[0]
         if "gates" in out:
             mask = attention_mask != 0

@@ -45,7 +45,8 @@ def step_loss(
     is GA-Net's λ for this step; `head` the labels' family (its training part's `loss`; None:
     read off the logits' shape, `evaluation.task_loss`)."""
     out = model(input_ids, attention_mask, details=True)
-    loss = task_loss(out["logits"], labels, config.label_smoothing, head=head)
+    loss = task_loss(out["logits"], labels, config.label_smoothing, head=head,
+                     module=getattr(model, "head", None))
     total = loss
     if soft_table is not None:
         soft_targets = distillation.batch_targets(soft_table, rows, input_ids.shape[1])

@@ -114,6 +114,10 @@ class TorchRunner(BaseRunner):
             out["gates"] = raw["gates"].bool().cpu().numpy()
         if "gate_logits" in raw:
             out["gate_logits"] = raw["gate_logits"].float().cpu().numpy()
+        crf = getattr(getattr(self.model, "head", None), "crf", None)
+        if crf is not None:  # a CRF tagger's export holds its Viterbi path: `tag_ids`
+            with torch.inference_mode():
+                out["tag_ids"] = crf.viterbi(raw["logits"], mask != 0).cpu().numpy()
         return out
 
 

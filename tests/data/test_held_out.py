@@ -111,9 +111,10 @@ def test_a_file_other_than_the_one_trained_on_is_refused(tmp_path: Path):
         held_out_of(record, max_seq=MAX_SEQ, hf=False, data_file=shorter)
 
 
-def test_a_tagging_task_and_an_unknown_origin_are_refused():
-    with pytest.raises(DataError, match="label per token"):
-        held_out_of({"task": "tagging", "seed": 0, "n_eval": 4}, max_seq=MAX_SEQ, hf=False)
+def test_a_tagging_task_s_examples_are_tags_and_an_unknown_origin_is_refused():
+    held = held_out_of({"task": "tagging", "seed": 0, "n_eval": 4}, max_seq=MAX_SEQ, hf=False)
+    text, tags = held.examples[0]
+    assert len(tags) == len(text.split(" ")) and set(tags) <= {"unique", "repeated"}
     with pytest.raises(DataError, match="neither a data file nor a task"):
         held_out_of({}, max_seq=MAX_SEQ, hf=False)
 

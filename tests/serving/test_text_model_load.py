@@ -75,7 +75,7 @@ def test_an_unknown_tokenizer_type_fails_at_load_naming_the_known_ones(
     (broken / "cls_text" / "tokenizer.json").write_text(json.dumps({"type": "bpe"}))
     model = load_text_model(broken, "cls", monkeypatch, initialize=False)
     with pytest.raises(RuntimeError, match=r"tokenizer type 'bpe' is not one this model can "
-                                           r"load \(word, wordpiece\)"):
+                                           r"load \(char, space, word, wordpiece\)"):
         initialize_model(model, broken, "cls_text")
 
 

@@ -43,7 +43,8 @@ def test_every_family_has_a_checks_part_that_reads():
 def test_the_built_in_families_say_what_is_per_token_and_what_is_decided():
     text, tags = family_checks("classification"), family_checks("tagging")
     assert (text.per_token_outputs, text.agreement_name) == ((), "label agreement")
-    assert (tags.per_token_outputs, tags.agreement_name) == (("logits",), "tag agreement")
+    assert (tags.per_token_outputs, tags.agreement_name) == (("logits", "tag_ids"),
+                                                             "tag agreement")  # a CRF's ids
     assert text.score_name == "accuracy" and text.score is not None
     assert tags.score is None  # its data files carry no per-token gold
 

@@ -22,7 +22,7 @@ def _size(key: str) -> str:
 
 # option -> the ModelConfig field it sets (each None: the preset's)
 SIZES = {"d_model": "d_model", "heads": "n_heads", "layers": "n_layers", "d_ff": "d_ff",
-         "dropout": "dropout"}
+         "dropout": "dropout", "head": "tag_head", "char_cnn": "char_cnn"}
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,12 @@ class ModelArgs(OptionGroup):
                  f"{_size('dropout')}; --hf-model: the model's own (its config's "
                  "hidden_dropout_prob)")] = None,
         max_seq: Annotated[int, shared("--max-seq")] = field_default(ModelConfig, "max_seq"),
+        char_cnn: Annotated[int | None, typer.Option(
+            help="Width of a convolution over neighbouring tokens' embeddings before the "
+                 "Transformer (odd; the CNN-Transformer of Chinese NER). Default none.")] = None,
+        head: Annotated[str | None, typer.Option(
+            "--head", help="A tagger's decoder: softmax (each token's argmax) or crf (a "
+                           "linear-chain CRF, Viterbi). Default softmax.")] = None,
     ) -> None:
         """The model's options."""
 

@@ -79,6 +79,8 @@ def _text_constants() -> dict[str, object]:
         "ATTENTION_MASK": interface.ATTENTION_MASK,
         "LOGITS": interface.LOGITS,
         "GATES": interface.GATES,
+        "TAG_IDS": interface.TAG_IDS,
+        "PARAM_TAG_IDS": names.PARAM_TAG_IDS,
         "TEXT": names.TEXT,
         "LABELS_FILE": model_config.LABELS_FILE,
         "TOKENIZER_FILE": names.TOKENIZER_FILE,

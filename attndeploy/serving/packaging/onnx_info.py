@@ -43,7 +43,8 @@ class ModelInfo(ModelMetadata):
 
     @property
     def interface(self) -> ModelInterface:
-        return model_interface(head=self.head, num_labels=self.num_labels, gated=self.gated)
+        return model_interface(head=self.head, num_labels=self.num_labels, gated=self.gated,
+                               tag_head="crf" if self.decodes_tags else "softmax")
 
 
 def load_onnx_graph(path: Path) -> onnx.ModelProto:

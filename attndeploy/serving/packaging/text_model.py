@@ -99,6 +99,7 @@ from attndeploy.serving.packaging.text_model_names import (  # noqa: F401  (re-e
     PARAM_ID_MODEL_CALL,
     PARAM_ID_VERSION,
     PARAM_MAX_TEXT_BYTES,
+    PARAM_TAG_IDS,
     PARAM_TRUNCATE,
     TEXT,
     TEXT_SUFFIX,
@@ -224,6 +225,8 @@ def text_parameters(info: ModelInfo, options: Any, id_model: str, call: str
         PARAM_CONTRACT_VERSION: str(CONTRACT_VERSION),
         PARAM_LABEL_NAMES: json.dumps(list(info.labels), ensure_ascii=False),
     }
+    if info.decodes_tags:
+        parameters[PARAM_TAG_IDS] = "true"
     if call == CALL_ONNXRUNTIME:
         parameters[cfgmod.PARAM_ORT_THREADS] = str(options.threads)
     if options.execution_env is not None:

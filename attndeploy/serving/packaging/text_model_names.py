@@ -20,6 +20,9 @@ PARAM_MAX_TEXT_BYTES = "MAX_TEXT_BYTES"  # a longer text (UTF-8 bytes) is refuse
 # How the text model runs its id model: the python flavour's ONNX file loaded into the text
 # model's own process (no second hop through the server), or a BLS request to the id model.
 PARAM_ID_MODEL_CALL = "ID_MODEL_CALL"
+# "true": the id model answers `tag_ids` (a CRF tagger's Viterbi path), which decide the tags;
+# absent otherwise, so every other text model's config reads as before
+PARAM_TAG_IDS = "TAG_IDS_OUTPUT"
 CALL_ONNXRUNTIME = "onnxruntime"
 CALL_BLS = "bls"
 ID_MODEL_CALLS = (CALL_ONNXRUNTIME, CALL_BLS)
