@@ -112,8 +112,9 @@ def _read_target(onnx_path: Path, ckpt: Checkpoint) -> _Target:
     except ValueError as exc:
         raise ValidationError(f"{onnx_path}: bad max_seq {metadata.get('max_seq')!r}") from exc
     gated = variant_spec(config.variant).gated
+    # a CRF tagger's tag_ids too; a converted Hugging Face model's config has no tag head
     interface = model_interface(head=config.head, num_labels=config.num_labels, gated=gated,
-                                tag_head=config.tag_head)  # a CRF tagger's tag_ids too
+                                tag_head=getattr(config, "tag_head", "softmax"))
     return _Target(onnx_path, metadata, dtype, min(max_seq, config.max_seq), gated,
                    family_checks(config.head), tuple(interface.output_names))
 
