@@ -714,10 +714,6 @@ CASES: dict[str, BadInput] = {
         "held-out", "{tmp}/ckpt", "--out", "{tmp}/h.jsonl", stage="data",
         fragment="line 2 of {tmp}/d.jsonl has more than 458752 bytes",
         prepare=_trained_on(LONG_JSONL)),
-    "held-out of a tagging task": case(
-        "held-out", "{tmp}/ckpt", "--out", "{tmp}/h.jsonl", stage="data",
-        fragment="label per token",
-        prepare=_copy_checkpoint(_set_data(task="tagging", seed=0, n_eval=4))),
     # ---- quantize and debug compare
     "quantize missing model": case("quantize", "{tmp}/absent.onnx", "--out", "{tmp}/q.onnx",
                                    stage="model", fragment="absent.onnx"),

@@ -7,6 +7,7 @@ text models. Tokenizers are built here from a vocabulary list, without torch or 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -164,9 +165,12 @@ def test_parse_metadata_builds_the_tokenizer_its_record_names():
 
 
 def test_parse_metadata_refuses_unknown_oversized_and_unreadable_records(monkeypatch):
+    from attndeploy.runtime.shipping import TOKENIZER_TYPES
+
+    known = ", ".join(sorted(TOKENIZER_TYPES))  # word, wordpiece, and the taggers' char, space
     with pytest.raises(ExportError, match=r"m\.onnx: attndeploy\.tokenizer: unknown tokenizer "
-                                          r"type 'sentencepiece'; this attndeploy reads word, "
-                                          r"wordpiece"):
+                                          r"type 'sentencepiece'; this attndeploy reads "
+                                          + re.escape(known)):
         parse_metadata(metadata({"type": "sentencepiece"}), "m.onnx", outputs=OUTPUTS)
     with pytest.raises(ExportError, match="unknown tokenizer a list"):
         parse_metadata(metadata("[1, 2]"), outputs=OUTPUTS)
