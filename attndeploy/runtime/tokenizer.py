@@ -189,18 +189,19 @@ class WordTokenizer:
         return hash(tuple(self._vocab)) if self.kind == "word" else hash((self.kind, *self._vocab))
 
     def __repr__(self) -> str:
-        return f"WordTokenizer(vocab_size={len(self)})"
+        return f"{type(self).__name__}(vocab_size={len(self)})"
 
     def to_dict(self) -> dict:
-        return {"type": "word", "vocab": list(self._vocab)}
+        return {"type": self.kind, "vocab": list(self._vocab)}
 
     @classmethod
     def from_dict(cls, raw: dict) -> WordTokenizer:
-        """Inverse of `to_dict`; anything else fails with a DataError saying what is wrong."""
+        """Inverse of `to_dict` (a record of this class's `kind`); anything else fails with a
+        DataError saying what is wrong."""
         if not isinstance(raw, dict):
             raise DataError(f"a tokenizer must be a JSON object; got {type(raw).__name__}")
-        if raw.get("type") != "word":
-            raise DataError(f"unknown tokenizer type {raw.get('type')!r}; expected 'word'")
+        if raw.get("type") != cls.kind:
+            raise DataError(f"unknown tokenizer type {raw.get('type')!r}; expected {cls.kind!r}")
         vocab = raw.get("vocab")
         if not isinstance(vocab, list):
             raise DataError("a tokenizer needs a 'vocab' list of words")
@@ -220,23 +221,6 @@ class CharTokenizer(WordTokenizer):
         """Every character that is not white space, lowercased (one token each)."""
         return [char.lower() for char in text if not char.isspace()]
 
-    def __repr__(self) -> str:
-        return f"CharTokenizer(vocab_size={len(self)})"
-
-    def to_dict(self) -> dict:
-        return {"type": "char", "vocab": list(self.vocab)}
-
-    @classmethod
-    def from_dict(cls, raw: dict) -> CharTokenizer:
-        """Inverse of `to_dict`; anything else fails with a DataError saying what is wrong."""
-        if not isinstance(raw, dict) or raw.get("type") != "char":
-            kind = raw.get("type") if isinstance(raw, dict) else type(raw).__name__
-            raise DataError(f"unknown tokenizer type {kind!r}; expected 'char'")
-        vocab = raw.get("vocab")
-        if not isinstance(vocab, list):
-            raise DataError("a tokenizer needs a 'vocab' list of words")
-        return cls(vocab)
-
 
 class SpaceTokenizer(WordTokenizer):
     """Tokens separated by white space, lowercased: the splitting rule of a pre-tokenized
@@ -250,20 +234,3 @@ class SpaceTokenizer(WordTokenizer):
     def tokenize(text: str) -> list[str]:
         """The text lowercased, split at white space."""
         return text.lower().split()
-
-    def __repr__(self) -> str:
-        return f"SpaceTokenizer(vocab_size={len(self)})"
-
-    def to_dict(self) -> dict:
-        return {"type": "space", "vocab": list(self.vocab)}
-
-    @classmethod
-    def from_dict(cls, raw: dict) -> SpaceTokenizer:
-        """Inverse of `to_dict`; anything else fails with a DataError saying what is wrong."""
-        if not isinstance(raw, dict) or raw.get("type") != "space":
-            kind = raw.get("type") if isinstance(raw, dict) else type(raw).__name__
-            raise DataError(f"unknown tokenizer type {kind!r}; expected 'space'")
-        vocab = raw.get("vocab")
-        if not isinstance(vocab, list):
-            raise DataError("a tokenizer needs a 'vocab' list of words")
-        return cls(vocab)
