@@ -112,27 +112,25 @@ def text_inputs() -> tuple[TensorSpec, ...]:
     )
 
 
-# A CRF tagger's extra output (`ModelConfig.tag_head == "crf"`), after the family's logits (its
-# emissions): the best tag ids Viterbi finds inside the graph, so every runtime decodes alike.
+# A CRF tagger's extra output (token-classification's, with `tag_head="crf"`), after its logits
+# (the emissions): the best tag ids Viterbi finds inside the graph, so every runtime decodes alike.
 TAGS_OUTPUT = TAG_IDS
 
 
 def model_interface(*, head: str, num_labels: int, gated: bool,
-                    tag_head: str = "softmax") -> ModelInterface:
+                    **options: Any) -> ModelInterface:
     """The interface of a model of the family whose head is `head` (`classification`,
     `tagging`, or a plug-in family's), with `num_labels` labels, and `gates` when its variant is
     gated. The inputs are the family's (`FamilySpec.inputs`, a text model's by default), the
-    outputs the family's (`FamilySpec.outputs(num_labels)`), a CRF tagger's `tag_ids`
-    (`tag_head="crf"`), then the gates. ValueError for a head no family has."""
+    outputs the family's (`FamilySpec.outputs(num_labels, **options)`: `options` are the model's
+    own choices a family reads, e.g. a tagger's `tag_head="crf"` adds `tag_ids`), then the
+    gates. ValueError for a head no family has."""
     try:
         family = family_for_head(head)
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     inputs = family.inputs() if family.inputs is not None else text_inputs()
-    outputs = list(family.outputs(num_labels))
-    if tag_head == "crf":
-        outputs.append(TensorSpec(TAGS_OUTPUT, "int64", (BATCH, SEQ),
-                                  "the best tag ids (the CRF's Viterbi path), 0 at padding"))
+    outputs = list(family.outputs(num_labels, **options))
     if gated:
         outputs.append(TensorSpec(GATES, "bool", (BATCH, SEQ), "tokens the model attended to"))
     return ModelInterface(inputs=inputs, outputs=tuple(outputs))

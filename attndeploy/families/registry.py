@@ -52,8 +52,10 @@ class FamilySpec:
                    `classification`; unique among families.
     order:         its place in tables and choices.
     summary:       one line for help texts and `info`.
-    outputs:       num_labels -> the model-level outputs (`attndeploy.interface.TensorSpec`s)
-                   before a variant's own (gates), in order.
+    outputs:       (num_labels, **options) -> the model-level outputs
+                   (`attndeploy.interface.TensorSpec`s) before a variant's own (gates), in
+                   order; `options` are the model's own choices a family may read (a tagger's
+                   `tag_head`) and others ignore.
     inputs:        () -> the model-level inputs, in order; None: a text model's (`input_ids`,
                    `attention_mask`, int64 [batch, seq]; `attndeploy.interface.text_inputs`).
     architectures: the built-in model architectures that take this head (`ModelConfig.family`,
@@ -71,7 +73,7 @@ class FamilySpec:
     head: str
     order: int
     summary: str
-    outputs: Callable[[int], tuple[Any, ...]]
+    outputs: Callable[..., tuple[Any, ...]]
     inputs: Callable[[], tuple[Any, ...]] | None = None
     architectures: tuple[str, ...] = ("transformer",)
     pooled: bool = False

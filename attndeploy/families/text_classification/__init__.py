@@ -5,7 +5,7 @@ from __future__ import annotations
 from attndeploy.families.registry import FamilySpec, register_family
 
 
-def _outputs(num_labels: int) -> tuple:
+def _outputs(num_labels: int, **options: object) -> tuple:
     from attndeploy.interface import BATCH, TensorSpec  # onnx: imported on use
     from attndeploy.runtime.names import LOGITS
 
