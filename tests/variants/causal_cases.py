@@ -1,4 +1,5 @@
-"""THE table of causal variant cases (issue #49): it drives tests/variants/test_causal.py.
+"""THE table of causal variant cases (issue #49): it drives tests/variants/test_causal.py and
+test_causal_ops.py.
 
 One `CausalCase` per variant and per causal configuration of interest (QVI form, GA-Net gate
 network, Evolving Attention's mixing weights). Each case builds a tiny decoder stack of causal
