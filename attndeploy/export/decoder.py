@@ -129,6 +129,7 @@ def export_onnx_model(model: CausalLM, tokenizer: LMTokenizer | None) -> onnx.Mo
         raise ExportError(f"the decoder did not trace: {str(exc).splitlines()[0][:300]}") from exc
     proto = attach_functions(onnx_program.model_proto, OPSET, inline=False)
     config = model.config
+    specials = tokenizer if tokenizer is not None else LMTokenizer  # the word tokenizer's ids
     metadata = {
         META_FAMILY: "text-generation",
         META_VARIANT: config.variant,
@@ -138,8 +139,8 @@ def export_onnx_model(model: CausalLM, tokenizer: LMTokenizer | None) -> onnx.Mo
         META_TOKENIZER: json.dumps(tokenizer.to_dict()) if tokenizer is not None else "",
         META_STATE: json.dumps([s.to_dict() for s in specs]),
         META_GENERATION: json.dumps({
-            "bos_token_id": LMTokenizer.BOS_ID, "eos_token_id": LMTokenizer.EOS_ID,
-            "pad_token_id": LMTokenizer.PAD_ID, "vocab_size": config.vocab_size,
+            "bos_token_id": specials.BOS_ID, "eos_token_id": specials.EOS_ID,
+            "pad_token_id": specials.PAD_ID, "vocab_size": config.vocab_size,
             "max_seq": config.max_seq, "inputs": list(INPUTS)}),
     }
     del proto.metadata_props[:]

@@ -86,3 +86,21 @@ class LMTokenizer:
             out.append(self.piece(int(token_id), prev))
             prev = int(token_id)
         return "".join(out)
+
+
+def tokenizer_from_record(record: dict[str, Any] | None):
+    """The tokenizer a checkpoint or an export records: the word tokenizer (`lm-word`) or a
+    pretrained model's own (`hf-tokenizer`, `attndeploy.generation.hf_tokenizer`); None for
+    none."""
+    if not record:
+        return None
+    kind = record.get("type") if isinstance(record, dict) else None
+    if kind == RECORD_TYPE:
+        return LMTokenizer.from_dict(record)
+    from attndeploy.generation.hf_tokenizer import RECORD_TYPE as HF_TYPE
+    from attndeploy.generation.hf_tokenizer import HFTokenizer
+
+    if kind == HF_TYPE:
+        return HFTokenizer.from_dict(record)
+    raise DataError(f"unknown language-model tokenizer type {kind!r}; known: {RECORD_TYPE}, "
+                    f"{HF_TYPE}")

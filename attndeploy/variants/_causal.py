@@ -16,6 +16,12 @@ names them `past_key_values.{i}.{name}` in and `present.{i}.{name}` out):
       Attention's `evolving_rows` [B, H, 2, P]; QVI prefix's `qvi_prefix_max/_den/_num`;
       GA-Net's `key_mask` [B, P] (closed tokens never enter, so its P follows the density).
 
+Grouped-query attention (a LLaMA-family decoder, `AttentionBase.use_projections`): `key` and
+`value` hold H_kv heads, so the cache is H / H_kv times smaller; `expand_kv` repeats them for the
+H query heads just before the attention maths. Rotary positions (`rotary` = (cos, sin), each
+[B, 1, n, d]) turn the new queries and keys before the keys enter the cache, so cached keys are
+final, as in Hugging Face's LLaMA.
+
 Every state tensor has the batch first, so beam search reorders all of them alike
 (`reorder_state`). An empty past is `None`, or each layer's `empty_state(batch, like)` (tensors with
 P = 0, the same result): the second lets one exported graph serve prefill and decode.
@@ -31,6 +37,7 @@ from torch import Tensor
 from attndeploy.errors import ConfigError
 
 LayerState = dict[str, Tensor]
+Rotary = tuple[Tensor, Tensor]  # cos, sin: [B, 1, n, d] each, for the new tokens' positions
 
 
 @dataclass(frozen=True)
@@ -114,3 +121,38 @@ def state_names(layer_index: int, state: LayerState) -> dict[str, tuple[str, str
         name: (f"past_key_values.{layer_index}.{name}", f"present.{layer_index}.{name}")
         for name in state
     }
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """[..., d] -> [-x2, x1] with x1, x2 the two halves (Hugging Face LLaMA's convention)."""
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def apply_rotary(x: Tensor, rotary: Rotary | None) -> Tensor:
+    """x [B, h, n, d] turned by its tokens' angles (rotary None: x as it is)."""
+    if rotary is None:
+        return x
+    cos, sin = rotary  # [B, 1, n, d]
+    return x * cos + rotate_half(x) * sin
+
+
+def project_new(layer, x: Tensor, rotary: Rotary | None) -> tuple[Tensor, Tensor, Tensor]:
+    """The new tokens' q [B, H, n, d], k and v [B, H_kv, n, d], q and k turned by `rotary`."""
+    q, k, v = layer.project(x)
+    return apply_rotary(q, rotary), apply_rotary(k, rotary), v
+
+
+def expand_kv(layer, t: Tensor) -> Tensor:
+    """Keys or values [B, H_kv, T, d] -> [B, H, T, d]: query head h reads kv head h // g."""
+    groups = layer.n_heads // layer.n_kv_heads
+    if groups == 1:
+        return t
+    batch, kv, length, dim = t.shape
+    grouped = t[:, :, None].expand(batch, kv, groups, length, dim)  # [B, H_kv, g, T, d]
+    return grouped.reshape(batch, kv * groups, length, dim)  # [B, H, T, d]
+
+
+def empty_kv_of(layer, batch: int, like: Tensor) -> LayerState:
+    """A layer's key and value with no token yet: [B, H_kv, 0, d] each."""
+    return empty_kv(batch, layer.n_kv_heads, layer.head_dim, like)

@@ -124,6 +124,7 @@ class AttentionBase(nn.Module):
         self.embed_dim = embed_dim
         self.n_heads = num_heads
         self.head_dim = embed_dim // num_heads
+        self.n_kv_heads = num_heads  # grouped-query attention: `use_projections`
         self.scale = float(scale) if scale is not None else self.head_dim**-0.5
         self.qkv = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.out = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -132,10 +133,24 @@ class AttentionBase(nn.Module):
     def num_heads(self) -> int:
         return self.n_heads
 
+    def use_projections(self, *, num_kv_heads: int | None = None, bias: bool = True) -> None:
+        """Rebuild the Q/K/V and output projections (fresh weights) for grouped-query attention,
+        `num_kv_heads` key/value heads each shared by n_heads / num_kv_heads query heads (None:
+        one per query head), and with or without biases: a LLaMA-family decoder's layers
+        (`attndeploy.models.decoder`). `qkv` then maps D -> (H + 2·H_kv)·d, queries first."""
+        kv = self.n_heads if num_kv_heads is None else int(num_kv_heads)
+        if kv < 1 or self.n_heads % kv:
+            raise ConfigError(f"num_kv_heads ({kv}) must divide num_heads ({self.n_heads})")
+        self.n_kv_heads = kv
+        self.qkv = nn.Linear(self.embed_dim, (self.n_heads + 2 * kv) * self.head_dim, bias=bias)
+        self.out = nn.Linear(self.embed_dim, self.embed_dim, bias=bias)
+
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x [B, T, D] -> q, k, v, each [B, H, T, d]."""
-        q, k, v = self.qkv(x).chunk(3, dim=-1)  # 3 x [B, T, D]
-        return tuple(split_heads(t, self.n_heads) for t in (q, k, v))  # type: ignore[return-value]
+        """x [B, T, D] -> q [B, H, T, d], k and v [B, H_kv, T, d] (H_kv = H unless grouped)."""
+        kv_width = self.n_kv_heads * self.head_dim
+        q, k, v = self.qkv(x).split([self.embed_dim, kv_width, kv_width], dim=-1)  # [B, T, ·]
+        return (split_heads(q, self.n_heads), split_heads(k, self.n_kv_heads),
+                split_heads(v, self.n_kv_heads))
 
     def merge(self, heads: Tensor) -> Tensor:
         """heads [B, H, T, d] -> the layer output [B, T, D]."""

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from attndeploy import __version__
 from attndeploy.errors import CheckpointError
 from attndeploy.fsutil import check_replaceable, current_umask, file_sha256
-from attndeploy.generation.tokenizer import LMTokenizer
+from attndeploy.generation.tokenizer import LMTokenizer, tokenizer_from_record
 from attndeploy.jsonread import read_json_file
 from attndeploy.models.decoder.config import HEAD, DecoderConfig
 from attndeploy.models.decoder.model import CausalLM
@@ -96,5 +96,5 @@ def load_decoder(path: Path) -> DecoderCheckpoint:
                               f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]})")
     model.eval()
     record = raw.get("tokenizer")
-    tokenizer = LMTokenizer.from_dict(record) if record else None
+    tokenizer = tokenizer_from_record(record)
     return DecoderCheckpoint(model, tokenizer, raw)

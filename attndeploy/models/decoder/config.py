@@ -19,6 +19,9 @@ from attndeploy.errors import ConfigError
 VARIANTS = ("standard", "qvi", "ganet", "evolving")
 QVI_FORMS = ("prefix", "pairwise")
 GANET_AUX = ("mlp", "conv")  # the LSTM gate network steps in Python: it cannot export
+POSITIONS = ("learned", "rope")
+NORMS = ("layer", "rms")
+FFNS = ("gelu", "swiglu")
 HEAD = "causal_lm"
 ARCHITECTURE = "decoder"
 
@@ -26,7 +29,14 @@ ARCHITECTURE = "decoder"
 @dataclass(frozen=True)
 class DecoderConfig:
     """vocab_size: the tokenizer's; max_seq: the context (prompt + generated tokens);
-    tie_embeddings: the LM head reuses the token embedding matrix."""
+    tie_embeddings: the LM head reuses the token embedding matrix.
+
+    The block's parts (`attndeploy.models.decoder.layers`): our own small decoder's defaults
+    (learned positions, LayerNorm, GELU, biases, one key/value head per query head) or a
+    LLaMA-family model's (`positions` "rope" with `rope_theta`, `norm` "rms", `ffn` "swiglu",
+    `bias` False, `n_kv_heads` < n_heads: grouped-query attention). `norm_eps` is the norms'.
+    evolving_mix: the share of α and β in use (a warm start from a pretrained model: 0, where
+    Evolving Attention computes the model's own attention; 1 once brought in)."""
 
     vocab_size: int
     variant: str = "standard"
@@ -43,6 +53,14 @@ class DecoderConfig:
     evolving_alpha: float = 0.5
     evolving_beta: float = 1.0
     evolving_negative_slope: float = 0.0
+    evolving_mix: float = 1.0
+    n_kv_heads: int | None = None
+    positions: str = "learned"
+    rope_theta: float = 10000.0
+    norm: str = "layer"
+    norm_eps: float = 1e-5
+    ffn: str = "gelu"
+    bias: bool = True
     head: str = HEAD
     family: str = ARCHITECTURE
 
@@ -67,11 +85,29 @@ class DecoderConfig:
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model {self.d_model} must be divisible by n_heads "
                               f"{self.n_heads}")
+        for name, valid in (("positions", POSITIONS), ("norm", NORMS), ("ffn", FFNS)):
+            if getattr(self, name) not in valid:
+                raise ConfigError(f"{name} must be one of {', '.join(valid)}, got "
+                                  f"{getattr(self, name)!r}")
+        if self.n_kv_heads is not None and (
+                not isinstance(self.n_kv_heads, int) or self.n_kv_heads < 1
+                or self.n_heads % self.n_kv_heads):
+            raise ConfigError(f"n_kv_heads must be a positive divisor of n_heads "
+                              f"{self.n_heads}, got {self.n_kv_heads!r}")
+        if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ConfigError(f"rotary positions need an even head dimension, got "
+                              f"{self.d_model // self.n_heads}")
+        if not 0.0 <= self.evolving_mix <= 1.0:
+            raise ConfigError(f"evolving_mix must be in [0, 1], got {self.evolving_mix}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.head != HEAD or self.family != ARCHITECTURE:
             raise ConfigError(f"a decoder config has head {HEAD!r} and family "
                               f"{ARCHITECTURE!r}, got {self.head!r}, {self.family!r}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

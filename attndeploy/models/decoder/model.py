@@ -7,6 +7,10 @@ Letters: b batch, n new tokens, P cached tokens, D model dim, V vocabulary, l la
       -> n_layers pre-norm blocks: h += attention(LN(h)); h += FFN(LN(h))
       -> LN -> LM head (tied to the token embeddings by default) -> logits [B, n, V]
 
+A LLaMA-family config (`DecoderConfig`'s `positions`, `norm`, `ffn`, `bias`, `n_kv_heads`) has
+no position embedding: rotary angles of the positions turn each layer's new queries and keys
+instead; RMSNorm stands for LN and SwiGLU for the FFN, and the keys and values are grouped.
+
 The cache is one flat dict of named tensors, named as the export names its inputs (Optimum's
 convention, `attndeploy.variants.api.state_names`): `past_key_values.{l}.{entry}` for layer l's
 entries (`key`, `value`, and the variant's own: `evolving_rows`, `qvi_prefix_*`, GA-Net's
@@ -29,6 +33,8 @@ from torch import Tensor, nn
 
 from attndeploy.errors import ConfigError
 from attndeploy.models.decoder.config import DecoderConfig
+from attndeploy.models.decoder.layers import RotaryPositions, feed_forward, norm
+from attndeploy.variants._causal import Rotary
 from attndeploy.variants.evolving.causal import CausalEvolvingAttention
 from attndeploy.variants.ganet.causal import CausalGatedAttention, CausalGateNetwork
 from attndeploy.variants.qvi.causal import CausalQVIAttention
@@ -62,14 +68,19 @@ def present_name(past_name: str) -> str:
 def _attention(config: DecoderConfig, index: int) -> nn.Module:
     d, h = config.d_model, config.n_heads
     if config.variant == "qvi":
-        return CausalQVIAttention(d, h, form=config.qvi_form)
-    if config.variant == "ganet":
-        return CausalGatedAttention(d, h)
-    if config.variant == "evolving":
-        return CausalEvolvingAttention(
+        layer = CausalQVIAttention(d, h, form=config.qvi_form)
+    elif config.variant == "ganet":
+        layer = CausalGatedAttention(d, h)
+    elif config.variant == "evolving":
+        layer = CausalEvolvingAttention(
             d, h, alpha=config.evolving_alpha, beta=config.evolving_beta,
             negative_slope=config.evolving_negative_slope, chain_start=index == 0)
-    return CausalStandardAttention(d, h)
+        layer.set_warm_start_progress(config.evolving_mix)
+    else:
+        layer = CausalStandardAttention(d, h)
+    if config.kv_heads != h or not config.bias:
+        layer.use_projections(num_kv_heads=config.kv_heads, bias=config.bias)
+    return layer
 
 
 class DecoderBlock(nn.Module):
@@ -77,20 +88,19 @@ class DecoderBlock(nn.Module):
 
     def __init__(self, config: DecoderConfig, index: int) -> None:
         super().__init__()
-        self.ln1 = nn.LayerNorm(config.d_model)
+        self.ln1 = norm(config.norm, config.d_model, config.norm_eps)
         self.attention = _attention(config, index)
-        self.ln2 = nn.LayerNorm(config.d_model)
-        self.ffn = nn.Sequential(nn.Linear(config.d_model, config.d_ff), nn.GELU(),
-                                 nn.Linear(config.d_ff, config.d_model))
+        self.ln2 = norm(config.norm, config.d_model, config.norm_eps)
+        self.ffn = feed_forward(config.ffn, config.d_model, config.d_ff, config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, h: Tensor, mask: Tensor, extra: Tensor | None,
-                past: State | None) -> tuple[Tensor, object]:
+                past: State | None, rotary: Rotary | None = None) -> tuple[Tensor, object]:
         x = self.ln1(h)  # [B, n, D]
         if isinstance(self.attention, (CausalGatedAttention, CausalEvolvingAttention)):
-            result = self.attention(x, mask, extra, past)  # gate logits / previous map
+            result = self.attention(x, mask, extra, past, rotary=rotary)  # gates / prev map
         else:
-            result = self.attention(x, mask, past)
+            result = self.attention(x, mask, past, rotary=rotary)
         h = h + self.dropout(result.output)  # [B, n, D]
         h = h + self.dropout(self.ffn(self.ln2(h)))  # [B, n, D]
         return h, result
@@ -104,14 +114,19 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
-        self.position_embedding = nn.Embedding(config.max_seq, config.d_model)
         nn.init.normal_(self.token_embedding.weight, std=0.02)
-        nn.init.normal_(self.position_embedding.weight, std=0.02)
+        if config.positions == "rope":
+            self.position_embedding = None
+            self.rotary = RotaryPositions(config.d_model // config.n_heads, config.rope_theta)
+        else:
+            self.position_embedding = nn.Embedding(config.max_seq, config.d_model)
+            nn.init.normal_(self.position_embedding.weight, std=0.02)
+            self.rotary = None
         self.gate_network = (CausalGateNetwork(config.d_model, kind=config.ganet_aux,
                                                hidden=config.ganet_aux_hidden, bias_init=1.0)
                              if config.variant == "ganet" else None)
         self.blocks = nn.ModuleList(DecoderBlock(config, i) for i in range(config.n_layers))
-        self.final_norm = nn.LayerNorm(config.d_model)
+        self.final_norm = norm(config.norm, config.d_model, config.norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.lm_head.weight = self.token_embedding.weight
@@ -159,7 +174,12 @@ class CausalLM(nn.Module):
         if not torch.compiler.is_compiling() and int(position_ids.max()) >= self.config.max_seq:
             raise ConfigError(f"position {int(position_ids.max())} is beyond the model's "
                               f"context of {self.config.max_seq} tokens")
-        h = self.token_embedding(input_ids) + self.position_embedding(position_ids)  # [B, n, D]
+        h = self.token_embedding(input_ids)  # [B, n, D]
+        rotary = None
+        if self.rotary is not None:
+            rotary = self.rotary(position_ids)  # cos, sin [B, 1, n, d]
+        else:
+            h = h + self.position_embedding(position_ids)  # [B, n, D]
         h = self.dropout(h)
         past = past or {}
         present: State = {}
@@ -169,7 +189,7 @@ class CausalLM(nn.Module):
             extra, gate_present = self.gate_network(h, mask, gate_past)  # [B, n] logits
             present.update({f"past_key_values.{GATES}.{k}": v for k, v in gate_present.items()})
         for index, block in enumerate(self.blocks):
-            h, result = block(h, mask, extra, _layer_state(past, str(index)))
+            h, result = block(h, mask, extra, _layer_state(past, str(index)), rotary)
             if isinstance(block.attention, CausalEvolvingAttention):
                 extra = result.logits  # [B, H, n, P+n]: the next layer's previous map
             present.update({f"past_key_values.{index}.{k}": v

@@ -4,7 +4,7 @@ The maps' strict upper triangles are zeroed and the 3×3 conv is row-causal, so 
 map reads tokens <= i only. A new query's row of A^l needs the two rows above it of the layer's
 mixed map A_in; they travel with the K/V cache:
 
-    key, value     [B, H, P, d]
+    key, value     [B, H_kv, P, d]   (H_kv = H unless grouped-query)
     evolving_rows  [B, H, 2, P]   the last two rows of A_in (a chain-start layer has no conv and
                                   no rows)
 
@@ -21,8 +21,11 @@ from attndeploy.errors import ConfigError
 from attndeploy.variants._causal import (
     CausalResult,
     LayerState,
-    empty_kv,
+    Rotary,
+    empty_kv_of,
+    expand_kv,
     full_key_mask,
+    project_new,
     with_past,
 )
 from attndeploy.variants._common import LayerContext, LayerResult, call_op
@@ -47,14 +50,17 @@ class CausalEvolvingAttention(EvolvingAttention):
     def forward(  # type: ignore[override]
         self, x: Tensor, key_padding_mask: Tensor | None = None,
         prev_logits: Tensor | None = None, past: LayerState | None = None,
+        rotary: Rotary | None = None,
     ) -> CausalResult:
         mask = full_key_mask(key_padding_mask, x, past)  # [B, P+n]
-        q, k_new, v_new = self.project(x)  # [B, H, n, d]
-        k = with_past(past, "key", k_new)  # [B, H, P+n, d]
-        v = with_past(past, "value", v_new)  # [B, H, P+n, d]
+        q, k_new, v_new = project_new(self, x, rotary)  # [B, H, n, d], [B, H_kv, n, d] x2
+        k = with_past(past, "key", k_new)  # [B, H_kv, P+n, d]
+        v = with_past(past, "value", v_new)  # [B, H_kv, P+n, d]
+        k_heads, v_heads = expand_kv(self, k), expand_kv(self, v)  # [B, H, P+n, d] each
         if prev_logits is None:
             heads, logits = call_op(
-                reference.causal_evolving_attention_start, q, k, v, mask, scale=self.scale
+                reference.causal_evolving_attention_start, q, k_heads, v_heads, mask,
+                scale=self.scale
             )  # [B, H, n, d], [B, H, n, P+n]
             return CausalResult(self.merge(heads), {"key": k, "value": v}, logits=logits)
         if self.is_chain_start:
@@ -68,7 +74,7 @@ class CausalEvolvingAttention(EvolvingAttention):
         else:
             rows = F.pad(past["evolving_rows"], (0, total - past["evolving_rows"].shape[-1]))
         heads, logits, rows = call_op(
-            reference.causal_evolving_attention, q, k, v, mask, prev_logits, rows,
+            reference.causal_evolving_attention, q, k_heads, v_heads, mask, prev_logits, rows,
             self.conv.weight, self.conv.bias,
             scale=self.scale, alpha=self.alpha_in_use, beta=self.beta_in_use,
             negative_slope=self.negative_slope,
@@ -78,7 +84,7 @@ class CausalEvolvingAttention(EvolvingAttention):
 
     def empty_state(self, batch: int, like: Tensor) -> LayerState:
         """The state before any token (P = 0), `like`'s dtype and device."""
-        state = empty_kv(batch, self.n_heads, self.head_dim, like)
+        state = empty_kv_of(self, batch, like)
         if not self.is_chain_start:
             state["evolving_rows"] = like.new_zeros(batch, self.n_heads, ROWS, 0)  # [B,H,2,0]
         return state

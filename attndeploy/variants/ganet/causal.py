@@ -29,8 +29,11 @@ from attndeploy.errors import ConfigError
 from attndeploy.variants._causal import (
     CausalResult,
     LayerState,
+    Rotary,
     causal_allowed,
-    empty_kv,
+    empty_kv_of,
+    expand_kv,
+    project_new,
     with_past,
 )
 from attndeploy.variants._common import LayerContext, LayerResult, call_op
@@ -184,26 +187,31 @@ class CausalGatedAttention(GatedAttention):
 
     def forward(  # type: ignore[override]
         self, x: Tensor, key_padding_mask: Tensor | None, gate_logits: Tensor,
-        past: LayerState | None = None,
+        past: LayerState | None = None, rotary: Rotary | None = None,
     ) -> CausalResult:
         new_mask = new_token_mask(key_padding_mask, x)  # [B, n]
-        q, k_new, v_new = self.project(x)  # [B, H, n, d]
-        k = with_past(past, "key", k_new)  # [B, H, P+n, d]
-        v = with_past(past, "value", v_new)  # [B, H, P+n, d]
+        q, k_new, v_new = project_new(self, x, rotary)  # [B, H, n, d], [B, H_kv, n, d] x2
+        k = with_past(past, "key", k_new)  # [B, H_kv, P+n, d]
+        v = with_past(past, "value", v_new)  # [B, H_kv, P+n, d]
         mask = with_past(past, "key_mask", new_mask, dim=1)  # [B, P+n]
         n = x.shape[1]
         if self.training:
             if past is not None:
                 raise ConfigError("a causal GA-Net layer caches hard gates only: decode with "
                                   "the layer in eval mode (model.eval())")
-            heads, gates = self._relaxed(q, k, v, mask, gate_logits, new_mask)
+            heads, gates = self._relaxed(q, expand_kv(self, k), expand_kv(self, v), mask,
+                                         gate_logits, new_mask)
             present = {"key": k, "value": v, "key_mask": mask}  # soft gates: every token
             return CausalResult(self.merge(heads), present, gates=gates)
         cached = gate_logits.new_ones(mask.shape[0], mask.shape[1] - n)  # [B, P]: all open
         logits = torch.cat([cached, gate_logits], dim=1)  # [B, P+n]
         heads, gates, open_keys, open_values, open_slots = call_op(
-            reference.causal_gated_attention, q, k, v, mask, logits, scale=self.scale
+            reference.causal_gated_attention, q, expand_kv(self, k), expand_kv(self, v), mask,
+            logits, scale=self.scale
         )  # [B, H, n, d], [B, P+n], the open new tokens: [B, H, N, d] x2, [B, N]
+        groups = self.n_heads // self.n_kv_heads
+        if groups > 1:  # back to the kv heads: head g·j is kv head j (`expand_kv`)
+            open_keys, open_values = open_keys[:, ::groups], open_values[:, ::groups]
         present = {
             "key": with_past(past, "key", open_keys),  # [B, H, P+N, d]
             "value": with_past(past, "value", open_values),  # [B, H, P+N, d]
@@ -213,7 +221,7 @@ class CausalGatedAttention(GatedAttention):
 
     def empty_state(self, batch: int, like: Tensor) -> LayerState:
         """The state before any token (P = 0), `like`'s dtype and device."""
-        state = empty_kv(batch, self.n_heads, self.head_dim, like)
+        state = empty_kv_of(self, batch, like)
         state["key_mask"] = torch.zeros(batch, 0, dtype=torch.bool, device=like.device)
         return state
 

@@ -5,7 +5,8 @@ holds K and V, and each step recomputes Ṽ_ij of the new queries against every 
 `prefix` is the causal stand-in for `pooled`, whose one summary q̄ reads every query and so leaks
 the future: the summary paired with value j pools the queries up to j,
 q̄_j = Σ_{i<=j} β_i q_i / Σ_{i<=j} β_i. Ṽ_j is then final once token j is seen, so the cache holds
-K and Ṽ, plus the running pooling sums (log-sum-exp form: a running maximum and sums relative to
+K and Ṽ (Ṽ per query head, H of them, even when the keys are grouped: it is made with the
+queries), plus the running pooling sums (log-sum-exp form: a running maximum and sums relative to
 it, so no exp overflows):
 
     qvi_prefix_max [B, H]     m = the largest pooling logit a_i of the real tokens so far
@@ -21,8 +22,11 @@ from attndeploy.errors import ConfigError
 from attndeploy.variants._causal import (
     CausalResult,
     LayerState,
+    Rotary,
     empty_kv,
+    expand_kv,
     full_key_mask,
+    project_new,
     with_past,
 )
 from attndeploy.variants._common import LayerContext, LayerResult, call_op
@@ -73,15 +77,17 @@ class CausalQVIAttention(QVIAttention):
         )
 
     def forward(  # type: ignore[override]
-        self, x: Tensor, key_padding_mask: Tensor | None = None, past: LayerState | None = None
+        self, x: Tensor, key_padding_mask: Tensor | None = None, past: LayerState | None = None,
+        rotary: Rotary | None = None,
     ) -> CausalResult:
         mask = full_key_mask(key_padding_mask, x, past)  # [B, P+n]
-        q, k_new, v_new = self.project(x)  # [B, H, n, d]
-        k = with_past(past, "key", k_new)  # [B, H, P+n, d]
+        q, k_new, v_new = project_new(self, x, rotary)  # [B, H, n, d], [B, H_kv, n, d] x2
+        k = with_past(past, "key", k_new)  # [B, H_kv, P+n, d]
         if self.form == "pairwise":
-            v = with_past(past, "value", v_new)  # [B, H, P+n, d]
+            v = with_past(past, "value", v_new)  # [B, H_kv, P+n, d]
             heads = call_op(
-                reference.qvi_causal_pairwise_attention, q, k, v, mask, *self._weights(),
+                reference.qvi_causal_pairwise_attention, q, expand_kv(self, k),
+                expand_kv(self, v), mask, *self._weights(),
                 scale=self.scale,
                 chunk_size=self.pairwise_chunk,
             )  # [B, H, n, d]
@@ -91,7 +97,8 @@ class CausalQVIAttention(QVIAttention):
         else:
             past_values, sums = past["value"], [past[name] for name in PREFIX_STATE]
         heads, v, *sums = call_op(
-            reference.qvi_prefix_attention, q, k, v_new, mask, past_values, *sums,
+            reference.qvi_prefix_attention, q, expand_kv(self, k), expand_kv(self, v_new), mask,
+            past_values, *sums,
             *self._weights(), self.pool_weight, scale=self.scale,
         )  # [B, H, n, d], [B, H, P+n, d]: Ṽ, the running sums
         present = {"key": k, "value": v, **dict(zip(PREFIX_STATE, sums, strict=True))}
@@ -99,8 +106,9 @@ class CausalQVIAttention(QVIAttention):
 
     def empty_state(self, batch: int, like: Tensor) -> LayerState:
         """The state before any token (P = 0), `like`'s dtype and device."""
-        state = empty_kv(batch, self.n_heads, self.head_dim, like)
-        if self.form == "prefix":
+        state = empty_kv(batch, self.n_kv_heads, self.head_dim, like)
+        if self.form == "prefix":  # Ṽ is per query head: H heads
+            state["value"] = like.new_zeros(batch, self.n_heads, 0, self.head_dim)
             queries = like.new_zeros(batch, self.n_heads, 1, self.head_dim)  # [B, H, 1, d]
             _, *sums = reference.empty_prefix_state(queries)
             state.update(zip(PREFIX_STATE, sums, strict=True))

@@ -11,8 +11,11 @@ from torch import Tensor
 from attndeploy.variants._causal import (
     CausalResult,
     LayerState,
-    empty_kv,
+    Rotary,
+    empty_kv_of,
+    expand_kv,
     full_key_mask,
+    project_new,
     with_past,
 )
 from attndeploy.variants._common import LayerContext, LayerResult
@@ -22,23 +25,26 @@ from attndeploy.variants.standard.reference import causal_attention
 
 class CausalStandardAttention(StandardAttention):
     """Decoder self-attention: `forward(x [B,n,D], key_padding_mask [B,P+n] | None,
-    past: {"key", "value"} | None) -> CausalResult` (output [B,n,D], present state)."""
+    past: {"key", "value"} | None, rotary=None) -> CausalResult` (output [B,n,D], present
+    state; `rotary` and grouped keys: `attndeploy.variants._causal`)."""
 
     STATE_NAMES = ("key", "value")
 
     def forward(  # type: ignore[override]
-        self, x: Tensor, key_padding_mask: Tensor | None = None, past: LayerState | None = None
+        self, x: Tensor, key_padding_mask: Tensor | None = None, past: LayerState | None = None,
+        rotary: Rotary | None = None,
     ) -> CausalResult:
         mask = full_key_mask(key_padding_mask, x, past)  # [B, P+n]
-        q, k_new, v_new = self.project(x)  # [B, H, n, d]
-        k = with_past(past, "key", k_new)  # [B, H, P+n, d]
-        v = with_past(past, "value", v_new)  # [B, H, P+n, d]
-        heads = causal_attention(q, k, v, mask, scale=self.scale)  # [B, H, n, d]
+        q, k_new, v_new = project_new(self, x, rotary)  # [B, H, n, d], [B, H_kv, n, d] x2
+        k = with_past(past, "key", k_new)  # [B, H_kv, P+n, d]
+        v = with_past(past, "value", v_new)  # [B, H_kv, P+n, d]
+        heads = causal_attention(q, expand_kv(self, k), expand_kv(self, v), mask,
+                                 scale=self.scale)  # [B, H, n, d]
         return CausalResult(self.merge(heads), {"key": k, "value": v})
 
     def empty_state(self, batch: int, like: Tensor) -> LayerState:
         """The state before any token (P = 0), `like`'s dtype and device."""
-        return empty_kv(batch, self.n_heads, self.head_dim, like)
+        return empty_kv_of(self, batch, like)
 
     def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
         """A whole sequence in a built-in model's pass (no cache)."""
