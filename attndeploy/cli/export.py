@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from attndeploy.cli.options import FactoryOption, ForceFlag, JsonFlag, WeightsOption, shared
+from attndeploy.cli.options import (
+    FactoryOption,
+    ForceFlag,
+    JsonFlag,
+    Variant,
+    WeightsOption,
+    shared,
+    variant_name,
+)
 from attndeploy.cli.output import console, print_json
 
 DEFAULT_NAME = "model.onnx"  # the one file export may write inside a checkpoint: its own
@@ -41,6 +49,13 @@ def command(
         int | None, shared("--max-seq", "The graph accepts at most this [default: the "
                                         "model's].")
     ] = None,
+    hf_model: Annotated[Path | None, typer.Option(
+        "--hf-model", help="A pretrained decoder (save_pretrained folder or .gguf, LLaMA "
+                           "family), exported with its cache, converted to --variant.")] = None,
+    variant: Annotated[str | None, typer.Option(
+        parser=variant_name, metavar="[" + "|".join(v.value for v in Variant) + "]",
+        help="With --hf-model: the attention variant, warm-started [default: standard, the "
+             "model as it is].")] = None,
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
@@ -48,6 +63,11 @@ def command(
     with function bodies)."""
     from attndeploy.errors import ExportError
 
+    if hf_model is not None or variant is not None:
+        _export_pretrained(hf_model, variant, out, checkpoint=checkpoint, factory=factory,
+                           max_seq=max_seq, force=force, json_output=json_output,
+                           other=fp16 or inline_functions or opset is not None)
+        return
     if factory is not None:
         refused = [flag for flag, given in (("a checkpoint argument", checkpoint is not None),
                                             ("--fp16", fp16), ("--max-seq", max_seq is not None))
@@ -92,6 +112,31 @@ def _exported_by_its_family(checkpoint: Path, target: Path, json_output: bool,
     with console.status(f"exporting {checkpoint}", spinner="dots") if not json_output else _null():
         print_summary(export(checkpoint, target, **options), json_output)
     return True
+
+
+def _export_pretrained(hf_model: Path | None, variant: str | None, out: Path | None, *,
+                       checkpoint: Path | None, factory: str | None, max_seq: int | None,
+                       force: bool, json_output: bool, other: bool) -> None:
+    """`export --hf-model PATH [--variant V] --out FILE`: a pretrained decoder, no training."""
+    from attndeploy.cli.family_hooks import print_summary
+    from attndeploy.errors import ExportError
+    from attndeploy.fsutil import check_output_file, check_replaceable
+    from attndeploy.integrations.hf_decoder import export_pretrained
+
+    if hf_model is None:
+        raise ExportError("--variant goes with --hf-model (a checkpoint has its own variant)")
+    if checkpoint is not None or factory is not None or other:
+        raise ExportError("--hf-model exports a pretrained decoder as one fp32 graph with its "
+                          "cache: leave out the checkpoint, --factory, --fp16, --opset and "
+                          "--inline-functions")
+    if out is None:
+        raise ExportError("--hf-model needs --out, the ONNX file to write")
+    check_output_file(out)
+    check_replaceable(out, force=force)
+    with console.status(f"exporting {hf_model}", spinner="dots") if not json_output else _null():
+        summary = export_pretrained(hf_model, out, variant=variant or "standard",
+                                    max_seq=max_seq)
+    print_summary(summary, json_output)
 
 
 def _print_result(result, json_output: bool) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 from attndeploy.errors import ConfigError, DataError, ModelError
 from attndeploy.generation.metadata import DecoderMetadata, parse_decoder_metadata
 from attndeploy.generation.sampling import Sampling, TokenChooser
-from attndeploy.generation.tokenizer import RECORD_TYPE, LMTokenizer
+from attndeploy.generation.tokenizer import LMTokenizer, tokenizer_from_record
 
 OnText = Callable[[int, str], None]
 DEFAULT_MAX_NEW_TOKENS = 32
@@ -105,9 +105,7 @@ class DecoderModel:
                              f"({str(exc).splitlines()[0][:200]})") from None
         meta = self.session.get_modelmeta().custom_metadata_map
         self.metadata: DecoderMetadata = parse_decoder_metadata(meta, str(self.path))
-        record = self.metadata.tokenizer
-        self.tokenizer = (LMTokenizer.from_dict(record)
-                          if record and record.get("type") == RECORD_TYPE else None)
+        self.tokenizer = tokenizer_from_record(self.metadata.tokenizer)
         self.timings = Timings()
 
     # ------------------------------------------------------------------ one step

@@ -185,3 +185,39 @@ def tokenizer_of(loaded: LoadedCausalLM) -> HFTokenizer | None:
     return HFTokenizer(tok.backend_tokenizer.to_str(), bos_token_id=int(bos),
                        eos_token_id=int(eos), pad_token_id=int(pad),
                        chat_template=template if isinstance(template, str) else None)
+
+
+def convert_to_checkpoint(source: Path | str, out: Path, *, variant: str = "standard",
+                          max_seq: int | None = None, force: bool = False) -> dict[str, Any]:
+    """`attndeploy convert`: a pretrained decoder -> an attndeploy decoder checkpoint at `out`
+    (written all or none), the variant at its warm start. Returns a summary."""
+    from attndeploy.models.decoder.checkpoint import save_decoder
+
+    loaded = load_hf_causal_lm(source)
+    model = convert_causal_lm(loaded.model, variant, max_seq=max_seq)
+    tokenizer = tokenizer_of(loaded)
+    save_decoder(model, tokenizer, Path(out), force=force,
+                 training={"converted_from": str(source), "warm_start": True})
+    return _summary(model, tokenizer, source, checkpoint=str(out))
+
+
+def export_pretrained(source: Path | str, out: Path, *, variant: str = "standard",
+                      max_seq: int | None = None) -> dict[str, Any]:
+    """`attndeploy export --hf-model`: a pretrained decoder, converted to `variant` (standard:
+    as it is), exported with its cache to `out` without a checkpoint in between."""
+    from attndeploy.export.decoder import export_decoder
+
+    loaded = load_hf_causal_lm(source)
+    model = convert_causal_lm(loaded.model, variant, max_seq=max_seq)
+    tokenizer = tokenizer_of(loaded)
+    result = export_decoder(model, tokenizer, Path(out))
+    return {**_summary(model, tokenizer, source), **result.summary()}
+
+
+def _summary(model: CausalLM, tokenizer: HFTokenizer | None, source: Path | str,
+             **extra: Any) -> dict[str, Any]:
+    config = model.config
+    return {"source": str(source), "variant": config.variant, "layers": config.n_layers,
+            "heads": f"{config.n_heads} query / {config.kv_heads} key-value",
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "max_seq": config.max_seq, "tokenizer": tokenizer is not None, **extra}

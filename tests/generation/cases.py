@@ -1,5 +1,7 @@
 """The decoder configurations the generation tests run: every variant, and each causal form
-worth its own row (QVI prefix and pairwise, GA-Net's per-token and conv gate networks)."""
+worth its own row (QVI prefix and pairwise, GA-Net's per-token and conv gate networks), in our
+own small decoder's block and in a LLaMA-family block (rotary positions, grouped-query keys,
+RMSNorm, SwiGLU, no biases: what a converted pretrained model has)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,10 @@ CASES = {
     "evolving": {"variant": "evolving", "evolving_alpha": 0.3, "evolving_beta": 0.7,
                  "evolving_negative_slope": 0.01},
 }
+LLAMA = {"positions": "rope", "rope_theta": 500.0, "norm": "rms", "norm_eps": 1e-6,
+         "ffn": "swiglu", "bias": False, "n_kv_heads": 1}
+CASES.update({f"{name}-llama": {**CASES[name], **LLAMA}
+              for name in ("standard", "qvi-prefix", "qvi-pairwise", "ganet-mlp", "evolving")})
 PARAMS = [pytest.param(name, id=name) for name in CASES]
 
 
