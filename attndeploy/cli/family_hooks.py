@@ -75,7 +75,16 @@ def print_summary(summary: dict[str, Any], json_output: bool) -> None:
         print_json(summary)
         return
     for name, value in summary.items():
-        console.print(f"{name}: {value}", highlight=False, markup=False)
+        console.print(f"{name}: {_shown(value)}", highlight=False, markup=False)
+
+
+def _shown(value: Any, most: int = 6) -> str:
+    """A value for a person: a long list as its count and its first and last items (a
+    30-layer decoder has 60 cache inputs; --json gives them all)."""
+    if isinstance(value, (list, tuple)) and len(value) > most:
+        head = ", ".join(map(str, value[:most - 2]))
+        return f"{len(value)}: {head}, ..., {value[-1]}"
+    return str(value)
 
 
 def report_validation(report: Any, json_output: bool, json_path: Path | None, *,
