@@ -305,11 +305,15 @@ class ContinuousBatcher:
 
     # ------------------------------------------------------------------ the thread
 
-    def run(self, stopping: threading.Event, idle_wait_s: float = 0.05) -> None:
-        """Step until `stopping` is set, sleeping on the queue while nothing runs."""
+    def run(self, stopping: threading.Event, idle_wait_s: float = 0.05,
+            after_step: Callable[[int], None] | None = None) -> None:
+        """Step until `stopping` is set, sleeping on the queue while nothing runs;
+        `after_step(active)` is told the running sequences after each step (a gauge)."""
         while not stopping.is_set():
             if not self.rows and self.waiting.empty():
                 self._arrived.wait(idle_wait_s)
                 self._arrived.clear()
                 continue
             self.step()
+            if after_step is not None:
+                after_step(self.active)
