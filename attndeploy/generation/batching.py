@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,6 +193,7 @@ class ContinuousBatcher:
         self.batch = BatchState(self.metadata.state)
         self.steps = 0  # decode runs so far (each over the whole running batch)
         self.largest_batch = 0
+        self.finished: Counter[str] = Counter()  # sequences ended, by finish reason / "error"
         self._arrived = threading.Event()
 
     @property
@@ -219,6 +221,7 @@ class ContinuousBatcher:
         if rest:
             row.request.on_piece(rest, [])
         stream = row.stream
+        self.finished[reason or stream.reason] += 1
         row.request.on_done(Finished(stream.text, list(stream.token_ids),
                                      reason or stream.reason, len(row.request.prompt_ids)))
 
@@ -247,6 +250,7 @@ class ContinuousBatcher:
 
     def _prefill(self, request: GenerateRequest) -> None:
         if request.is_cancelled():
+            self.finished["cancelled"] += 1
             request.on_done(Finished("", [], "cancelled", len(request.prompt_ids)))
             return
         check_request(self.metadata, request.prompt_ids, request.max_new_tokens)
@@ -288,6 +292,7 @@ class ContinuousBatcher:
             logits, state = self.model.step(ids, mask, position_ids, self.batch.state)
         except Exception as exc:  # the run failed: every running sequence gets the error
             for row in rows:
+                self.finished["error"] += 1
                 row.request.on_done(exc)
             self.rows, self.batch = [], BatchState(self.metadata.state)
             return
@@ -306,9 +311,9 @@ class ContinuousBatcher:
     # ------------------------------------------------------------------ the thread
 
     def run(self, stopping: threading.Event, idle_wait_s: float = 0.05,
-            after_step: Callable[[int], None] | None = None) -> None:
+            after_step: Callable[[ContinuousBatcher], None] | None = None) -> None:
         """Step until `stopping` is set, sleeping on the queue while nothing runs;
-        `after_step(active)` is told the running sequences after each step (a gauge)."""
+        `after_step(self)` is called after each step (gauges of `active` and `finished`)."""
         while not stopping.is_set():
             if not self.rows and self.waiting.empty():
                 self._arrived.wait(idle_wait_s)
@@ -316,4 +321,4 @@ class ContinuousBatcher:
                 continue
             self.step()
             if after_step is not None:
-                after_step(self.active)
+                after_step(self)
