@@ -175,3 +175,26 @@ def test_infer_prints_the_stream_as_it_comes(served):
         assert result.returncode == 0, result.stderr
         assert result.stdout == expected + "\n"
     assert np.isfinite(served.active("standard"))
+
+
+def test_loadtest_reports_ttft_and_inter_token_latency_per_level(served):
+    import json
+
+    from tests.cli.test_train_cli import run_cli
+
+    (served.root / "prompts.txt").write_text("\n".join(PROMPTS) + "\n")
+    result = run_cli("loadtest", "--model", "standard_generate", "--url", served.grpc,
+                     "--onnx", str(served.root / "standard.onnx"), "--concurrency", "1,4",
+                     "--request-rate", "50", "--requests", "12", "--max-tokens", "4-12",
+                     "--text-file", "prompts.txt", "--check-fraction", "0.5",
+                     "--json-out", "load.json", "--plot", "load.png", cwd=served.root)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((served.root / "load.json").read_text())
+    assert report["passed"] and report["kind"] == "generate"
+    assert [(lv["mode"], lv["value"]) for lv in report["levels"]] == [
+        ("concurrency", 1), ("concurrency", 4), ("request_rate", 50)]
+    for level in report["levels"]:
+        assert level["errors"] == 0 and level["tokens"] > 0 and level["tokens_per_s"] > 0
+        assert level["ttft_ms"]["p50"] > 0 and level["itl_ms"]["p99"] >= level["itl_ms"]["p50"]
+        assert level["checks"]["checked"] == 6 and level["checks"]["mismatched"] == 0
+    assert (served.root / "load.png").read_bytes()[:4] == b"\x89PNG"
