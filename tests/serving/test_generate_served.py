@@ -58,6 +58,22 @@ class Served:
         return self.gauge("attndeploy_generate_active_sequences",
                           f'model="{name}_generate"')
 
+    def stub_rss_mb(self, name: str) -> float:
+        """Resident memory of this server's python-backend process of `<name>_generate` (the
+        server runs a copy of the repository, so the stub is found by its parent and model)."""
+        model_py = f"/{name}_generate/1/model.py".encode()
+        for proc in Path("/proc").iterdir():
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+                status = (proc / "status").read_text()
+                parent = int(re.search(r"PPid:\s+(\d+)", status)[1])
+                if (b"triton_python_backend_stub" in argv[0] and parent == self.server.pid
+                        and any(a.endswith(model_py) for a in argv)):
+                    return int(re.search(r"VmRSS:\s+(\d+)", status)[1]) / 1024
+            except (OSError, TypeError):
+                continue
+        raise AssertionError(f"no python-backend process serves {name}_generate")
+
     def cancelled(self, name: str) -> float:
         return self.gauge("attndeploy_generate_finished_sequences",
                           f'model="{name}_generate",reason="cancelled"')
@@ -148,6 +164,8 @@ def test_streams_cancelled_halfway_leave_no_sequence_running(served):
     prompt = next(p for p in (" ".join([q] * 2) for q in PROMPTS)
                   if len(served.expected(name, p, 20)) == 20)
     cancelled_before = served.cancelled(name)
+    grpc_generate(served.grpc, f"{name}_generate", prompt, GenerateParams(max_tokens=20))
+    rss_before = served.stub_rss_mb(name)
     with ThreadPoolExecutor(10) as pool:
         results = list(pool.map(lambda _: grpc_generate(
             served.grpc, f"{name}_generate", prompt, GenerateParams(max_tokens=20),
@@ -159,6 +177,8 @@ def test_streams_cancelled_halfway_leave_no_sequence_running(served):
     assert served.active(name) == 0
     # the server saw the cancellations (a stream it ran to the end would count as "length")
     assert served.cancelled(name) > cancelled_before
+    # the caches of the cancelled sequences are gone: the server process is back to its size
+    assert served.stub_rss_mb(name) < rss_before + 20
     assert grpc_generate(served.grpc, f"{name}_generate", prompt,
                          GenerateParams(max_tokens=20)).token_ids == served.expected(
         name, prompt, 20)

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from attndeploy.errors import AttnDeployError, ConcurrentWriteError, RepositoryError
 from attndeploy.fsutil import (
     check_output_container,
@@ -162,12 +164,14 @@ def _onnx_source(source: Path, exporter: CheckpointExporter | None) -> Iterator[
         yield out
 
 
-def _check_source(path: Path) -> tuple[ModelInfo | GenericInfo, dict[str, Any] | None]:
-    """Read and vet the exported model; RepositoryError if Triton could not serve it.
+def _check_source(path: Path, model: onnx.ModelProto | None = None
+                  ) -> tuple[ModelInfo | GenericInfo, dict[str, Any] | None]:
+    """Read and vet the exported model (`model`: `path` already loaded); RepositoryError if
+    Triton could not serve it.
 
     Returns its ModelInfo (GenericInfo for a generic model) and its tokenizer record (None
     when it has none)."""
-    model = load_onnx_graph(path)
+    model = model if model is not None else load_onnx_graph(path)
     info: ModelInfo | GenericInfo
     if is_generic(model):
         version = next(p.value for p in model.metadata_props if p.key == META_VERSION)
@@ -212,9 +216,9 @@ def _write_model(
         (version_dir / MODEL_PY).write_text(text, encoding="utf-8")
 
 
-def _decoder_metadata(path: Path) -> DecoderMetadata | None:
-    """The decoder metadata of a text-generation export, None for any other model."""
-    model = load_onnx_graph(path)
+def _decoder_metadata(path: Path, model: onnx.ModelProto) -> DecoderMetadata | None:
+    """The decoder metadata of a text-generation export (`model`, read from `path`), None for
+    any other model."""
     meta = {prop.key: prop.value for prop in model.metadata_props}
     if not is_decoder(meta):
         return None
@@ -282,11 +286,12 @@ def package_model(
     # Triton and check-repo would take for a broken model folder.
     remove_stale_temporaries_in(repo)
     with _onnx_source(source, exporter) as onnx_path:
-        decoder = _decoder_metadata(onnx_path)
+        graph = load_onnx_graph(onnx_path)
+        decoder = _decoder_metadata(onnx_path, graph)
         if decoder is not None:
             return [_package_decoder(onnx_path, decoder, repo, options,
                                      options.name or default_model_name(source))]
-        info, record = _check_source(onnx_path)
+        info, record = _check_source(onnx_path, graph)
         generic = isinstance(info, GenericInfo)
         max_seq = 0 if generic else effective_max_seq(info, options)
         base = options.name or default_model_name(source)
