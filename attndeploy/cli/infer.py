@@ -36,12 +36,30 @@ def command(
         float, shared("--timeout", callback=_positive)
     ] = parameter_default(infer_request, "timeout_s"),
     json_output: JsonFlag = False,
+    stream: Annotated[bool, typer.Option(
+        "--stream", help="A generate model: print the text as its pieces arrive.")] = False,
+    max_tokens: Annotated[int | None, typer.Option(
+        help="A generate model: the most new tokens (its default: 16).")] = None,
+    temperature: Annotated[float | None, typer.Option(
+        help="A generate model: sample at this temperature (default greedy).")] = None,
+    top_k: Annotated[int | None, typer.Option(help="A generate model: top-k sampling.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="A generate model: top-p sampling.")] = None,
+    seed: Annotated[int | None, typer.Option(help="A generate model: the sampling seed.")] = None,
+    stop: Annotated[str | None, typer.Option(
+        help="A generate model: end the text before this text.")] = None,
 ) -> None:
     """Send one example; print the label and its probabilities (GA-Net: the tokens whose gates
-    are open). --json prints the prediction contract's record (the fields of `predict --json`)."""
+    are open). --json prints the prediction contract's record (the fields of `predict --json`).
+    A generate model (NAME_generate) takes --text and prints the generated text (--stream: as
+    it arrives; --json: {text, token_ids, finish_reason})."""
     from rich.markup import escape
 
     from attndeploy.errors import DataError
+
+    if model.endswith("_generate"):
+        _generate(server_url(ctx, url, protocol, repo), model, text, protocol, timeout,
+                  json_output, stream, max_tokens, temperature, top_k, top_p, seed, stop)
+        return
 
     id_list = None
     if ids is not None:
@@ -65,3 +83,31 @@ def command(
     if "attended" in result:  # plain words, so a pipe or a log shows them too
         console.print(f"open gates ({len(result['attended'])}/{len(result['tokens'])}): "
                       f"{escape(' '.join(result['attended']))}")
+
+
+def _generate(url: str, model: str, text: str | None, protocol: Protocol, timeout: float,
+              json_output: bool, stream: bool, max_tokens: int | None,
+              temperature: float | None, top_k: int | None, top_p: float | None,
+              seed: int | None, stop: str | None) -> None:
+    """One generation from a generate model, printed as it arrives with --stream."""
+    import sys
+
+    from attndeploy.errors import DataError
+    from attndeploy.serving.client.generate import GenerateParams, generate
+
+    if text is None:
+        raise DataError(f"{model} is a generate model: give the prompt with --text")
+    params = GenerateParams(max_tokens, temperature, top_k, top_p, seed, stop)
+
+    def show(piece: str) -> None:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+    result = generate(url, model, text, params, protocol=protocol, stream=stream,
+                      on_piece=show if stream and not json_output else None, timeout_s=timeout)
+    if json_output:
+        print_json(result.to_dict())
+    elif stream:
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(result.text + "\n")

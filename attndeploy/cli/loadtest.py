@@ -138,6 +138,13 @@ def command(
         Path | None, shared("--plot", "Latency against throughput.")
     ] = None,
     force: ForceFlag = False,
+    max_tokens: Annotated[
+        str, typer.Option(help="A generate model: new tokens per request, N or LOW-HIGH "
+                               "(drawn uniformly).")
+    ] = "16",
+    requests: Annotated[
+        int, typer.Option(help="A generate model: requests per level.", min=1)
+    ] = 32,
 ) -> None:
     """Run concurrency or request-rate levels; report throughput, latency and server split.
 
@@ -150,6 +157,16 @@ def command(
     from attndeploy.output_set import atomic_outputs
     from attndeploy.serving.loadtest import parse_number_list, run_load_test
     from attndeploy.serving.server.launch import find_model_onnx
+
+    if model.endswith("_generate"):
+        _generate_load_test(
+            model=model, url=server_url(ctx, url, protocol, repo), protocol=protocol.value,
+            concurrency=concurrency, request_rate=request_rate,
+            distribution=distribution.value, text_file=text_file, max_tokens=max_tokens,
+            requests=requests, check_fraction=check_fraction,
+            onnx=onnx or (find_model_onnx(repo, model) if repo.is_dir() else None), seed=seed,
+            json_output=json_output, json_out=json_out, plot_path=plot_path, force=force)
+        return
 
     config = LoadTestConfig(
         model=model, url=server_url(ctx, url, protocol, repo), protocol=protocol.value,
@@ -230,3 +247,68 @@ def _checked(checks: dict) -> str:
     """The answers compared with in-process onnxruntime that agreed, of those compared."""
     done = checks["done"]
     return "-" if not done else f"{done - checks['failed']}/{done}"
+
+
+def _token_range(value: str) -> tuple[int, int]:
+    low, _, high = value.partition("-")
+    try:
+        bounds = (int(low), int(high or low))
+    except ValueError:
+        raise LoadTestError(f"--max-tokens must be N or LOW-HIGH, got {value!r}") from None
+    return bounds
+
+
+def _generate_load_test(*, model: str, url: str, protocol: str, concurrency: str | None,
+                        request_rate: str | None, distribution: str, text_file: Path | None,
+                        max_tokens: str, requests: int, check_fraction: float,
+                        onnx: Path | None, seed: int, json_output: bool,
+                        json_out: Path | None, plot_path: Path | None, force: bool) -> None:
+    """`loadtest` of a generate model: TTFT, inter-token latency, tokens/s per level."""
+    from attndeploy.fsutil import check_output_file, check_replaceable
+    from attndeploy.output_set import atomic_outputs
+    from attndeploy.serving.loadtest.generation import (
+        DEFAULT_PROMPTS,
+        GenerateLoadConfig,
+        run_generate_load_test,
+    )
+
+    prompts = DEFAULT_PROMPTS
+    if text_file is not None:
+        prompts = tuple(line.strip() for line in text_file.read_text(encoding="utf-8")
+                        .splitlines() if line.strip())
+    rates = parse_number_list(request_rate, "request rate", float) if request_rate else ()
+    levels = (parse_number_list(concurrency, "concurrency") if concurrency
+              else () if rates else (1, 4, 8))
+    config = GenerateLoadConfig(
+        model=model, url=url, protocol=protocol, concurrency=tuple(levels),
+        request_rates=tuple(rates), distribution=distribution, requests_per_level=requests,
+        prompts=prompts, max_tokens=_token_range(max_tokens), check_fraction=check_fraction,
+        onnx_path=onnx, seed=seed)
+    for path in (json_out, plot_path):
+        if path is not None:
+            check_output_file(path)
+            check_replaceable(path, force=force)
+
+    def show(level) -> None:
+        if not json_output:
+            console.print(
+                f"{level.mode} {level.value:g}: {level.tokens_per_s:.1f} tokens/s, "
+                f"{level.requests_per_s:.2f} requests/s, TTFT p50/p95/p99 "
+                + "/".join(_ms(level.ttft_ms[p]) for p in ("p50", "p95", "p99"))
+                + " ms, ITL " + "/".join(_ms(level.itl_ms[p]) for p in ("p50", "p95", "p99"))
+                + f" ms, checked {level.checked - level.mismatched}/{level.checked}, "
+                f"errors {level.errors}")
+
+    report = run_generate_load_test(config, progress=show)
+    with atomic_outputs(replace=force) as outputs:
+        if json_out is not None:
+            report.write_json(outputs.file(json_out))
+        if plot_path is not None:
+            report.write_plot(outputs.file(plot_path))
+    if json_output:
+        print_json(report.to_dict())
+    report.raise_if_failed()
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"

@@ -75,11 +75,17 @@ def command(
         int, typer.Option(min=1, help="The text model and a generic model's python flavour "
                                       "refuse a larger request (bytes of its inputs).")
     ] = _default("max_request_bytes"),
+    max_new_tokens: Annotated[
+        int | None, typer.Option(min=1, help="A decoder's NAME_generate: the most tokens a "
+                                             "request may ask for [default: the context less "
+                                             "one].")
+    ] = _default("max_new_tokens"),
     force: ForceFlag = _default("force"),
     json_output: JsonFlag = False,
 ) -> None:
     """Package models into a Triton repository (config.pbtxt, model.onnx, model.py, labels),
-    and for a model with a tokenizer the text model NAME_text that takes raw text."""
+    and for a model with a tokenizer the text model NAME_text that takes raw text. A decoder
+    becomes NAME_generate: text in, token streams out, --max-batch-size sequences batched."""
     from attndeploy.errors import RepositoryError
     from attndeploy.fsutil import check_output_container
     from attndeploy.serving.packaging.options import PackageOptions
@@ -102,6 +108,7 @@ def command(
             warmup=warmup, force=force, threads=threads, text=text_model,
             truncate_text=truncate, text_bls=text_bls, text_instances=text_instances,
             max_text_bytes=max_text_bytes, max_request_bytes=max_request_bytes,
+            max_new_tokens=max_new_tokens,
         )
         with console.status(f"packaging {source}") if not json_output else _null():
             written.extend(package_model(source, repo, options, exporter=_export_checkpoint))
@@ -114,6 +121,11 @@ def command(
             what = (f"text model running {packaged.id_model}'s ONNX in its own process"
                     if packaged.text_call == CALL_ONNXRUNTIME
                     else f"text model calling {packaged.id_model} by BLS")
+        if packaged.generate:
+            console.print(f"packaged [bold]{packaged.name}[/] (generate model: token streams, "
+                          f"up to {packaged.max_batch_size} sequences batched, "
+                          f"{packaged.variant}, version {packaged.version}) -> {packaged.path}")
+            continue
         if packaged.head == "generic":
             console.print(f"packaged [bold]{packaged.name}[/] ({what}, your model's own inputs "
                           f"and outputs, version {packaged.version}) -> {packaged.path}")

@@ -103,6 +103,20 @@ def command(
         Path | None, shared("--plot", "The Pareto front of throughput against p95.")
     ] = None,
     force: ForceFlag = False,
+    max_running: Annotated[
+        str, typer.Option(help="A generate model: the largest running batches tried.",
+                          callback=_levels("max running"))
+    ] = "1,2,4,8,16",
+    ort_threads: Annotated[
+        str, typer.Option(help="A generate model: onnxruntime threads tried.",
+                          callback=_levels("threads"))
+    ] = "1,2",
+    requests: Annotated[
+        int, typer.Option(help="A generate model: requests per level.", min=1)
+    ] = 16,
+    max_tokens: Annotated[
+        int, typer.Option(help="A generate model: new tokens per request.", min=1)
+    ] = 32,
 ) -> None:
     """Measure serving configurations (batch size, queue delay, preferred sizes, instances,
     threads, int8) on the real local server; print the Pareto front of throughput against p95
@@ -121,6 +135,14 @@ def command(
     from attndeploy.output_set import atomic_outputs
     from attndeploy.serving.tune import apply_candidate, run_tune
     from attndeploy.serving.tune.report import write_plot
+
+    if model.endswith("_generate"):
+        _tune_generate(repo=repo, model=model, max_running=max_running,
+                       ort_threads=ort_threads, concurrency=concurrency, requests=requests,
+                       max_tokens=max_tokens, text_file=text_file, protocol=protocol.value,
+                       itl_budget_ms=latency_budget_ms, apply=apply, json_output=json_output,
+                       json_out=json_out, force=force)
+        return
 
     options = TuneOptions(
         repo=repo, model=model, latency_budget_ms=latency_budget_ms,
@@ -220,3 +242,59 @@ def _print(data: dict[str, Any], applied: bool) -> None:
                       "restart the server to serve it")
     elif not applied:
         console.print("run again with --apply to write it into the repository")
+
+
+def _tune_generate(*, repo: Path, model: str, max_running: str, ort_threads: str,
+                   concurrency: str, requests: int, max_tokens: int, text_file: Path | None,
+                   protocol: str, itl_budget_ms: float | None, apply: bool, json_output: bool,
+                   json_out: Path | None, force: bool) -> None:
+    """`tune` of a generate model: MAX_RUNNING x ORT_THREADS, tokens/s within an ITL p95
+    budget (`--latency-budget-ms`)."""
+    import json
+
+    from attndeploy.fsutil import atomic_write_text, check_output_file, check_replaceable
+    from attndeploy.serving.loadtest.generation import DEFAULT_PROMPTS
+    from attndeploy.serving.tune.generate import (
+        apply_generate,
+        generate_candidates,
+        tune_generate,
+    )
+
+    if json_out is not None:
+        check_output_file(json_out)
+        check_replaceable(json_out, force=force)
+    prompts = DEFAULT_PROMPTS
+    if text_file is not None:
+        prompts = tuple(line.strip() for line in text_file.read_text(encoding="utf-8")
+                        .splitlines() if line.strip())
+    candidates = generate_candidates(parse_number_list(max_running, "max running"),
+                                     parse_number_list(ort_threads, "threads"))
+
+    def show(measurement) -> None:
+        if json_output:
+            return
+        best = measurement.best_tokens_per_s(itl_budget_ms)
+        console.print(f"max running {measurement.candidate.max_running}, threads "
+                      f"{measurement.candidate.threads}: "
+                      + ("over the budget or failed" if best is None
+                         else f"{best:.1f} tokens/s"))
+
+    result = tune_generate(repo, model, candidates,
+                           concurrency=parse_number_list(concurrency, "concurrency"),
+                           requests=requests, max_tokens=(max_tokens, max_tokens),
+                           prompts=prompts, protocol=protocol, itl_budget_ms=itl_budget_ms,
+                           progress=show)
+    document = result.to_dict()
+    document["applied"] = False
+    if apply and result.chosen is not None:
+        apply_generate(repo, model, result.chosen)
+        document["applied"] = True
+    if json_out is not None:
+        atomic_write_text(json_out, json.dumps(document, indent=2) + "\n")
+    if json_output:
+        print_json(document)
+    elif result.chosen is None:
+        console.print("no candidate kept within the budget")
+    else:
+        console.print(f"chosen: max running {result.chosen.max_running}, threads "
+                      f"{result.chosen.threads}" + (" (applied)" if document["applied"] else ""))

@@ -29,6 +29,7 @@ import numpy as np
 from attndeploy.errors import ConfigError, DataError, ModelError
 from attndeploy.generation.metadata import DecoderMetadata, parse_decoder_metadata
 from attndeploy.generation.sampling import Sampling, TokenChooser
+from attndeploy.generation.text_stream import TextStream
 from attndeploy.generation.tokenizer import LMTokenizer, tokenizer_from_record
 
 OnText = Callable[[int, str], None]
@@ -73,14 +74,6 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np
 def positions(mask: np.ndarray) -> np.ndarray:
     """int64 [B, T]: each token's place among its row's real tokens (pads 0)."""
     return np.maximum(np.cumsum(mask, axis=-1) - 1, 0).astype(np.int64)
-
-
-def _held_back(text: str, stop: str) -> int:
-    """How many characters at the end of `text` could begin `stop` (not final yet)."""
-    for k in range(min(len(stop) - 1, len(text)), 0, -1):
-        if stop.startswith(text[-k:]):
-            return k
-    return 0
 
 
 class DecoderModel:
@@ -201,40 +194,23 @@ class DecoderModel:
             raise ConfigError("the stop text must not be empty")
         sampling = Sampling.asked(temperature, top_k, top_p, seed)
         encoded = [tokenizer.encode(t, bos=True) for t in texts]
-        previous = [row[-1] for row in encoded]
-        texts_so_far = [""] * len(texts)
-        emitted = [0] * len(texts)
-        final: list[str | None] = [None] * len(texts)
-        reasons = ["length"] * len(texts)
-        kept = [0] * len(texts)  # new tokens before the stop text ended a row
+        streams = [TextStream(tokenizer, row[-1], self.metadata.eos_token_id, stop)
+                   for row in encoded]
 
         def on_token(chosen: np.ndarray, done: np.ndarray) -> bool:
             for b, token in enumerate(chosen):
-                if final[b] is not None:
-                    continue
-                if token == self.metadata.eos_token_id:
-                    final[b], reasons[b] = texts_so_far[b], "eos"
-                else:
-                    texts_so_far[b] += tokenizer.piece(int(token), previous[b])
-                    previous[b] = int(token)
-                    kept[b] += 1
-                    if stop is not None and stop in texts_so_far[b]:
-                        final[b] = texts_so_far[b][:texts_so_far[b].index(stop)]
-                        reasons[b] = "stop"
-                text = final[b] if final[b] is not None else texts_so_far[b]
-                safe = len(text) - (0 if final[b] is not None or stop is None
-                                    else _held_back(text, stop))
-                if on_text is not None and safe > emitted[b]:
-                    on_text(b, text[emitted[b]:safe])
-                emitted[b] = max(emitted[b], safe)
-            done |= np.array([f is not None for f in final])
+                piece = streams[b].push(int(token))
+                if on_text is not None and piece:
+                    on_text(b, piece)
+            done |= np.array([s.done for s in streams])
             return bool(done.all())
 
-        ids = self.generate_ids(encoded, max_new_tokens, sampling=sampling, on_token=on_token)
+        self.generate_ids(encoded, max_new_tokens, sampling=sampling, on_token=on_token)
         results = []
-        for b in range(len(texts)):
-            text = final[b] if final[b] is not None else texts_so_far[b]
-            if on_text is not None and len(text) > emitted[b]:
-                on_text(b, text[emitted[b]:])
-            results.append(Generation(text, ids[b][:kept[b]], reasons[b], len(encoded[b])))
+        for b, stream in enumerate(streams):
+            rest = stream.flush()
+            if on_text is not None and rest:
+                on_text(b, rest)
+            results.append(Generation(stream.text, stream.token_ids, stream.reason,
+                                      len(encoded[b])))
         return results

@@ -79,6 +79,11 @@ class LMTokenizer:
             return word
         return " " + word
 
+    def stream(self, prompt_ids: Iterable[int] = ()) -> WordStream:
+        """An incremental decoder of the tokens after `prompt_ids` (`piece` by piece)."""
+        last = list(prompt_ids)[-1:]
+        return WordStream(self, last[0] if last else None)
+
     def decode(self, ids: Iterable[int], previous_id: int | None = None) -> str:
         """The text of `ids` (special tokens dropped), as `piece` joins them."""
         out, prev = [], previous_id
@@ -86,6 +91,19 @@ class LMTokenizer:
             out.append(self.piece(int(token_id), prev))
             prev = int(token_id)
         return "".join(out)
+
+
+class WordStream:
+    """One sequence's new text, token by token: `push(id)` -> the text it adds."""
+
+    def __init__(self, tokenizer: LMTokenizer, previous_id: int | None) -> None:
+        self._tokenizer = tokenizer
+        self._previous = previous_id
+
+    def push(self, token_id: int) -> str:
+        piece = self._tokenizer.piece(int(token_id), self._previous)
+        self._previous = int(token_id)
+        return piece
 
 
 def tokenizer_from_record(record: dict[str, Any] | None):

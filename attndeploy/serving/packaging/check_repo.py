@@ -37,6 +37,10 @@ from attndeploy.fsutil import is_staging_name, is_stale_temporary, parse_tempora
 from attndeploy.interface import ATTENTION_MASK, default_opset
 from attndeploy.runtime.names import META_VERSION
 from attndeploy.serving.packaging import model_config as cfgmod
+from attndeploy.serving.packaging.generate_model import (
+    check_generate_model,
+    is_generate_config,
+)
 from attndeploy.serving.packaging.generic import (
     GenericInfo,
     generic_config_mismatches,
@@ -410,6 +414,9 @@ def _check_model(model: _Model) -> None:
         return
     if cfg.name and cfg.name != model.name:
         model.error(f"config name {echo(repr(cfg.name))} differs from the folder name")
+    if is_generate_config(cfg):  # `<name>_generate`: a decoder's token streams
+        check_generate_model(model, cfg, _served_versions(model, cfg))
+        return
     if is_text_config(cfg):  # `<name>_text`: checked against the id model it calls
         check_text_model(model, cfg, _served_versions(model, cfg))
         check_server_python(model)

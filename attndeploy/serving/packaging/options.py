@@ -133,6 +133,11 @@ class PackageOptions:
       batch > max_batch_size, which bounds a request to max_batch_size * max_seq * 16 bytes.
       Triton has read the request by then: a fronting proxy's body-size limit keeps it from
       reaching the server at all.
+    - A decoder (a text-generation export) is packaged as `<name>_generate` alone
+      (`generate_model.py`): `max_batch_size` is its largest running batch of sequences,
+      `max_seq` its prompt cap in tokens, `max_text_bytes` in bytes, `max_new_tokens` the cap on
+      a request's `max_tokens` (default, like `max_seq`'s: the model's context less one),
+      `threads` onnxruntime's.
     """
 
     flavor: Flavor | str = Flavor.PYTHON
@@ -154,6 +159,7 @@ class PackageOptions:
     text_instances: int = 1
     max_text_bytes: int = DEFAULT_MAX_TEXT_BYTES
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    max_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "flavor", _enum(Flavor, self.flavor, "flavor"))
@@ -171,6 +177,8 @@ class PackageOptions:
             )
         if self.max_seq is not None and self.max_seq < 1:
             raise RepositoryError(f"max_seq must be >= 1, got {self.max_seq}.")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise RepositoryError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}.")
         if self.max_text_bytes > self.max_request_bytes:
             raise RepositoryError(
                 f"max_text_bytes ({self.max_text_bytes}) exceeds max_request_bytes "

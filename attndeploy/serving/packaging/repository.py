@@ -14,6 +14,9 @@ A generic model (a user's model from `export --factory` / `export_model`: `onnx_
 gets `config.pbtxt` from its graph's declared inputs and outputs (`generic.py`), the generic
 `model.py` and no labels, warm-up or text model.
 
+A decoder (a text-generation export) is packaged as `<name>_generate` alone, a decoupled
+python-backend model that streams generated text (`generate_model.py`).
+
 A model whose metadata holds a tokenizer also gets the text model `<name>_text` (raw text in,
 label out; its files are listed in `text_model.py`), unless `PackageOptions.text` is off. It
 calls the python flavour when that is written, else the onnxruntime one.
@@ -36,15 +39,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attndeploy.errors import ConcurrentWriteError, RepositoryError
+import onnx
+
+from attndeploy.errors import AttnDeployError, ConcurrentWriteError, RepositoryError
 from attndeploy.fsutil import (
     check_output_container,
     file_sha256,
     output_exists,
     remove_stale_temporaries_in,
 )
+from attndeploy.generation.metadata import DecoderMetadata, is_decoder, parse_decoder_metadata
 from attndeploy.output_set import atomic_outputs, write_files
 from attndeploy.runtime.names import META_VERSION
+from attndeploy.serving.packaging.generate_model import (
+    generate_limits,
+    generate_model_name,
+    write_generate_model,
+)
 from attndeploy.serving.packaging.generic import GenericInfo, read_generic_info
 from attndeploy.serving.packaging.model_config import (
     CONFIG_FILE,
@@ -99,6 +110,7 @@ class PackagedModel:
     onnx_sha256: str
     id_model: str | None = None  # a text model: the id model it calls (None: an id model)
     text_call: str | None = None  # a text model: how it runs the id model (`ID_MODEL_CALLS`)
+    generate: bool = False  # a generate model (`generate_model.py`): text in, token streams out
 
     @property
     def is_text(self) -> bool:
@@ -117,7 +129,8 @@ class PackagedModel:
             "max_seq": self.max_seq,
             "max_batch_size": self.max_batch_size,
             "onnx_sha256": self.onnx_sha256,
-            "kind": "text" if self.is_text else ("generic" if self.head == "generic" else "ids"),
+            "kind": ("generate" if self.generate else "text" if self.is_text
+                     else "generic" if self.head == "generic" else "ids"),
             "id_model": self.id_model,
             "text_call": self.text_call,
         }
@@ -151,12 +164,14 @@ def _onnx_source(source: Path, exporter: CheckpointExporter | None) -> Iterator[
         yield out
 
 
-def _check_source(path: Path) -> tuple[ModelInfo | GenericInfo, dict[str, Any] | None]:
-    """Read and vet the exported model; RepositoryError if Triton could not serve it.
+def _check_source(path: Path, model: onnx.ModelProto | None = None
+                  ) -> tuple[ModelInfo | GenericInfo, dict[str, Any] | None]:
+    """Read and vet the exported model (`model`: `path` already loaded); RepositoryError if
+    Triton could not serve it.
 
     Returns its ModelInfo (GenericInfo for a generic model) and its tokenizer record (None
     when it has none)."""
-    model = load_onnx_graph(path)
+    model = model if model is not None else load_onnx_graph(path)
     info: ModelInfo | GenericInfo
     if is_generic(model):
         version = next(p.value for p in model.metadata_props if p.key == META_VERSION)
@@ -201,6 +216,52 @@ def _write_model(
         (version_dir / MODEL_PY).write_text(text, encoding="utf-8")
 
 
+def _decoder_metadata(path: Path, model: onnx.ModelProto) -> DecoderMetadata | None:
+    """The decoder metadata of a text-generation export (`model`, read from `path`), None for
+    any other model."""
+    meta = {prop.key: prop.value for prop in model.metadata_props}
+    if not is_decoder(meta):
+        return None
+    try:
+        parsed = parse_decoder_metadata(meta, str(path))
+    except AttnDeployError as exc:
+        raise RepositoryError(str(exc)) from exc
+    if uses_external_data(model):
+        raise RepositoryError(
+            f"{path} keeps weights in external data files; re-export it as one .onnx file.")
+    missing = missing_functions(model)
+    if missing:
+        raise RepositoryError(f"{path} has custom-domain nodes without a model-local function "
+                              f"({', '.join(missing)}); re-export it with attndeploy.")
+    if parsed.tokenizer is None:
+        raise RepositoryError(f"{path} has no tokenizer in its metadata: a generate model takes "
+                              "text; export a checkpoint trained with `attndeploy train --data`")
+    return parsed
+
+
+def _package_decoder(onnx_path: Path, meta: DecoderMetadata, repo: Path,
+                     options: PackageOptions, base: str) -> PackagedModel:
+    """Write `<base>_generate` (generate_model.py) for a decoder; all or nothing."""
+    target = repo / generate_model_name(base)
+    generate_limits(meta, options)  # an option beyond the model: refused before any write
+    if output_exists(target) and not options.force:
+        raise RepositoryError(f"model folder(s) {target} already exist; pass --force to replace "
+                              "them, or choose another name.")
+    try:
+        with atomic_outputs(replace=options.force) as outputs:
+            write_generate_model(outputs.folder(target), onnx_path, meta, options,
+                                 name=target.name)
+    except ConcurrentWriteError as exc:
+        raise RepositoryError(
+            f"another run wrote model {Path(exc.path).name} in {repo} at the same time; "
+            "nothing of this run was kept") from exc
+    return PackagedModel(
+        name=target.name, flavor=Flavor.PYTHON, version=options.version, path=target,
+        variant=meta.variant, head="causal_lm", gated=meta.variant == "ganet", num_labels=0,
+        max_seq=meta.max_seq, max_batch_size=options.max_batch_size,
+        onnx_sha256=file_sha256(onnx_path), generate=True)
+
+
 def package_model(
     source: Path, repo: Path, options: PackageOptions | None = None,
     *, exporter: CheckpointExporter | None = None,
@@ -225,7 +286,12 @@ def package_model(
     # Triton and check-repo would take for a broken model folder.
     remove_stale_temporaries_in(repo)
     with _onnx_source(source, exporter) as onnx_path:
-        info, record = _check_source(onnx_path)
+        graph = load_onnx_graph(onnx_path)
+        decoder = _decoder_metadata(onnx_path, graph)
+        if decoder is not None:
+            return [_package_decoder(onnx_path, decoder, repo, options,
+                                     options.name or default_model_name(source))]
+        info, record = _check_source(onnx_path, graph)
         generic = isinstance(info, GenericInfo)
         max_seq = 0 if generic else effective_max_seq(info, options)
         base = options.name or default_model_name(source)
