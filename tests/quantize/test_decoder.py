@@ -189,3 +189,15 @@ def test_a_decoder_only_option_given_to_an_encoder_is_refused(text_exports, tmp_
         quantize_model(text_exports.get("standard").path, tmp_path / "q.onnx",
                        QuantizeOptions(max_perplexity_increase=0.1))
     assert "--max-perplexity-increase 0.1" in str(info.value)
+
+
+def test_a_ganet_decoders_gate_network_stays_fp32_unless_asked(decoder_exports, tmp_path):
+    source = decoder_exports.get("ganet-mlp")
+    kept = quantize_model(source, tmp_path / "kept.onnx", QuantizeOptions(**SMALL))
+    both = quantize_model(source, tmp_path / "int8.onnx",
+                          QuantizeOptions(**SMALL, gate_network_fp32=False))
+    [kept_candidate], [both_candidate] = kept.candidates, both.candidates
+    assert len(kept_candidate.gate_network) == 2  # the gate MLP's two MatMuls
+    assert record_of(tmp_path / "kept.onnx")["gate_network"] == kept_candidate.gate_network
+    assert both_candidate.gate_network == []
+    assert kept_candidate.quantized_nodes == both_candidate.quantized_nodes - 2
