@@ -4,6 +4,7 @@ steps darker), log scale as `plot.write_error_plot`."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ def write_decoder_plot(report: Any, path: Path) -> Path:
     right.set_xlabel("layer (cache entries)")
     right.set_ylabel("||a - b|| / ||b||")
     right.legend(fontsize=7)
+    verdict = textwrap.fill(report.verdict, 130)  # a long verdict wraps rather than being cut
     figure.suptitle(f"{Path(report.candidate).name} against {Path(report.reference).name}:\n"
-                    f"{report.verdict[:110]}", fontsize=9)
+                    f"{verdict}", fontsize=9)
     figure.tight_layout()
     return atomic_write_png(figure, path)
