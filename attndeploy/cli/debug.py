@@ -5,8 +5,11 @@
     attndeploy debug compare --factory MODULE:FACTORY MODEL.onnx   PyTorch (your model) vs MODEL
     attndeploy debug compare MODEL.onnx --against REF.onnx       REF vs MODEL, no PyTorch
     attndeploy debug compare CKPT MODEL.onnx --against REF.onnx  the same, CKPT makes the inputs
+    attndeploy debug compare INT8.onnx --against FP32.onnx       two decoders, step by step
 
 MODEL.onnx is always the model under test; the reference is PyTorch, or `--against`'s file.
+Decoders (text-generation exports) are compared with `--against` only, step by step
+(`attndeploy.debug.decoder_compare`): the logits and every cache entry per decode step.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ def command(
     json_output: JsonFlag = False,
     json_path: JsonOutOption = None,
     plot: Annotated[Path | None, shared("--plot", "The error by layer (log scale).")] = None,
+    steps: Annotated[
+        int | None, typer.Option(min=0, help="Decoders: decode steps after the prefill "
+                                             "[default: 8].")
+    ] = None,
     force: ForceFlag = False,
 ) -> None:
     """Compare every attention node, block and output of MODEL.onnx with its reference on the
@@ -82,6 +89,7 @@ def command(
     from attndeploy.errors import ValidationError
 
     checkpoint, model = _sources(source, onnx_file, user_model, against, shapes)
+    decoder = _decoder_mode(checkpoint, model, against, user_model, weights, steps)
     inputs = [p for p in (model, against, weights) if p is not None]
     if checkpoint is not None:
         inputs += _checkpoint_files(checkpoint)
@@ -94,10 +102,20 @@ def command(
             atol=atol, rtol=rtol, progress=progress,
             providers=tuple(p.strip() for p in providers.split(",")) if providers else None,
         )
-        report = _run(checkpoint, model, against, user_model, weights, shapes, seed, options)
+        if decoder:
+            from attndeploy.debug.decoder_compare import DEFAULT_STEPS, compare_decoders
+
+            report = compare_decoders(against, model, options, shape=_decoder_shape(shapes),
+                                      steps=DEFAULT_STEPS if steps is None else steps,
+                                      seed=seed)
+        else:
+            report = _run(checkpoint, model, against, user_model, weights, shapes, seed,
+                          options)
     _write_reports(report, json_path, plot, force=force)
     if json_output:
         print_json(report.to_json())
+    elif decoder:
+        _print_decoder(report, top)
     else:
         _print(report, top)
     if not report.passed:
@@ -131,6 +149,44 @@ def _sources(source: Path | None, onnx_file: Path | None, user_model: str | None
                               "MODULE:FACTORY and the ONNX file, or the ONNX file and "
                               "--against REF.onnx")
     return given[0], given[1]
+
+
+def _decoder_mode(checkpoint: Path | None, model: Path, against: Path | None,
+                  user_model: str | None, weights: Path | None, steps: int | None) -> bool:
+    """Whether the files are decoders (compared step by step); one clear line for an option
+    that does not apply to the kind of model given."""
+    from attndeploy.errors import ValidationError
+    from attndeploy.quantize.decoder import is_decoder_file
+
+    decoders = [p for p in (model, against) if p is not None and is_decoder_file(p)]
+    if not decoders:
+        if steps is not None:
+            raise ValidationError("--steps is for decoders (text-generation exports); "
+                                  f"{model} is not one")
+        return False
+    if against is None or checkpoint is not None or user_model is not None or weights:
+        raise ValidationError(f"{decoders[0]} is a decoder: compare two decoder exports with "
+                              "`debug compare MODEL.onnx --against REF.onnx` (no checkpoint, "
+                              "--factory or --weights; PyTorch against the export is "
+                              "`attndeploy validate`)")
+    if len(decoders) != 2:
+        raise ValidationError(f"{model} and {against}: one is a decoder (text-generation) and "
+                              "the other is not")
+    return True
+
+
+def _decoder_shape(shapes: str | None) -> tuple[int, int] | None:
+    """--shapes BxS for decoders: B prompts of at most S tokens (one shape)."""
+    from attndeploy.errors import ValidationError
+
+    if shapes is None:
+        return None
+    try:
+        batch, seq = (int(v) for v in shapes.lower().split("x"))
+    except ValueError:
+        raise ValidationError(f"--shapes {shapes!r}: a decoder takes one BxS (B prompts of at "
+                              "most S tokens), e.g. 4x9") from None
+    return batch, seq
 
 
 def _checkpoint_files(checkpoint: Path) -> list[Path]:
@@ -241,6 +297,39 @@ def _number(value: float | None) -> str:
     from attndeploy.debug.report import short
 
     return "" if value is None else short(value)
+
+
+def _print_decoder(report: Any, top: int) -> None:
+    """A table of the steps (logits and the worst cache entry), then the layers ranked."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"{_escape(Path(report.candidate).name)} against "
+                        f"{_escape(Path(report.reference).name)}: atol "
+                        f"{report.tolerance.atol:g}, rtol {report.tolerance.rtol:g}, "
+                        f"{report.shape[0]} prompts of up to {report.shape[1]} tokens",
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for column in ("step", "logits max|Δ|", "‖Δ‖/‖b‖", "worst cache entry", "‖Δ‖/‖b‖",
+                   "same token"):
+        table.add_column(column, justify="right" if column != "worst cache entry" else "left")
+    table.add_column("", no_wrap=True)
+    for step in report.steps:
+        name, worst = max(step.state.items(), key=lambda item: item[1].rel_error,
+                          default=("", None))
+        table.add_row("prefill" if step.step == 0 else str(step.step),
+                      _number(step.logits.max_abs), _number(step.logits.rel_error),
+                      _escape(name), _number(worst.rel_error if worst else None),
+                      f"{step.same_token:.0%}",
+                      "[green]ok[/]" if step.passed else "[red]✗[/]")
+    console.print(table)
+    if top and not report.passed:
+        ranked = [layer for layer in report.ranked() if layer.added > 0][:top]
+        if ranked:
+            console.print("cache error grows the most in layer(s): " + ", ".join(
+                f"{_escape(layer.layer)} (+{_number(layer.added)})" for layer in ranked),
+                highlight=False)
+    for note in report.notes:
+        console.print(f"note: {_escape(note)}", highlight=False)
 
 
 def _print(report: Any, top: int) -> None:

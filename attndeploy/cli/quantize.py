@@ -85,13 +85,33 @@ def command(
         str | None, shared("--shapes", f"Compared on random ids [default: {DEFAULT_GRID}, seq "
                                        "capped at the model's max_seq].")
     ] = None,
+    prompts: Annotated[
+        int, typer.Option(min=1, help="Decoders: greedy agreement over this many prompts "
+                                      "(--data texts' first tokens, else random token ids).")
+    ] = _default("prompts"),
+    new_tokens: Annotated[
+        int, typer.Option(min=1, help="Decoders: new tokens per prompt.")
+    ] = _default("new_tokens"),
+    prompt_tokens: Annotated[
+        int, typer.Option(min=1, help="Decoders: a prompt's length at most.")
+    ] = _default("prompt_tokens"),
+    max_perplexity_increase: Annotated[
+        float, typer.Option(help="Tolerance for decoders, with --data: the relative perplexity "
+                                 "increase int8 may add (0.05 = 5 %).")
+    ] = _default("max_perplexity_increase"),
+    min_token_agreement: Annotated[
+        float, typer.Option(help="Tolerance for decoders: the share of greedy tokens equal to "
+                                 "fp32's up to each prompt's first divergence (0: reported "
+                                 "only).")
+    ] = _default("min_token_agreement"),
     threads: Annotated[int | None, shared("--threads", "For the checks.")] = None,
     force: ForceFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
     """Quantize to int8 (onnxruntime.quantization; the attndeploy nodes keep their functions and
     the metadata is kept, so predict, package and serve take it), compare with fp32, and write
-    the file only within the tolerances (else exit 1, nothing written)."""
+    the file only within the tolerances (else exit 1, nothing written). A decoder
+    (text-generation export) is judged by greedy-token agreement and, with --data, perplexity."""
     import contextlib
 
     from rich.markup import escape
@@ -104,13 +124,18 @@ def command(
         exclude_worst=exclude_worst, gate_network_fp32=gate_network_fp32,
         activations=activations.value if activations else None,
         grid=shapes, max_logit_change=max_logit_change, min_agreement=min_agreement,
-        max_accuracy_drop=max_accuracy_drop, threads=threads, force=force)
+        max_accuracy_drop=max_accuracy_drop, threads=threads, force=force,
+        prompts=prompts, new_tokens=new_tokens, prompt_tokens=prompt_tokens,
+        max_perplexity_increase=max_perplexity_increase,
+        min_token_agreement=min_token_agreement)
     status = (contextlib.nullcontext() if json_output
               else console.status(f"quantizing {model}", spinner="dots"))
     with status:
         result = quantize_model(model, out, options, data=data)
     if json_output:
         print_json(result.to_dict())
+    elif result.to_dict().get("family") == "text-generation":
+        _print_decoder(result)
     else:
         for candidate in result.candidates:
             grid_check, data_check = candidate.grid, candidate.data
@@ -146,6 +171,32 @@ def command(
             console.print(f"wrote [bold]{escape(str(result.out))}[/] ({result.chosen.method})",
                           highlight=False)
     result.raise_for_failure()
+
+
+def _print_decoder(result) -> None:
+    """One line per candidate: greedy agreement, perplexity, and the verdict."""
+    from rich.markup import escape
+
+    for candidate in result.candidates:
+        greedy, ppl = candidate.greedy, candidate.perplexity
+        line = (f"dynamic, {result.options.dynamic_activations} activations: "
+                f"{candidate.quantized_nodes} MatMuls in int8, "
+                f"{candidate.size_bytes / 2**20:.1f} MiB (fp32 "
+                f"{result.source_bytes / 2**20:.1f}); greedy over {greedy.prompts} "
+                f"{greedy.source} prompts x {greedy.new_tokens} tokens: equal up to the first "
+                f"divergence {greedy.prefix_agreement:.1%}, overall {greedy.token_agreement:.1%}, "
+                f"{greedy.identical_prompts}/{greedy.prompts} prompts identical; prefill logit "
+                f"change {greedy.max_prefill_logit_change:.3g}")
+        if ppl is not None:
+            line += (f"; perplexity on {ppl.texts} texts ({ppl.tokens} tokens) "
+                     f"{ppl.fp32_perplexity:.4g} -> {ppl.int8_perplexity:.4g} "
+                     f"({ppl.relative_change:+.2%}), next token equal "
+                     f"{ppl.next_token_agreement:.2%}")
+        mark = "[green]within the tolerances[/]" if candidate.passed else (
+            "[red]" + escape("; ".join(candidate.failures)) + "[/]")
+        console.print(f"{escape(line)}: {mark}", highlight=False)
+    if result.chosen is not None:
+        console.print(f"wrote [bold]{escape(str(result.out))}[/] (dynamic)", highlight=False)
 
 
 def _agreement(name: str, value: float | None, form: str) -> str:

@@ -48,6 +48,16 @@ class QuantizeOptions:
       texts the share of equal decisions (`min_agreement`: labels, or a tagger's tags) and,
       where the model's family scores its texts, the score lost (`max_accuracy_drop`: held-out
       accuracy). Outside any of them nothing is written.
+    - Decoders (a text-generation export; `attndeploy.quantize.decoder`) are judged by what
+      generation gives instead: greedy tokens of `prompts` prompts over `new_tokens` new tokens
+      (`--data` texts' first `prompt_tokens` tokens, else random token ids), and with `--data`
+      the teacher-forced perplexity of the texts. Tolerances: `max_perplexity_increase`, the
+      relative perplexity increase int8 may add (default 5 %), and `min_token_agreement`, the
+      share of greedy tokens identical to fp32's up to each prompt's first divergence (default
+      0: reported, not judged, because one near-tie flip changes every token after it; set it
+      to gate a model quantized without texts). The encoder-only options (`static`/`best`,
+      `exclude_worst`, the shape grid and the label/accuracy/logit tolerances) are refused for
+      a decoder, the decoder-only ones for an encoder.
     """
 
     method: str = "dynamic"
@@ -64,6 +74,12 @@ class QuantizeOptions:
     calibration_texts: int = 256  # static: how many of the --data texts calibrate
     threads: int | None = None
     seed: int = 0
+    # decoders (text-generation exports) only
+    prompts: int = 16  # greedy agreement: how many prompts
+    new_tokens: int = 32  # ... and how many new tokens each
+    prompt_tokens: int = 16  # ... of at most how many tokens (capped to fit the context)
+    max_perplexity_increase: float = 0.05  # with --data: int8 ppl <= fp32 ppl * (1 + this)
+    min_token_agreement: float = 0.0  # greedy tokens equal up to the first divergence
     force: bool = False
 
     def __post_init__(self) -> None:
@@ -88,7 +104,22 @@ class QuantizeOptions:
             raise ConfigError(f"--exclude-worst must be >= 0, got {self.exclude_worst}")
         if self.calibration_texts < 1:
             raise ConfigError(f"calibration_texts must be >= 1, got {self.calibration_texts}")
+        for name in ("prompts", "new_tokens", "prompt_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got "
+                                  f"{getattr(self, name)}")
+        if not self.max_perplexity_increase >= 0:
+            raise ConfigError("--max-perplexity-increase must be >= 0, got "
+                              f"{self.max_perplexity_increase}")
+        if not 0.0 <= self.min_token_agreement <= 1.0:
+            raise ConfigError("--min-token-agreement must lie in [0, 1], got "
+                              f"{self.min_token_agreement}")
         object.__setattr__(self, "exclude", tuple(self.exclude))
+
+    def changed(self, names: tuple[str, ...]) -> list[str]:
+        """Those of the fields `names` set to something other than their default."""
+        defaults = QuantizeOptions()
+        return [name for name in names if getattr(self, name) != getattr(defaults, name)]
 
     @property
     def dynamic_activations(self) -> str | None:

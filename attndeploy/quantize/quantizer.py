@@ -26,8 +26,9 @@ from attndeploy.runtime.names import ATTENTION_MASK, INPUT_IDS, META_QUANTIZATIO
 # GA-Net's gate network, by the class of the module its nodes are traced in: `ConvertedGates` (a
 # `GateNetwork`) where a converted Hugging Face model calls it, `GateController` in attndeploy's
 # own models (which call the network's `scores`, so torch.onnx records the controller's scope,
-# not the network's), `GateNetwork` where a model of one's own calls it directly.
-GATE_NETWORK_CLASSES = ("GateNetwork", "GateController", "ConvertedGates")
+# not the network's), `GateNetwork` where a model of one's own calls it directly, and
+# `CausalGateNetwork` in a decoder (text generation, attndeploy.variants.ganet.causal).
+GATE_NETWORK_CLASSES = ("GateNetwork", "GateController", "ConvertedGates", "CausalGateNetwork")
 
 
 @dataclass

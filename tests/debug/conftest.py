@@ -103,3 +103,11 @@ def plant_in_attribute(source: Path, target: Path, layer: int) -> None:
     (attribute,) = [a for a in node.attribute if a.name == "scale"]
     attribute.f = PLANTED_SCALE
     onnx.save(model, str(target))
+
+
+@pytest.fixture(scope="session")
+def decoder_exports(tmp_path_factory: pytest.TempPathFactory):
+    """Tiny exported decoders of the generation case table (tests/quantize/decoders.py)."""
+    from tests.quantize.decoders import DecoderExports
+
+    return DecoderExports(tmp_path_factory.mktemp("debug_decoder_exports"))

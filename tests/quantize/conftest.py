@@ -29,3 +29,10 @@ def labelled_texts(path: Path, model_path: Path, *, wrong: int = 0) -> Path:
         rows.append({"text": TEXTS[index], "label": label})
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+@pytest.fixture(scope="session")
+def decoder_exports(tmp_path_factory: pytest.TempPathFactory):
+    from tests.quantize.decoders import DecoderExports
+
+    return DecoderExports(tmp_path_factory.mktemp("decoder_exports"))
