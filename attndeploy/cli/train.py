@@ -51,8 +51,7 @@ def command(**values: Any) -> None:
                                  converted=hf_model is not None)
     recipe = RECIPE.parse(values)
 
-    if data.data is not None and hf_model is None and _trained_by_its_family(
-            data, model, recipe, outputs):
+    if data.data is not None and _trained_by_its_family(data, model, recipe, outputs, hf_model):
         return
     if hf_model is not None:
         from attndeploy.cli.train_hf import train_hf_command
@@ -92,9 +91,11 @@ def command(**values: Any) -> None:
     outputs.report(result)
 
 
-def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any) -> bool:
+def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any,
+                           hf_model: Any = None) -> bool:
     """Hand the file to its family's `train_texts` hook (text-generation trains a decoder, no
-    label head: cli/family_hooks.py); False when the family takes the common path."""
+    label head, or fine-tunes a pretrained one with --hf-model: cli/family_hooks.py); False
+    when the family takes the common path (an encoder's --hf-model included)."""
     import dataclasses
 
     from attndeploy.cli.family_hooks import report_trained, training_hook
@@ -105,10 +106,20 @@ def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any) -> 
     train_texts = training_hook(head, "train_texts")
     if train_texts is None:
         return False
+    from attndeploy.cli.args.recipe import FIELDS
+
+    from attndeploy.config import ModelConfig
+
+    pretrained = {} if hf_model is None else {"hf_model": hf_model, "given": {
+        FIELDS.get(name, name): value for name, value in recipe.values.items()
+        if value is not None}}
+    max_seq = model.max_seq
+    if hf_model is not None and max_seq == ModelConfig.max_seq:  # not asked: the model's own
+        max_seq = None
     result = train_texts(
-        texts, model={"variant": model.variant, "max_seq": model.max_seq, **model.sizes},
+        texts, model={"variant": model.variant, "max_seq": max_seq, **model.sizes},
         training=dataclasses.asdict(recipe.train_config(TrainConfig())),
         eval_fraction=data.eval_fraction, out=outputs.out, force=outputs.force,
-        progress=not outputs.json_output)
+        progress=not outputs.json_output, **pretrained)
     report_trained(outputs.out, result.metrics, result.summary, outputs.json_output)
     return True

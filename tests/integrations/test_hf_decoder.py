@@ -198,3 +198,37 @@ def test_rotary_scaling_is_refused(loaded):
                                                        "rope_theta": 1e4})
     with pytest.raises(ConfigError, match="rotary scaling 'linear'"):
         decoder_config(config, "standard")
+
+
+@pytest.mark.parametrize("variant", ["evolving", "ganet"])  # the two with a warm start to leave
+def test_train_hf_model_fine_tunes_the_pretrained_decoder(llama_folder, variant, tmp_path):
+    from attndeploy.cli.app import run
+    from attndeploy.models.decoder.checkpoint import load_decoder
+
+    data = tmp_path / "lines.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS * 4))
+    ckpt = tmp_path / "tuned"
+    assert run(["train", "--data", str(data), "--hf-model", str(llama_folder), "--variant",
+                variant, "--steps", "12", "--out", str(ckpt), "--json"]) == 0
+    raw = json.loads((ckpt / "config.json").read_text())
+    assert {"perplexity", "perplexity_before", "baseline_perplexity"} <= set(raw["metrics"])
+    assert raw["training"]["fine_tuned_from"] == str(llama_folder)
+    assert raw["tokenizer"]["type"] == "hf-tokenizer"
+    loaded = load_decoder(ckpt)
+    assert loaded.model.config.positions == "rope" and loaded.model.config.kv_heads == 2
+    if variant == "evolving":  # α and β brought in over the 10 warm-up steps
+        assert loaded.model.config.evolving_mix == 1.0
+        assert loaded.model.blocks[1].attention.alpha_in_use > 0
+
+
+def test_fine_tuning_trains_the_added_parameters_at_their_own_rate(loaded):
+    from attndeploy.integrations.hf_decoder import convert_causal_lm
+    from attndeploy.models.decoder.fit import FitOptions, Start, _optimizer, added_parameters
+
+    model = convert_causal_lm(loaded.model, "qvi")
+    added = added_parameters(model)
+    assert added and all(".attention." in n and "qkv" not in n for n in added)
+    optimizer = _optimizer(model, FitOptions(learning_rate=5e-5, new_learning_rate=5e-3),
+                           Start(model, None, "x"))
+    assert [g["scale"] for g in optimizer.param_groups] == [1.0, 100.0]
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))

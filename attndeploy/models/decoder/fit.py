@@ -8,10 +8,19 @@ tokenizer is built from the training split only. AdamW with a linear warm-up and
 GA-Net's gate network trains with its logistic noise (relaxed gates) and decodes with hard ones;
 with a `density_target` a hinge on the soft open share pushes gates closed, so fewer tokens enter
 the cache (`gate_density` measures the hard gates on the held-out text).
+
+Fine-tuning a pretrained decoder (`Start`: a converted model with its own tokenizer, every variant
+at its warm start) keeps the model and its tokenizer, trains on windows of `window` tokens (128
+unless asked: a pretrained context of thousands would not fit 2 cores), the pretrained weights at
+`learning_rate` and the parameters the variant added (QVI's maps, Evolving Attention's convs,
+GA-Net's gate network) at `new_learning_rate`, as the encoders' fine-tuning does; Evolving
+Attention's α and β come in over the warm-up steps (`evolving_mix` 0 -> 1). The held-out
+perplexity before fine-tuning is reported beside the one after (`perplexity_before`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -47,6 +56,18 @@ class FitOptions:
     max_vocab: int = 8000
     density_target: float | None = None  # GA-Net: push the mean open-gate chance down to this
     density_weight: float = 1.0  # ... with this weight on the excess (a hinge)
+    window: int | None = None  # training window in tokens [default: max_seq; 128 fine-tuning]
+    new_learning_rate: float | None = None  # fine-tuning: the variant's added parameters
+
+
+@dataclass
+class Start:
+    """A pretrained decoder to fine-tune (`attndeploy.integrations.hf_decoder`): the converted
+    model, its tokenizer (an `HFTokenizer`) and where it came from."""
+
+    model: CausalLM
+    tokenizer: Any
+    source: str
 
 
 @dataclass
@@ -54,7 +75,7 @@ class FitResult:
     """What `train` reports: `metrics` (perplexity, baseline_perplexity, ...) and `summary`."""
 
     model: CausalLM
-    tokenizer: LMTokenizer
+    tokenizer: Any  # LMTokenizer, or a fine-tuned model's own
     metrics: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -158,19 +179,54 @@ def _learning_rate(step: int, options: FitOptions) -> float:
                                                        / span))
 
 
+def added_parameters(model: CausalLM) -> set[str]:
+    """The parameters a conversion added to a pretrained decoder (the variant's own)."""
+    return {name for name, _ in model.named_parameters()
+            if name.startswith("gate_network.") or (
+                ".attention." in name and name.rsplit(".", 2)[-2] not in ("qkv", "out"))}
+
+
+def _optimizer(model: CausalLM, options: FitOptions, start: Start | None
+               ) -> torch.optim.Optimizer:
+    """AdamW; fine-tuning: the added parameters in their own group at `new_learning_rate`
+    (each group's `scale` multiplies the schedule's rate)."""
+    if start is None or options.new_learning_rate is None:
+        groups = [{"params": list(model.parameters()), "scale": 1.0}]
+    else:
+        added = added_parameters(model)
+        params = dict(model.named_parameters())
+        groups = [{"params": [p for n, p in params.items() if n not in added], "scale": 1.0},
+                  {"params": [p for n, p in params.items() if n in added],
+                   "scale": options.new_learning_rate / options.learning_rate}]
+    return torch.optim.AdamW(groups, lr=options.learning_rate,
+                             weight_decay=options.weight_decay)
+
+
 def fit_decoder(texts: Sequence[str], config: dict[str, Any], options: FitOptions, *,
-                progress: bool = False) -> FitResult:
+                progress: bool = False, start: Start | None = None) -> FitResult:
     """Build the tokenizer on the training texts, train a `CausalLM(DecoderConfig(**config,
-    vocab_size=...))`, and measure it and the trigram baseline on the held-out texts."""
+    vocab_size=...))`, and measure it and the trigram baseline on the held-out texts; with
+    `start`, fine-tune that model with its own tokenizer instead (`config` is not read)."""
     train_texts, held_texts = split_texts(texts, options.eval_fraction, options.seed)
-    tokenizer = LMTokenizer.build(train_texts, max_vocab=options.max_vocab)
-    decoder_config = DecoderConfig(vocab_size=len(tokenizer), **config)
     torch.manual_seed(options.seed)
-    model = CausalLM(decoder_config)
-    train_rows = windows(tokenizer, train_texts, decoder_config.max_seq)
-    held_rows = windows(tokenizer, held_texts, decoder_config.max_seq)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=options.learning_rate,
-                                  weight_decay=options.weight_decay)
+    if start is None:
+        tokenizer = LMTokenizer.build(train_texts, max_vocab=options.max_vocab)
+        decoder_config = DecoderConfig(vocab_size=len(tokenizer), **config)
+        model = CausalLM(decoder_config)
+        window = options.window or decoder_config.max_seq
+    else:
+        tokenizer, model = start.tokenizer, start.model
+        decoder_config = model.config
+        window = min(options.window or 128, decoder_config.max_seq)
+    train_rows = windows(tokenizer, train_texts, window)
+    held_rows = windows(tokenizer, held_texts, window)
+    if not train_rows or not held_rows:
+        raise DataError("every text is shorter than two tokens: nothing to train or measure")
+    eval_batch = max(1, min(32, options.batch_size))
+    before = perplexity(model, held_rows, eval_batch) if start is not None else None
+    ramp = (start is not None and decoder_config.variant == "evolving"
+            and decoder_config.evolving_mix < 1.0)
+    optimizer = _optimizer(model, options, start)
     rng = random.Random(options.seed)
     model.train()
     started, step, losses = time.monotonic(), 0, []
@@ -185,7 +241,9 @@ def fit_decoder(texts: Sequence[str], config: dict[str, Any], options: FitOption
                 break
             rows = rng.sample(train_rows, min(options.batch_size, len(train_rows)))
             for group in optimizer.param_groups:
-                group["lr"] = _learning_rate(step, options)
+                group["lr"] = _learning_rate(step, options) * group["scale"]
+            if ramp:
+                _set_evolving_mix(model, min(1.0, (step + 1) / max(options.warmup_steps, 1)))
             loss, _ = lm_loss(model, rows, options.density_target, options.density_weight)
             optimizer.zero_grad()
             loss.backward()
@@ -197,7 +255,8 @@ def fit_decoder(texts: Sequence[str], config: dict[str, Any], options: FitOption
     model.eval()
     baseline = KneserNeyTrigram(len(tokenizer)).fit(train_rows)
     metrics = {
-        "perplexity": perplexity(model, held_rows),
+        "perplexity": perplexity(model, held_rows, eval_batch),
+        **({"perplexity_before": before} if before is not None else {}),
         "baseline": "interpolated Kneser-Ney trigram",
         "baseline_perplexity": baseline.perplexity(held_rows),
         "train_loss": sum(losses[-10:]) / max(len(losses[-10:]), 1),
@@ -207,16 +266,25 @@ def fit_decoder(texts: Sequence[str], config: dict[str, Any], options: FitOption
     if model.gate_network is not None:
         metrics["gate_density"] = gate_density(model, held_rows)
     summary = {"steps": step, "seconds": round(time.monotonic() - started, 2),
-               "variant": decoder_config.variant, "vocab_size": len(tokenizer),
+               "variant": model.config.variant, "vocab_size": len(tokenizer),
                "parameters": sum(p.numel() for p in model.parameters()),
-               "train_texts": len(train_texts)}
+               "train_texts": len(train_texts), "window": window,
+               **({"fine_tuned_from": start.source} if start is not None else {})}
     return FitResult(model, tokenizer, metrics, summary)
 
 
+def _set_evolving_mix(model: CausalLM, mix: float) -> None:
+    """Evolving Attention's α and β `mix` of the way in; the config records it."""
+    for block in model.blocks:
+        block.attention.set_warm_start_progress(mix)
+    model.config = dataclasses.replace(model.config, evolving_mix=mix)
+
+
 def train_decoder(texts: Sequence[str], config: dict[str, Any], options: FitOptions, out: Path,
-                  *, force: bool = False, progress: bool = False) -> FitResult:
+                  *, force: bool = False, progress: bool = False,
+                  start: Start | None = None) -> FitResult:
     """`fit_decoder`, then the checkpoint at `out` (config.json + model.safetensors)."""
-    result = fit_decoder(texts, config, options, progress=progress)
+    result = fit_decoder(texts, config, options, progress=progress, start=start)
     save_decoder(result.model, result.tokenizer, out, metrics=result.metrics,
                  training=result.summary, force=force)
     return result
