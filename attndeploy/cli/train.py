@@ -51,14 +51,14 @@ def command(**values: Any) -> None:
                                  converted=hf_model is not None)
     recipe = RECIPE.parse(values)
 
+    if hf_model is not None and recipe.values["refit"]:
+        raise ConfigError("--refit applies to the built-in models; fine-tuning a Hugging "
+                          "Face model keeps the selected weights")
     if data.data is not None and _trained_by_its_family(data, model, recipe, outputs, hf_model):
         return
     if hf_model is not None:
         from attndeploy.cli.train_hf import train_hf_command
 
-        if recipe.values["refit"]:
-            raise ConfigError("--refit applies to the built-in models; fine-tuning a Hugging "
-                              "Face model keeps the selected weights")
         hf_recipe = {name: value for name, value in recipe.values.items()
                      if name not in ("refit", "embedding_init")}
         train_hf_command(
