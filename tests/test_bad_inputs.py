@@ -440,6 +440,11 @@ CASES: dict[str, BadInput] = {
     "optimize bad level": case("optimize", "{onnx}", "--out", "{tmp}/o.onnx", "--method",
                                "onnxruntime", "--opt-level", "0", stage="export",
                                fragment="opt-level 0"),
+    # ---- convert (a pretrained decoder)
+    "convert a checkpoint": case("convert", "--hf-model", "{ckpt}", "--out", "{tmp}/c",
+                                 stage="data", fragment="not a Hugging Face model folder"),
+    "convert no such file": case("convert", "--hf-model", "{tmp}/absent.gguf", "--out",
+                                 "{tmp}/c", stage="data", fragment="save_pretrained folder"),
     # ---- predict (in process: no server)
     "generate no prompt": case("generate", "{onnx}", stage="data", fragment="--prompt"),
     "generate missing model": case("generate", "{tmp}/absent.onnx", "--prompt", "w1",

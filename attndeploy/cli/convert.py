@@ -9,17 +9,18 @@ import contextlib
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
+from attndeploy.cli.defaults import parameter_default
 from attndeploy.cli.options import ForceFlag, JsonFlag, VariantOption, shared
 from attndeploy.cli.output import console, print_json
+from attndeploy.integrations.hf_decoder import convert_to_checkpoint
 
 
 def command(
-    hf_model: Annotated[Path, typer.Option(
-        "--hf-model", help="A save_pretrained folder or a .gguf file (LlamaForCausalLM).")],
+    hf_model: Annotated[Path, shared(
+        "--hf-model", "a LLaMA-family decoder (LlamaForCausalLM): a save_pretrained folder or a "
+                      ".gguf file.")],
     out: Annotated[Path, shared("--out", "The checkpoint directory to write.")],
-    variant: VariantOption = "standard",
+    variant: VariantOption = parameter_default(convert_to_checkpoint, "variant"),
     max_seq: Annotated[int | None, shared(
         "--max-seq", "The context the checkpoint keeps [default: the model's, at most 2048].")
     ] = None,
@@ -29,7 +30,6 @@ def command(
     """Convert a pretrained decoder into an attndeploy checkpoint (any variant, warm-started)."""
     from attndeploy.cli.family_hooks import print_summary
     from attndeploy.fsutil import check_replaceable
-    from attndeploy.integrations.hf_decoder import convert_to_checkpoint
 
     check_replaceable(out, force=force)  # before the seconds of loading
     with console.status(f"converting {hf_model}", spinner="dots") if not json_output else (

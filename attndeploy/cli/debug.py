@@ -72,8 +72,8 @@ def command(
     json_path: JsonOutOption = None,
     plot: Annotated[Path | None, shared("--plot", "The error by layer (log scale).")] = None,
     steps: Annotated[
-        int | None, typer.Option(min=0, help="Decoders: decode steps after the prefill "
-                                             "[default: 8].")
+        int | None, typer.Option("--decode-steps", min=0,
+                                 help="Decoders: decode steps after the prefill [default: 8].")
     ] = None,
     force: ForceFlag = False,
 ) -> None:
@@ -161,7 +161,7 @@ def _decoder_mode(checkpoint: Path | None, model: Path, against: Path | None,
     decoders = [p for p in (model, against) if p is not None and is_decoder_file(p)]
     if not decoders:
         if steps is not None:
-            raise ValidationError("--steps is for decoders (text-generation exports); "
+            raise ValidationError("--decode-steps is for decoders (text-generation exports); "
                                   f"{model} is not one")
         return False
     if against is None or checkpoint is not None or user_model is not None or weights:

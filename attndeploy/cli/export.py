@@ -49,12 +49,12 @@ def command(
         int | None, shared("--max-seq", "The graph accepts at most this [default: the "
                                         "model's].")
     ] = None,
-    hf_model: Annotated[Path | None, typer.Option(
-        "--hf-model", help="A pretrained decoder (save_pretrained folder or .gguf, LLaMA "
-                           "family), exported with its cache, converted to --variant.")] = None,
+    hf_model: Annotated[Path | None, shared(
+        "--hf-model", "a LLaMA-family decoder (a save_pretrained folder or a .gguf file), "
+                      "exported with its cache, converted to --variant.")] = None,
     variant: Annotated[str | None, typer.Option(
         parser=variant_name, metavar="[" + "|".join(v.value for v in Variant) + "]",
-        help="With --hf-model: the attention variant, warm-started [default: standard, the "
+        help="Attention variant. With --hf-model, warm-started [default: standard, the "
              "model as it is].")] = None,
     force: ForceFlag = False,
     json_output: JsonFlag = False,

@@ -20,16 +20,14 @@ def command(
     prompt: Annotated[str | None, typer.Option(help="The text to continue.")] = None,
     prompt_file: Annotated[Path | None, typer.Option(
         help="A file of prompts, one a line, generated as one left-padded batch.")] = None,
-    max_new_tokens: Annotated[int, typer.Option(
-        help="The most tokens to add.")] = DEFAULT_MAX_NEW_TOKENS,
+    max_new_tokens: Annotated[int, shared("--max-new-tokens")] = DEFAULT_MAX_NEW_TOKENS,
     temperature: Annotated[float | None, shared(
         "--temperature", "when sampling (0: greedy) [default: greedy; 1 when only top-k, "
                          "top-p or a seed is given].")] = None,
-    top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest.")] = None,
-    top_p: Annotated[float | None, typer.Option(
-        help="Sample among the likeliest tokens whose probabilities reach p.")] = None,
+    top_k: Annotated[int | None, shared("--top-k")] = None,
+    top_p: Annotated[float | None, shared("--top-p")] = None,
     seed: Annotated[int | None, shared("--seed", "(sampling)")] = None,
-    stop: Annotated[str | None, typer.Option(help="End a text before this text.")] = None,
+    stop: Annotated[str | None, shared("--stop")] = None,
     threads: Annotated[int | None, shared("--threads", "[default: onnxruntime's]")] = None,
     json_output: JsonFlag = False,
 ) -> None:

@@ -38,15 +38,14 @@ def command(
     json_output: JsonFlag = False,
     stream: Annotated[bool, typer.Option(
         "--stream", help="A generate model: print the text as its pieces arrive.")] = False,
-    max_tokens: Annotated[int | None, typer.Option(
-        help="A generate model: the most new tokens (its default: 16).")] = None,
-    temperature: Annotated[float | None, typer.Option(
-        help="A generate model: sample at this temperature (default greedy).")] = None,
-    top_k: Annotated[int | None, typer.Option(help="A generate model: top-k sampling.")] = None,
-    top_p: Annotated[float | None, typer.Option(help="A generate model: top-p sampling.")] = None,
-    seed: Annotated[int | None, typer.Option(help="A generate model: the sampling seed.")] = None,
-    stop: Annotated[str | None, typer.Option(
-        help="A generate model: end the text before this text.")] = None,
+    max_tokens: Annotated[int | None, shared(
+        "--max-tokens", "the most [default: the served model's, 16].")] = None,
+    temperature: Annotated[float | None, shared(
+        "--temperature", "(a generate model's sampling) [default: greedy].")] = None,
+    top_k: Annotated[int | None, shared("--top-k", "(a generate model)")] = None,
+    top_p: Annotated[float | None, shared("--top-p", "(a generate model)")] = None,
+    seed: Annotated[int | None, shared("--seed", "(a generate model's sampling)")] = None,
+    stop: Annotated[str | None, shared("--stop", "(a generate model)")] = None,
 ) -> None:
     """Send one example; print the label and its probabilities (GA-Net: the tokens whose gates
     are open). --json prints the prediction contract's record (the fields of `predict --json`).

@@ -28,6 +28,7 @@ from attndeploy.serving.loadtest.config import (
     LoadTestConfig,
     parse_number_list,
 )
+from attndeploy.serving.loadtest.generation import GenerateLoadConfig
 from attndeploy.serving.loadtest.stats import DISTRIBUTIONS
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
 
@@ -139,12 +140,11 @@ def command(
     ] = None,
     force: ForceFlag = False,
     max_tokens: Annotated[
-        str, typer.Option(help="A generate model: new tokens per request, N or LOW-HIGH "
-                               "(drawn uniformly).")
-    ] = "16",
+        str, shared("--max-tokens", "N or LOW-HIGH (drawn uniformly).")
+    ] = "-".join(map(str, field_default(GenerateLoadConfig, "max_tokens"))),
     requests: Annotated[
-        int, typer.Option(help="A generate model: requests per level.", min=1)
-    ] = 32,
+        int, shared("--requests", min=1)
+    ] = field_default(GenerateLoadConfig, "requests_per_level"),
 ) -> None:
     """Run concurrency or request-rate levels; report throughput, latency and server split.
 

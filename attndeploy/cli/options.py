@@ -62,6 +62,13 @@ MEANINGS: dict[str, str] = {
     "--state-file": "State file of `serve --background`.",
     "--method": "How the command does its work, one of its choices.",
     "--variant": "Attention variant.",
+    "--hf-model": "A Hugging Face model from local files (nothing is downloaded):",
+    "--max-new-tokens": "The most tokens a generation adds.",
+    "--max-tokens": "A generate model's new tokens per request:",
+    "--top-k": "Sample among the k likeliest tokens.",
+    "--top-p": "Sample among the likeliest tokens whose probabilities reach p.",
+    "--stop": "End a generated text before this text.",
+    "--requests": "A generate model's requests per level.",
 }
 
 

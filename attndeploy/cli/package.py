@@ -76,9 +76,9 @@ def command(
                                       "refuse a larger request (bytes of its inputs).")
     ] = _default("max_request_bytes"),
     max_new_tokens: Annotated[
-        int | None, typer.Option(min=1, help="A decoder's NAME_generate: the most tokens a "
-                                             "request may ask for [default: the context less "
-                                             "one].")
+        int | None, shared("--max-new-tokens", "A decoder's NAME_generate: the most a request "
+                                               "may ask for [default: the context less one].",
+                           min=1)
     ] = _default("max_new_tokens"),
     force: ForceFlag = _default("force"),
     json_output: JsonFlag = False,

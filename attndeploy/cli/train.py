@@ -107,7 +107,6 @@ def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any,
     if train_texts is None:
         return False
     from attndeploy.cli.args.recipe import FIELDS
-
     from attndeploy.config import ModelConfig
 
     pretrained = {} if hf_model is None else {"hf_model": hf_model, "given": {

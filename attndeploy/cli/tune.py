@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from attndeploy.cli.defaults import field_default, number_list
+from attndeploy.cli.defaults import field_default, number_list, parameter_default
 from attndeploy.cli.options import (
     ForceFlag,
     JsonFlag,
@@ -22,6 +22,7 @@ from attndeploy.errors import AttnDeployError, LoadTestError
 from attndeploy.serving.client.protocol import Protocol
 from attndeploy.serving.loadtest.config import parse_number_list
 from attndeploy.serving.packaging.options import DEFAULT_REPOSITORY
+from attndeploy.serving.tune.generate import generate_candidates, tune_generate
 from attndeploy.serving.tune.options import TuneOptions
 
 
@@ -106,17 +107,17 @@ def command(
     max_running: Annotated[
         str, typer.Option(help="A generate model: the largest running batches tried.",
                           callback=_levels("max running"))
-    ] = "1,2,4,8,16",
+    ] = number_list(parameter_default(generate_candidates, "max_running")),
     ort_threads: Annotated[
         str, typer.Option(help="A generate model: onnxruntime threads tried.",
                           callback=_levels("threads"))
-    ] = "1,2",
+    ] = number_list(parameter_default(generate_candidates, "threads")),
     requests: Annotated[
-        int, typer.Option(help="A generate model: requests per level.", min=1)
-    ] = 16,
+        int, shared("--requests", min=1)
+    ] = parameter_default(tune_generate, "requests"),
     max_tokens: Annotated[
-        int, typer.Option(help="A generate model: new tokens per request.", min=1)
-    ] = 32,
+        int, shared("--max-tokens", "N.", min=1)
+    ] = parameter_default(tune_generate, "max_tokens")[0],
 ) -> None:
     """Measure serving configurations (batch size, queue delay, preferred sizes, instances,
     threads, int8) on the real local server; print the Pareto front of throughput against p95

@@ -70,7 +70,12 @@ def load_hf_causal_lm(path: Path | str) -> LoadedCausalLM:
         folder, kwargs = path.parent, {"gguf_file": path.name}
     elif path.is_dir() and (path / "config.json").is_file():
         folder, kwargs = path, {}
-        architectures = AutoConfig.from_pretrained(folder, local_files_only=True).architectures
+        try:
+            architectures = AutoConfig.from_pretrained(folder,
+                                                       local_files_only=True).architectures
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{path}: not a Hugging Face model folder "
+                            f"({str(exc).splitlines()[0][:200]})") from None
         if not set(architectures or ()) & set(ARCHITECTURES):
             raise ConfigError(f"{path}: a {', '.join(architectures or ['?'])} model; attndeploy "
                               f"converts {', '.join(ARCHITECTURES)} decoders")

@@ -68,7 +68,7 @@ def test_int8_against_fp32_from_the_cli_writes_json_and_plot_and_exits_1(
     int8 = tmp_path / "int8.onnx"
     quantize_model(source, int8, QuantizeOptions(prompts=2, new_tokens=2)).raise_for_failure()
     code, out, err = run_main(monkeypatch, capsys, "debug", "compare", str(int8), "--against",
-                              str(source), "--steps", "2", "--shapes", "3x5", "--json-out",
+                              str(source), "--decode-steps", "2", "--shapes", "3x5", "--json-out",
                               str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png"))
     assert code == 1 and len(err) == 1 and "first divergence: present." in err[0], err
     record = json.loads((tmp_path / "r.json").read_text())
@@ -84,7 +84,8 @@ def test_int8_against_fp32_from_the_cli_writes_json_and_plot_and_exits_1(
 @pytest.mark.parametrize(("argv", "fragment"), [
     (["{ckpt}", "{decoder}"], "is a decoder: compare two decoder exports with"),
     (["{decoder}", "--against", "{encoder}"], "one is a decoder (text-generation) and the other"),
-    (["{encoder}", "--against", "{encoder}", "--steps", "2"], "--steps is for decoders"),
+    (["{encoder}", "--against", "{encoder}", "--decode-steps", "2"],
+     "--decode-steps is for decoders"),
     (["{decoder}", "--against", "{decoder}", "--shapes", "2x30"], "beyond the model's context"),
     (["{decoder}", "--against", "{decoder}", "--shapes", "2x3,4x5"], "a decoder takes one BxS"),
 ])

@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-
 from attndeploy.cli.args.base import OptionGroup
+from attndeploy.cli.options import shared
 
 
 class HFSourceArgs(OptionGroup):
@@ -16,10 +15,10 @@ class HFSourceArgs(OptionGroup):
 
     @staticmethod
     def options(
-        hf_model: Annotated[Path | None, typer.Option(
-            "--hf-model", help="Fine-tune a Hugging Face BERT, RoBERTa or DistilBERT (a local "
-            "save_pretrained folder or a config JSON; nothing is downloaded) with this "
-            "variant.")
+        hf_model: Annotated[Path | None, shared(
+            "--hf-model", "fine-tune it with this variant: a BERT, RoBERTa or DistilBERT (a "
+            "save_pretrained folder or a config JSON), or, on {\"text\"} lines, a LLaMA-family "
+            "decoder (a save_pretrained folder or a .gguf file).")
         ] = None,
     ) -> None:
         """The Hugging Face source's option."""
