@@ -183,7 +183,11 @@ class TransformersPath:
             input_ids=prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new,
             min_new_tokens=new if exact else None, do_sample=False, streamer=streamer,
             pad_token_id=self.model.generation_config.eos_token_id)
-        return out[0, len(ids):].tolist(), streamer.at - started
+        new_ids = out[0, len(ids):].tolist()
+        eos = self.model.generation_config.eos_token_id
+        if new_ids and new_ids[-1] in (eos if isinstance(eos, list) else [eos]):
+            new_ids = new_ids[:-1]  # the others leave <eos> out of their new ids
+        return new_ids, streamer.at - started
 
 
 class GenaiPath:
@@ -271,9 +275,9 @@ def step_curve(model: DecoderModel, ids: list[int], contexts: list[int],
 # ------------------------------------------------------------------ profiles
 
 
-def _session_feed(session: Any, ids: np.ndarray, past: int, state: dict | None,
-                  head_size: int) -> dict:
-    """A feed for any decoder graph with Optimum-style names (ours or genai's)."""
+def _session_feed(session: Any, ids: np.ndarray, past: int, state: dict) -> dict:
+    """A feed for any decoder graph with Optimum-style names (ours or genai's); `state` holds
+    every past input (on the first step, the graph's empty past)."""
     feed: dict[str, np.ndarray] = {}
     total = past + ids.shape[1]
     for entry in session.get_inputs():
@@ -284,17 +288,13 @@ def _session_feed(session: Any, ids: np.ndarray, past: int, state: dict | None,
             feed[entry.name] = np.ones((1, total), dtype)
         elif entry.name == "position_ids":
             feed[entry.name] = np.arange(past, total, dtype=dtype)[None, :]
-        elif state is not None and entry.name in state:
+        else:
             feed[entry.name] = state[entry.name]
-        else:  # an empty past: batch 1, the growing axis 0, a symbolic head axis head_size
-            dims = [d if isinstance(d, int) else 1 if i == 0 else 0 if "past" in d.lower()
-                    else head_size for i, d in enumerate(entry.shape)]
-            feed[entry.name] = np.zeros(dims, np.float32)
     return feed
 
 
 def profile_graph(onnx_path: Path, ids: list[int], steps: int, threads: int,
-                  out_dir: Path, name: str, head_size: int) -> dict[str, Any]:
+                  out_dir: Path, name: str, empty: dict[str, np.ndarray]) -> dict[str, Any]:
     """Prefill + `steps` decode steps under onnxruntime's profiler: ms by node type."""
     import onnxruntime as ort
 
@@ -306,11 +306,11 @@ def profile_graph(onnx_path: Path, ids: list[int], steps: int, threads: int,
     session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
     outputs = [o.name for o in session.get_outputs()]
     row = np.asarray([ids], dtype=np.int64)
-    state = None
+    state = empty
     past = 0
     for index in range(steps + 1):
         chunk = row if index == 0 else np.asarray([[ids[-1]]], dtype=np.int64)
-        feed = _session_feed(session, chunk, past, state, head_size)
+        feed = _session_feed(session, chunk, past, state)
         results = dict(zip(outputs, session.run(None, feed), strict=True))
         past += chunk.shape[1]
         state = {k.replace("present", "past_key_values"): v for k, v in results.items()
@@ -525,13 +525,18 @@ def main() -> None:
         config = hf_model.config
         head_size = (getattr(config, "head_dim", None)
                      or config.hidden_size // config.num_attention_heads)
+        genai_empty = {  # genai's past: [batch, kv heads, past, head size]
+            f"past_key_values.{layer}.{kind}": np.zeros(
+                (1, config.num_key_value_heads, 0, head_size), np.float32)
+            for layer in range(config.num_hidden_layers) for kind in ("key", "value")}
         with console.status("onnxruntime profiles"):
             report["profiles"] = {"attndeploy/standard": profile_graph(
-                exports["standard"], prompt, 32, args.threads, args.cache, "standard", head_size)}
+                exports["standard"], prompt, 32, args.threads, args.cache, "standard",
+                paths["attndeploy/standard"].model.empty_state(1))}
             if genai_folder is not None:
                 report["profiles"]["genai"] = profile_graph(
                     genai_folder / "model.onnx", prompt, 32, args.threads, args.cache, "genai",
-                    head_size)
+                    genai_empty)
         write_report(report, args.out)
     print(json.dumps({k: report[k] for k in ("load_average_before", "load_average_after",
                                               "speed")}, indent=2))
