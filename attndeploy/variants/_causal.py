@@ -37,7 +37,9 @@ from torch import Tensor
 from attndeploy.errors import ConfigError
 
 LayerState = dict[str, Tensor]
-Rotary = tuple[Tensor, Tensor]  # cos, sin: [B, 1, n, d] each, for the new tokens' positions
+# cos, sin [B, 1, n, d] for the new tokens' positions, and the [d, d] matrix R with x R =
+# rotate_half(x) (one MatMul in the graph where slices, a negation and a concat were four nodes)
+Rotary = tuple[Tensor, Tensor, Tensor]
 
 
 @dataclass(frozen=True)
@@ -129,12 +131,22 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
+def half_turn(dim: int) -> Tensor:
+    """R [d, d] with x R = rotate_half(x): column j < d/2 takes -x[j + d/2], column j >= d/2
+    takes x[j - d/2]; every other entry 0, so the product is exact."""
+    half = dim // 2
+    turn = torch.zeros(dim, dim)
+    turn[torch.arange(half) + half, torch.arange(half)] = -1.0
+    turn[torch.arange(half), torch.arange(half) + half] = 1.0
+    return turn
+
+
 def apply_rotary(x: Tensor, rotary: Rotary | None) -> Tensor:
     """x [B, h, n, d] turned by its tokens' angles (rotary None: x as it is)."""
     if rotary is None:
         return x
-    cos, sin = rotary  # [B, 1, n, d]
-    return x * cos + rotate_half(x) * sin
+    cos, sin, turn = rotary  # [B, 1, n, d] x2, [d, d]
+    return x * cos + (x @ turn) * sin
 
 
 def project_new(layer, x: Tensor, rotary: Rotary | None) -> tuple[Tensor, Tensor, Tensor]:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attndeploy.variants._causal import Rotary
+from attndeploy.variants._causal import Rotary, half_turn
 
 
 class RMSNorm(nn.Module):
@@ -24,7 +24,9 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype
         x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)  # [..., D]
+        # x / sqrt(...), not x * rsqrt(...): onnxruntime fuses this form (Pow, ReduceMean,
+        # Add, Sqrt, Div, Mul) into one SimplifiedLayerNormalization node
+        x = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)  # [..., D]
         return self.weight * x.to(dtype)
 
 
@@ -60,8 +62,9 @@ class RotaryPositions(nn.Module):
         super().__init__()
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # [d/2]
+        self.register_buffer("turn", half_turn(head_dim), persistent=False)  # [d, d]
 
     def forward(self, position_ids: Tensor) -> Rotary:
         angles = position_ids.float()[:, :, None] * self.inv_freq[None, None, :]  # [B, n, d/2]
         angles = torch.cat([angles, angles], dim=-1)[:, None]  # [B, 1, n, d]
-        return angles.cos(), angles.sin()
+        return angles.cos(), angles.sin(), self.turn
