@@ -199,8 +199,20 @@ def select_models(repo: Path, options: KubernetesOptions) -> tuple[list[str], li
 def server_packages(repo: Path, models: list[str]) -> dict[str, tuple[str, str]]:
     """{model: (tokenizer type, Python package)} for the served text models whose tokenizer needs
     a package in the server's Python (a WordPiece text model needs `tokenizers`)."""
-    needs = {name: text_model_requirement(repo / name) for name in models}
+    needs = {name: text_model_requirement(repo / name) or _generate_requirement(repo / name)
+             for name in models}
     return {name: need for name, need in needs.items() if need is not None}
+
+
+def _generate_requirement(folder: Path) -> tuple[str, str] | None:
+    """A generate model's package need (a pretrained decoder's tokenizer.json: `tokenizers`)."""
+    from attndeploy.serving.packaging.generate_model import generate_model_requirement
+
+    try:
+        cfg = cfgmod.parse_config((folder / cfgmod.CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, RepositoryError):
+        return None
+    return generate_model_requirement(cfg)
 
 
 def pip_requirement(package: str) -> str:

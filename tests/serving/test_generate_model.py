@@ -88,3 +88,23 @@ def test_check_repo_refuses_a_coupled_generate_model(decoder, tmp_path):
     text = config.read_text()
     config.write_text(text.replace("decoupled: true", "decoupled: false"))
     assert any("must be decoupled" in f.message for f in check_repository(tmp_path / "repo").errors)
+
+
+def test_deploy_kubernetes_takes_a_repository_with_a_generate_model(decoder, tmp_path, capsys):
+    """The manifests of a repository whose model is a decoupled generate model pass the same
+    strict schema validation as a text model's and serve it; a pretrained decoder's tokenizer
+    (a tokenizer.json record) puts `tokenizers` into the server image."""
+    import json
+
+    from attndeploy.cli.app import run
+
+    package_model(decoder, tmp_path / "repo", PackageOptions(max_new_tokens=8))
+    assert run(["deploy", "kubernetes", "--repo", str(tmp_path / "repo"), "--out",
+                str(tmp_path / "k8s"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["models"] == ["lm_generate"]
+    assert "tokenizers" not in (tmp_path / "k8s" / "images" / "server.Dockerfile").read_text()
+    config = tmp_path / "repo" / "lm_generate" / "config.pbtxt"  # as a converted model's
+    config.write_text(config.read_text().replace('"lm-word"', '"hf-tokenizer"'))
+    assert run(["deploy", "kubernetes", "--repo", str(tmp_path / "repo"), "--out",
+                str(tmp_path / "k8s-hf"), "--json"]) == 0
+    assert "tokenizers~=" in (tmp_path / "k8s-hf" / "images" / "server.Dockerfile").read_text()

@@ -50,6 +50,10 @@ PARAM_MAX_RUNNING = "MAX_RUNNING"
 PARAM_MAX_PROMPT_TOKENS = "MAX_PROMPT_TOKENS"
 PARAM_MAX_PROMPT_BYTES = "MAX_PROMPT_BYTES"
 PARAM_MAX_TOKENS = "MAX_TOKENS"
+PARAM_TOKENIZER = "TOKENIZER"  # the export's tokenizer type: what the server's Python must run
+# Tokenizer types whose served loop needs a package beyond numpy (deploy's server image installs
+# it): a pretrained decoder's tokenizer.json runs in `tokenizers`.
+TOKENIZER_PACKAGES = {"hf-tokenizer": "tokenizers"}
 
 # Every module the served loop imports, each one's imports first (the package `__init__`s
 # before their submodules). tests/serving/test_generate_model.py checks that every attndeploy
@@ -123,6 +127,8 @@ def generate_limits(meta: DecoderMetadata, options: Any) -> dict[str, int]:
 def generate_parameters(meta: DecoderMetadata, options: Any) -> dict[str, str]:
     parameters = {key: str(value) for key, value in generate_limits(meta, options).items()}
     parameters[PARAM_GENERATE] = "text-generation"
+    if meta.tokenizer:
+        parameters[PARAM_TOKENIZER] = str(meta.tokenizer.get("type"))
     parameters[cfgmod.PARAM_ORT_THREADS] = str(options.threads)
     if options.execution_env is not None:
         parameters[cfgmod.PARAM_EXECUTION_ENV] = str(options.execution_env.resolve())
@@ -189,6 +195,16 @@ def write_generate_model(staging: Path, onnx_path: Path, meta: DecoderMetadata, 
 
 def is_generate_config(cfg: mc.ModelConfig) -> bool:
     return cfg.backend == cfgmod.PYTHON_BACKEND and PARAM_GENERATE in cfg.parameters
+
+
+def generate_model_requirement(cfg: mc.ModelConfig) -> tuple[str, str] | None:
+    """(tokenizer type, Python package) when a generate model's tokenizer needs a package in the
+    server's Python (`TOKENIZER_PACKAGES`); None otherwise."""
+    if not is_generate_config(cfg) or PARAM_TOKENIZER not in cfg.parameters:
+        return None
+    kind = cfg.parameters[PARAM_TOKENIZER].string_value
+    package = TOKENIZER_PACKAGES.get(kind)
+    return None if package is None else (kind, package)
 
 
 # --------------------------------------------------------------------------- check-repo
