@@ -27,7 +27,6 @@ function (standard attention is plain ONNX). The metadata tells a generic loop w
 from __future__ import annotations
 
 import json
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ from torch import nn
 
 from attndeploy import __version__
 from attndeploy.errors import ExportError
-from attndeploy.export.tracing import attach_functions, to_onnx
+from attndeploy.export.tracing import attach_functions, to_onnx, tracing_settings
 from attndeploy.fsutil import atomic_write_bytes
 from attndeploy.generation.metadata import (
     META_CONFIG,
@@ -118,8 +117,7 @@ def export_onnx_model(model: CausalLM, tokenizer: LMTokenizer | None) -> onnx.Mo
     dynamic = ({0: batch, 1: new}, {0: batch, 1: torch.export.Dim.AUTO}, {0: batch, 1: new},
                state_dims)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with tracing_settings():  # quiet (torch.onnx's torchvision warnings) and faster
             program = torch.export.export(FlatDecoder(model, names), args,
                                           dynamic_shapes=dynamic)
             onnx_program = to_onnx(program, OPSET, SimpleNamespace(

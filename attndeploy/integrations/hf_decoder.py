@@ -82,6 +82,9 @@ def load_hf_causal_lm(path: Path | str) -> LoadedCausalLM:
     else:
         raise DataError(f"{path}: give a save_pretrained folder (with config.json) or a .gguf "
                         "file")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the command shows its own progress
     try:
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
                                                      local_files_only=True, **kwargs)
