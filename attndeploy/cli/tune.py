@@ -112,6 +112,10 @@ def command(
         str, typer.Option(help="A generate model: onnxruntime threads tried.",
                           callback=_levels("threads"))
     ] = number_list(parameter_default(generate_candidates, "threads")),
+    generate_instances: Annotated[
+        str, typer.Option("--generate-instances", help="A generate model: model instances "
+                          "tried (each its own batcher).", callback=_levels("instances"))
+    ] = number_list(parameter_default(generate_candidates, "instances")),
     requests: Annotated[
         int, shared("--requests", min=1)
     ] = parameter_default(tune_generate, "requests"),
@@ -139,7 +143,8 @@ def command(
 
     if model.endswith("_generate"):
         _tune_generate(repo=repo, model=model, max_running=max_running,
-                       ort_threads=ort_threads, concurrency=concurrency, requests=requests,
+                       ort_threads=ort_threads, generate_instances=generate_instances,
+                       concurrency=concurrency, requests=requests,
                        max_tokens=max_tokens, text_file=text_file, protocol=protocol.value,
                        itl_budget_ms=latency_budget_ms, apply=apply, json_output=json_output,
                        json_out=json_out, force=force)
@@ -246,7 +251,8 @@ def _print(data: dict[str, Any], applied: bool) -> None:
 
 
 def _tune_generate(*, repo: Path, model: str, max_running: str, ort_threads: str,
-                   concurrency: str, requests: int, max_tokens: int, text_file: Path | None,
+                   generate_instances: str, concurrency: str, requests: int,
+                   max_tokens: int, text_file: Path | None,
                    protocol: str, itl_budget_ms: float | None, apply: bool, json_output: bool,
                    json_out: Path | None, force: bool) -> None:
     """`tune` of a generate model: MAX_RUNNING x ORT_THREADS, tokens/s within an ITL p95
@@ -269,14 +275,16 @@ def _tune_generate(*, repo: Path, model: str, max_running: str, ort_threads: str
         prompts = tuple(line.strip() for line in text_file.read_text(encoding="utf-8")
                         .splitlines() if line.strip())
     candidates = generate_candidates(parse_number_list(max_running, "max running"),
-                                     parse_number_list(ort_threads, "threads"))
+                                     parse_number_list(ort_threads, "threads"),
+                                     parse_number_list(generate_instances, "instances"))
 
     def show(measurement) -> None:
         if json_output:
             return
         best = measurement.best_tokens_per_s(itl_budget_ms)
         console.print(f"max running {measurement.candidate.max_running}, threads "
-                      f"{measurement.candidate.threads}: "
+                      f"{measurement.candidate.threads}, instances "
+                      f"{measurement.candidate.instances}: "
                       + ("over the budget or failed" if best is None
                          else f"{best:.1f} tokens/s"))
 

@@ -50,12 +50,13 @@ def test_tune_measures_each_candidate_and_applies_the_chosen_one(tmp_path):
     export_decoder(tiny_model("standard", vocab=len(TOKENIZER)), TOKENIZER, tmp_path / "lm.onnx")
     package_model(tmp_path / "lm.onnx", tmp_path / "repo", PackageOptions())
     result = run_cli("tune", "--model", "lm_generate", "--repo", "repo", "--max-running", "1,4",
-                     "--ort-threads", "1", "--concurrency", "4", "--requests", "8",
-                     "--max-tokens", "8", "--apply", "--json-out", "tune.json", cwd=tmp_path)
+                     "--ort-threads", "1", "--generate-instances", "1,2", "--concurrency", "4",
+                     "--requests", "8", "--max-tokens", "8", "--apply", "--json-out",
+                     "tune.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     document = json.loads((tmp_path / "tune.json").read_text())
-    assert [(m["max_running"], m["threads"]) for m in document["measurements"]] == [(1, 1),
-                                                                                    (4, 1)]
+    assert [(m["max_running"], m["threads"], m["instances"])
+            for m in document["measurements"]] == [(1, 1, 1), (4, 1, 1), (1, 1, 2), (4, 1, 2)]
     for measurement in document["measurements"]:
         [level] = measurement["levels"]
         assert level["errors"] == 0 and level["tokens_per_s"] > 0
@@ -63,5 +64,6 @@ def test_tune_measures_each_candidate_and_applies_the_chosen_one(tmp_path):
     assert document["applied"]
     config = cfgmod.parse_config((tmp_path / "repo" / "lm_generate" / "config.pbtxt").read_text())
     assert config.parameters["MAX_RUNNING"].string_value == str(chosen["max_running"])
+    assert config.instance_group[0].count == chosen["instances"]
     assert (tmp_path / "repo" / "lm_generate" / "config.pbtxt.previous").is_file()
     assert check_repository(tmp_path / "repo").passed

@@ -39,11 +39,16 @@ PREVIOUS_SUFFIX = ".previous"
 
 @dataclass(frozen=True)
 class GenerateCandidate:
+    """One configuration: the largest running batch, onnxruntime threads, and model instances
+    (each its own batcher and session; Triton spreads the requests over them)."""
+
     max_running: int
     threads: int
+    instances: int = 1
 
     def to_dict(self) -> dict[str, int]:
-        return {"max_running": self.max_running, "threads": self.threads}
+        return {"max_running": self.max_running, "threads": self.threads,
+                "instances": self.instances}
 
 
 @dataclass
@@ -86,8 +91,9 @@ class GenerateTuneResult:
 
 
 def generate_candidates(max_running: Sequence[int] = (1, 2, 4, 8, 16),
-                        threads: Sequence[int] = (1, 2)) -> list[GenerateCandidate]:
-    return [GenerateCandidate(b, t) for t in threads for b in max_running]
+                        threads: Sequence[int] = (1, 2),
+                        instances: Sequence[int] = (1,)) -> list[GenerateCandidate]:
+    return [GenerateCandidate(b, t, n) for n in instances for t in threads for b in max_running]
 
 
 def _config_path(repo: Path, model: str) -> Path:
@@ -103,6 +109,9 @@ def _with_candidate(text: str, source: str, candidate: GenerateCandidate) -> str
         raise ConfigError(f"{source} is not a generate model's config")
     cfg.parameters[PARAM_MAX_RUNNING].string_value = str(candidate.max_running)
     cfg.parameters[cfgmod.PARAM_ORT_THREADS].string_value = str(candidate.threads)
+    if not cfg.instance_group:
+        cfg.instance_group.add()
+    cfg.instance_group[0].count = candidate.instances
     return cfgmod.serialize_config(cfg)
 
 
