@@ -119,7 +119,7 @@ _WORD = re.compile(r"\w+")
 
 def _terms(text: str) -> Counter:
     words = _WORD.findall(text.casefold())
-    return Counter(words + [a + " " + b for a, b in zip(words, words[1:])])
+    return Counter(words + [a + " " + b for a, b in zip(words, words[1:], strict=False)])
 
 
 class RetrievalBaseline:
