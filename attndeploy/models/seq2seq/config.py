@@ -17,7 +17,7 @@ from attndeploy.errors import ConfigError
 
 VARIANTS = ("standard", "qvi", "ganet", "evolving")
 QVI_FORMS = ("prefix", "pairwise")
-HEAD = "seq2seq"
+HEAD = "translation"
 ARCHITECTURE = "seq2seq"
 
 
