@@ -7,6 +7,9 @@ token there), so two runs agree at a position when they choose the same token.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 
 PER_TOKEN_OUTPUTS = ("logits",)
@@ -16,3 +19,20 @@ AGREEMENT = "next-token agreement"
 def agreement(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """bool [N, T]: the same next token (argmax over the vocabulary) at each position."""
     return np.argmax(actual, axis=-1) == np.argmax(expected, axis=-1)
+
+
+def describe_checkpoint(checkpoint: Path) -> dict[str, Any]:
+    """`attndeploy info CKPT` for a translation checkpoint: its model, training summary and
+    metrics, the model's BLEU and chrF beside the retrieval and copy baselines'."""
+    from attndeploy.models.seq2seq.checkpoint import load_seq2seq
+
+    loaded = load_seq2seq(Path(checkpoint))
+    metrics = loaded.raw.get("metrics", {})
+    side_by_side = {f"{metric} (model / retrieval / copy)": " / ".join(
+        str(metrics.get(f"{prefix}{metric}", "-")) for prefix in ("", "baseline_", "copy_"))
+        for metric in ("bleu", "chrf")}
+    return {"path": str(checkpoint), "family": "translation", **side_by_side,
+            "model": loaded.raw["model"],
+            "parameters": sum(p.numel() for p in loaded.model.parameters()),
+            "vocabulary_size": len(loaded.tokenizer),
+            "training": loaded.raw.get("training", {}), "metrics": metrics}

@@ -187,8 +187,12 @@ def fit_translation(pairs: Sequence[Pair], config: dict[str, Any], options: FitO
     model.eval()
     sources, references = [s for s, _ in held], [t for _, t in held]
     decoded = translate_greedy(model, tokenizer, sources, options.eval_batch)
-    metrics = {**score(decoded, references), **baselines(train, held),
-               "decoding": "greedy", "held_out_pairs": len(held),
+    model_scores, others = score(decoded, references), baselines(train, held)
+    metrics = {"bleu": model_scores["bleu"], "baseline_bleu": others["baseline_bleu"],
+               "copy_bleu": others["copy_bleu"], "chrf": model_scores["chrf"],
+               "baseline_chrf": others["baseline_chrf"], "copy_chrf": others["copy_chrf"],
+               "baseline": others["baseline"], "decoding": "greedy",
+               "held_out_pairs": len(held),
                "train_loss": round(sum(losses[-50:]) / max(len(losses[-50:]), 1), 4)}
     summary = {"steps": step, "seconds": round(train_seconds, 1),
                "eval_seconds": round(time.monotonic() - started - train_seconds, 1),
