@@ -3,15 +3,15 @@
 TF-IDF retrieval baselines; the same code path as `attndeploy train --data FILE --variant V`.
 
 Each run: the fixed held-out split (`--eval-fraction`), a shared BPE (`--vocab`), d_model 128,
-4 heads, 2 encoder + 2 decoder layers, FFN 256, dropout 0.1, batch 64, AdamW (peak 1e-3,
-warm-up 200 steps, cosine to 0 at the step or time budget), label smoothing 0.1, one torch
-thread; greedy decoding of every held-out source. Writes OUT/translation_<variant>_s<seed>.json
-(metrics, summary) and, at the end, OUT/translation.json with every run and a bar chart
+4 heads, 2 encoder + 2 decoder layers, FFN 256, dropout 0.1, batch `--batch-size` (48),
+AdamW (peak 2e-3, warm-up 100 steps, cosine to 0 at the step or time budget), label smoothing
+0.1, one torch thread; greedy decoding of every held-out source. Writes
+OUT/translation_<variant>_s<seed>.json (metrics, summary) and, at the end, OUT/translation.json with every run and a bar chart
 OUT/translation.png.
 
 Run: `.venv/bin/python benchmarks/translation.py --data translation.jsonl
-[--variants standard,qvi,ganet,evolving] [--seeds 0] [--max-seconds 480] [--steps 20000]
-[--out benchmarks/results]`.
+[--variants standard,qvi,ganet,evolving] [--seeds 0] [--max-seconds 510] [--steps 20000]
+[--vocab 4000] [--batch-size 48] [--out benchmarks/results]`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run(data: Path, variant: str, seed: int, max_seconds: float, steps: int, vocab: int,
-        eval_fraction: float) -> dict:
+        eval_fraction: float, batch_size: int) -> dict:
     import torch
 
     from attndeploy.families.translation.training import read_pairs
@@ -36,7 +36,7 @@ def run(data: Path, variant: str, seed: int, max_seconds: float, steps: int, voc
     config = {"variant": variant, "d_model": 128, "n_heads": 4, "encoder_layers": 2,
               "decoder_layers": 2, "d_ff": 256, "max_source": 48, "max_target": 48}
     options = FitOptions(steps=steps, max_seconds=max_seconds, seed=seed, vocab_size=vocab,
-                         eval_fraction=eval_fraction)
+                         eval_fraction=eval_fraction, batch_size=batch_size)
     result = fit_translation(pairs, config, options)
     return {"variant": variant, "seed": seed, "config": config,
             "metrics": result.metrics, "summary": result.summary}
@@ -67,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--variants", default="standard,qvi,ganet,evolving")
     parser.add_argument("--seeds", default="0")
-    parser.add_argument("--max-seconds", type=float, default=480.0)
+    parser.add_argument("--max-seconds", type=float, default=510.0)
     parser.add_argument("--steps", type=int, default=20000)
-    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--vocab", type=int, default=4000)
+    parser.add_argument("--batch-size", type=int, default=48)
     parser.add_argument("--eval-fraction", type=float, default=0.05)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--collect", action="store_true",
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             path = args.out / f"translation_{variant}_s{seed}.json"
             if not args.collect:
                 record = run(args.data, variant, seed, args.max_seconds, args.steps, args.vocab,
-                             args.eval_fraction)
+                             args.eval_fraction, args.batch_size)
                 path.write_text(json.dumps(record, indent=2) + "\n")
                 print(json.dumps({k: record[k] for k in ("variant", "seed", "metrics")}))
             if path.is_file():

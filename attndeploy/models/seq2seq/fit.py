@@ -49,9 +49,9 @@ IGNORE = -100
 class FitOptions:
     steps: int = 3000
     batch_size: int = 64
-    learning_rate: float = 1e-3
+    learning_rate: float = 2e-3
     weight_decay: float = 0.01
-    warmup_steps: int = 200
+    warmup_steps: int = 100
     seed: int = 0
     max_seconds: float | None = None
     eval_fraction: float = 0.05
