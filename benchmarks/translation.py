@@ -6,8 +6,8 @@ Each run: the fixed held-out split (`--eval-fraction`), a shared BPE (`--vocab`)
 4 heads, 2 encoder + 2 decoder layers, FFN 256, dropout 0.1, batch `--batch-size` (48),
 AdamW (peak 2e-3, warm-up 100 steps, cosine to 0 at the step or time budget), label smoothing
 0.1, one torch thread; greedy decoding of every held-out source. Writes
-OUT/translation_<variant>_s<seed>.json (metrics, summary) and, at the end, OUT/translation.json with every run and a bar chart
-OUT/translation.png.
+OUT/translation_<variant>_s<seed>.json (metrics, summary) and, at the end,
+OUT/translation.json with every run and a bar chart OUT/translation.png.
 
 Run: `.venv/bin/python benchmarks/translation.py --data translation.jsonl
 [--variants standard,qvi,ganet,evolving] [--seeds 0] [--max-seconds 510] [--steps 20000]
