@@ -29,9 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attndeploy.variants._common import split_heads
-from attndeploy.variants._reference import masked_softmax
+from attndeploy.variants._reference import head_linear, masked_softmax
 from attndeploy.variants.evolving.layer import EvolvingAttention
-from attndeploy.variants.qvi import reference as qvi_reference
 from attndeploy.variants.qvi.layer import QVIAttention
 from attndeploy.variants.standard.layer import StandardAttention
 
@@ -76,10 +75,18 @@ class QVICross(QVIAttention):
         super().__init__(embed_dim, num_heads, form="pairwise")
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        return qvi_reference.qvi_pairwise_attention(
-            q, k, v, mask, self.q_map_weight, self.q_map_bias, self.v_map_weight,
-            self.v_map_bias, self.gate_v_weight, self.gate_qv_weight, self.gate_bias,
-            scale=self.scale)  # [B, H, n, d]
+        """`qvi_pairwise_attention`'s maths in one block (its query-block loop would fix the
+        number of new tokens when exported)."""
+        probs = masked_softmax(self.scale * (q @ k.transpose(-2, -1)),
+                               mask[:, None, None, :])  # [B, H, n, S]
+        u = head_linear(q, self.q_map_weight, self.q_map_bias)  # [B, H, n, d]
+        w = head_linear(v, self.v_map_weight, self.v_map_bias)  # [B, H, S, d]
+        v_hat = u[:, :, :, None, :] * w[:, :, None, :, :]  # [B, H, n, S, d]
+        gamma = torch.sigmoid(
+            head_linear(v, self.gate_v_weight, self.gate_bias)[:, :, None]
+            + torch.einsum("bhijd,hde->bhije", v_hat, self.gate_qv_weight))  # [B, H, n, S, d]
+        v_tilde = gamma * v[:, :, None] + (1 - gamma) * v_hat  # [B, H, n, S, d]
+        return torch.einsum("bhij,bhijd->bhid", probs, v_tilde)  # [B, H, n, d]
 
 
 class EvolvingCross(EvolvingAttention):
