@@ -36,3 +36,26 @@ def describe_checkpoint(checkpoint: Path) -> dict[str, Any]:
             "parameters": sum(p.numel() for p in loaded.model.parameters()),
             "vocabulary_size": len(loaded.tokenizer),
             "training": loaded.raw.get("training", {}), "metrics": metrics}
+
+
+def export_checkpoint(checkpoint: Path, out: Path, **options: Any) -> dict[str, Any]:
+    """`attndeploy export CKPT --out FOLDER` for a translation model: the encoder and the
+    decoder graph with its cache, fp32, opset 18, functions kept (the encoder exports' options
+    are refused)."""
+    from attndeploy.errors import ExportError
+    from attndeploy.export.seq2seq import export_checkpoint as export
+
+    given = sorted(f"--{name.replace('_', '-')}" for name, value in options.items()
+                   if value not in (None, False))
+    if given:
+        raise ExportError(f"{', '.join(given)} does not apply to a translation model yet: it "
+                          "exports in fp32 with opset 18")
+    return export(Path(checkpoint), Path(out)).summary()
+
+
+def validate_checkpoint(checkpoint: Path, export: Path, **options: Any) -> Any:
+    """`attndeploy validate CKPT EXPORT_FOLDER` (`attndeploy.validate.seq2seq`): its report,
+    truthy when every check passed."""
+    from attndeploy.validate.seq2seq import validate_checkpoint as validate
+
+    return validate(Path(checkpoint), Path(export), **options)

@@ -46,7 +46,7 @@ def is_seq2seq_checkpoint(path: Path) -> bool:
 
 def save_seq2seq(model: Seq2Seq, tokenizer: HFTokenizer, out: Path, *,
                  metrics: dict[str, Any] | None = None, training: dict[str, Any] | None = None,
-                 force: bool = False) -> Path:
+                 data: dict[str, Any] | None = None, force: bool = False) -> Path:
     out = Path(out)
     check_replaceable(out, force=force, error=CheckpointError)
     tensors = {name: t.detach().contiguous().clone() for name, t in model.state_dict().items()
@@ -54,7 +54,7 @@ def save_seq2seq(model: Seq2Seq, tokenizer: HFTokenizer, out: Path, *,
     config = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "attndeploy_version": __version__,
         "model": model.config.to_dict(), "labels": [], "tokenizer": tokenizer.to_dict(),
-        "data": {}, "training": training or {}, "metrics": metrics or {},
+        "data": data or {}, "training": training or {}, "metrics": metrics or {},
     }
     with atomic_directory(out, replace=force) as staging:
         save_file(tensors, str(staging / WEIGHTS_FILE), metadata={"format": FORMAT})

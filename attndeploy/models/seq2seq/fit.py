@@ -60,12 +60,16 @@ class FitOptions:
     eval_batch: int = 64
 
 
+VALIDATION_SOURCES = 8  # held-out sources a checkpoint keeps for `attndeploy validate`
+
+
 @dataclass
 class FitResult:
     model: Seq2Seq
     tokenizer: HFTokenizer
     metrics: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 def _batch(rows: Sequence[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, ...]:
@@ -199,7 +203,8 @@ def fit_translation(pairs: Sequence[Pair], config: dict[str, Any], options: FitO
                "variant": model_config.variant, "vocab_size": len(tokenizer),
                "parameters": sum(p.numel() for p in model.parameters()),
                "train_pairs": len(train)}
-    return FitResult(model, tokenizer, metrics, summary)
+    data = {"held_out_sources": sources[:VALIDATION_SOURCES]}
+    return FitResult(model, tokenizer, metrics, summary, data)
 
 
 def train_translation(pairs: Sequence[Pair], config: dict[str, Any], options: FitOptions,
@@ -207,5 +212,5 @@ def train_translation(pairs: Sequence[Pair], config: dict[str, Any], options: Fi
     """`fit_translation`, then the checkpoint at `out` (config.json + model.safetensors)."""
     result = fit_translation(pairs, config, options, progress=progress)
     save_seq2seq(result.model, result.tokenizer, out, metrics=result.metrics,
-                 training=result.summary, force=force)
+                 training=result.summary, data=result.data, force=force)
     return result
