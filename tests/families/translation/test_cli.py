@@ -55,3 +55,27 @@ def test_a_line_without_a_target_is_one_line(tmp_path):
     result = run_cli("train", "--data", str(data), "--out", str(tmp_path / "x"), cwd=tmp_path)
     assert_one_line_error(result, "data", "bad.jsonl:2", "target")
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.slow  # an export of two graphs and a validation: about a minute
+def test_export_validate_and_generate_with_beams(trained):
+    exported = parse_json(run_cli("export", str(trained / "ckpt"), "--out",
+                                  str(trained / "onnx"), "--json", cwd=trained))
+    assert "present.0.encoder.key" in exported["encoder_outputs"]
+    assert "past_key_values.0.decoder.key" in exported["decoder_inputs"]
+    document = parse_json(run_cli("validate", str(trained / "ckpt"), str(trained / "onnx"),
+                                  "--json", cwd=trained))
+    assert document["passed"]
+    assert [c["name"] for c in document["checks"]] == ["incremental", "onnx_steps", "beams"]
+    greedy = parse_json(run_cli("generate", str(trained / "onnx"), "--prompt", PAIRS[0][0],
+                                "--json", cwd=trained))
+    beams = parse_json(run_cli("generate", str(trained / "onnx"), "--prompt", PAIRS[0][0],
+                               "--num-beams", "4", "--json", cwd=trained))
+    assert greedy["source"] == beams["source"] == PAIRS[0][0]
+    assert beams["num_beams"] == 4 and isinstance(beams["text"], str)
+
+
+def test_num_beams_below_one_is_one_line(trained):
+    result = run_cli("generate", str(trained / "ckpt"), "--prompt", "x", "--num-beams", "0",
+                     cwd=trained)
+    assert_one_line_error(result, "data", "--num-beams")
