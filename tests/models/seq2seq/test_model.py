@@ -115,3 +115,20 @@ def test_bad_configs_and_inputs_say_what_is_wrong():
         Seq2SeqConfig(vocab_size=10, d_model=10, n_heads=3)
     with pytest.raises(ConfigError, match="longer than"):
         tiny_model("standard").encode(torch.ones(1, 17, dtype=torch.long))
+
+
+def test_qvi_cross_attention_is_the_pairwise_reference_on_a_rectangle():
+    from attndeploy.models.seq2seq.cross import QVICross
+    from attndeploy.variants.qvi.reference import qvi_pairwise_attention
+
+    torch.manual_seed(0)
+    layer = QVICross(16, 2)
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_()
+    q, k, v = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    want = qvi_pairwise_attention(q, k, v, mask, layer.q_map_weight, layer.q_map_bias,
+                                  layer.v_map_weight, layer.v_map_bias, layer.gate_v_weight,
+                                  layer.gate_qv_weight, layer.gate_bias, scale=layer.scale)
+    torch.testing.assert_close(layer.attend(q, k, v, mask), want)
