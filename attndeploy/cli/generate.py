@@ -1,7 +1,11 @@
 """`attndeploy generate`: continue a prompt with an exported decoder, in process (numpy +
 onnxruntime, no torch; issue #49). Greedy unless sampling is asked for; the new text streams to
 stdout as tokens come; `--json` prints one document instead (`text`, `token_ids`); with
-`--prompt-file` every non-blank line is a prompt, all batched with left padding."""
+`--prompt-file` every non-blank line is a prompt, all batched with left padding.
+
+An exported translation model (a folder with encoder_model.onnx and decoder_model.onnx,
+issue #51) translates each prompt instead: greedy, or beam search with `--num-beams N`
+(`--length-penalty`), `attndeploy.generation.seq2seq_onnx`."""
 
 from __future__ import annotations
 
@@ -29,6 +33,10 @@ def command(
     seed: Annotated[int | None, shared("--seed", "(sampling)")] = None,
     stop: Annotated[str | None, shared("--stop")] = None,
     threads: Annotated[int | None, shared("--threads", "[default: onnxruntime's]")] = None,
+    num_beams: Annotated[int, typer.Option(
+        help="Beam search with this many beams (a translation model; 1: greedy).")] = 1,
+    length_penalty: Annotated[float, typer.Option(
+        help="Beam search: a hypothesis scores log-probability / length ** this.")] = 1.0,
     json_output: JsonFlag = False,
 ) -> None:
     """Continue a prompt (or each line of --prompt-file) with an exported decoder."""
@@ -47,6 +55,16 @@ def command(
             raise DataError(f"{prompt_file}: no prompts (every line is blank)")
     else:
         prompts = [prompt]
+    if num_beams < 1:
+        raise DataError(f"--num-beams must be at least 1, got {num_beams}")
+    from attndeploy.generation.seq2seq_onnx import is_translation_export
+
+    if is_translation_export(model):
+        _translate(model, prompts, num_beams, length_penalty, max_new_tokens, threads,
+                   json_output, single=prompt is not None)
+        return
+    if num_beams != 1:
+        raise DataError("--num-beams applies to a translation model (an export folder)")
     decoder = DecoderModel(model, threads=threads)
     stream = not json_output and len(prompts) == 1
 
@@ -64,3 +82,22 @@ def command(
     else:
         for text, result in zip(prompts, results, strict=True):
             typer.echo(f"{text}{result.text}")
+
+
+def _translate(folder: Path, sources: list[str], num_beams: int, length_penalty: float,
+               max_new_tokens: int, threads: int | None, json_output: bool, *,
+               single: bool) -> None:
+    """Each source's translation: one line each, or JSON (`text`, `token_ids`, `score`)."""
+    from attndeploy.generation.seq2seq_onnx import OnnxSeq2Seq
+
+    model = OnnxSeq2Seq(folder, threads=threads)
+    results = model.translate(sources, num_beams=num_beams, length_penalty=length_penalty,
+                              max_new_tokens=max_new_tokens)
+    if json_output:
+        documents = [{"source": source, "text": text, "token_ids": result.ids,
+                      "score": result.score, "num_beams": num_beams}
+                     for source, (text, result) in zip(sources, results, strict=True)]
+        print_json(documents[0] if single else {"translations": documents})
+        return
+    for text, _ in results:
+        typer.echo(text)

@@ -16,6 +16,12 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
     from attndeploy.training.baseline import baseline_verdict
 
     check_is_a_directory(checkpoint, "info")
+    from attndeploy.cli.family_hooks import checks_hook, print_summary
+
+    describe = checks_hook(checkpoint, "describe_checkpoint")  # a family with its own model
+    if describe is not None:
+        print_summary(describe(checkpoint), json_output)
+        return
     ckpt = read_checkpoint(checkpoint)
     meta = ckpt.metadata
     info = {

@@ -102,7 +102,7 @@ def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any,
     from attndeploy.data.jsonl import read_jsonl_family
     from attndeploy.training.config import TrainConfig
 
-    head, (texts, _) = read_jsonl_family(data.data, data.model_family)
+    head, (texts, targets) = read_jsonl_family(data.data, data.model_family)
     train_texts = training_hook(head, "train_texts")
     if train_texts is None:
         return False
@@ -115,8 +115,9 @@ def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any,
     max_seq = model.max_seq
     if hf_model is not None and max_seq == ModelConfig.max_seq:  # not asked: the model's own
         max_seq = None
+    paired = {"targets": targets} if any(t is not None for t in targets) else {}  # translation
     result = train_texts(
-        texts, model={"variant": model.variant, "max_seq": max_seq, **model.sizes},
+        texts, **paired, model={"variant": model.variant, "max_seq": max_seq, **model.sizes},
         training=dataclasses.asdict(recipe.train_config(TrainConfig())),
         eval_fraction=data.eval_fraction, out=outputs.out, force=outputs.force,
         progress=not outputs.json_output, **pretrained)

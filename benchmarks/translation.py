@@ -1,0 +1,99 @@
+"""Translation (issue #51): train one encoder-decoder per variant on `translation.jsonl`
+(`benchmarks/translation_data.py`) and measure held-out BLEU and chrF beside the copy and
+TF-IDF retrieval baselines; the same code path as `attndeploy train --data FILE --variant V`.
+
+Each run: the fixed held-out split (`--eval-fraction`), a shared BPE (`--vocab`), d_model 128,
+4 heads, 2 encoder + 2 decoder layers, FFN 256, dropout 0.1, batch `--batch-size` (48),
+AdamW (peak 2e-3, warm-up 100 steps, cosine to 0 at the step or time budget), label smoothing
+0.1, one torch thread; greedy decoding of every held-out source. Writes
+OUT/translation_<variant>_s<seed>.json (metrics, summary) and, at the end,
+OUT/translation.json with every run and a bar chart OUT/translation.png.
+
+Run: `.venv/bin/python benchmarks/translation.py --data translation.jsonl
+[--variants standard,qvi,ganet,evolving] [--seeds 0] [--max-seconds 510] [--steps 20000]
+[--vocab 4000] [--batch-size 48] [--out benchmarks/results]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def run(data: Path, variant: str, seed: int, max_seconds: float, steps: int, vocab: int,
+        eval_fraction: float, batch_size: int) -> dict:
+    import torch
+
+    from attndeploy.families.translation.training import read_pairs
+    from attndeploy.models.seq2seq.fit import FitOptions, fit_translation
+
+    torch.set_num_threads(1)
+    pairs = read_pairs(data)
+    config = {"variant": variant, "d_model": 128, "n_heads": 4, "encoder_layers": 2,
+              "decoder_layers": 2, "d_ff": 256, "max_source": 48, "max_target": 48}
+    options = FitOptions(steps=steps, max_seconds=max_seconds, seed=seed, vocab_size=vocab,
+                         eval_fraction=eval_fraction, batch_size=batch_size)
+    result = fit_translation(pairs, config, options)
+    return {"variant": variant, "seed": seed, "config": config,
+            "metrics": result.metrics, "summary": result.summary}
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 3.5))
+    names = [f"{r['variant']} s{r['seed']}" for r in runs]
+    axis.bar(names, [r["metrics"]["bleu"] for r in runs], color="tab:blue", label="model")
+    axis.axhline(runs[0]["metrics"]["baseline_bleu"], color="tab:red", linestyle="--",
+                 label="TF-IDF retrieval")
+    axis.axhline(runs[0]["metrics"]["copy_bleu"], color="gray", linestyle=":",
+                 label="copy the source")
+    axis.set_ylabel("held-out BLEU")
+    axis.set_title("German→English, greedy decoding")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--variants", default="standard,qvi,ganet,evolving")
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--max-seconds", type=float, default=510.0)
+    parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--vocab", type=int, default=4000)
+    parser.add_argument("--batch-size", type=int, default=48)
+    parser.add_argument("--eval-fraction", type=float, default=0.05)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--collect", action="store_true",
+                        help="only gather the per-run files into translation.json and the PNG")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    variants, seeds = args.variants.split(","), [int(s) for s in args.seeds.split(",")]
+    runs = []
+    for variant in variants:
+        for seed in seeds:
+            path = args.out / f"translation_{variant}_s{seed}.json"
+            if not args.collect:
+                record = run(args.data, variant, seed, args.max_seconds, args.steps, args.vocab,
+                             args.eval_fraction, args.batch_size)
+                path.write_text(json.dumps(record, indent=2) + "\n")
+                print(json.dumps({k: record[k] for k in ("variant", "seed", "metrics")}))
+            if path.is_file():
+                runs.append(json.loads(path.read_text()))
+    if runs:
+        (args.out / "translation.json").write_text(json.dumps(runs, indent=2) + "\n")
+        plot(runs, args.out / "translation.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
