@@ -109,12 +109,21 @@ def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any,
     from attndeploy.cli.args.recipe import FIELDS
     from attndeploy.config import ModelConfig
 
-    pretrained = {} if hf_model is None else {"hf_model": hf_model, "given": {
-        FIELDS.get(name, name): value for name, value in recipe.values.items()
-        if value is not None}}
     max_seq = model.max_seq
-    if hf_model is not None and max_seq == ModelConfig.max_seq:  # not asked: the model's own
-        max_seq = None
+    pretrained = {}
+    if hf_model is not None:
+        import inspect
+
+        from attndeploy.errors import ConfigError
+        from attndeploy.integrations.hf_decoder import fine_tune_start
+
+        if "start" not in inspect.signature(train_texts).parameters:
+            raise ConfigError(f"--hf-model does not fine-tune a {head} model from these lines")
+        if max_seq == ModelConfig.max_seq:  # not asked: the model's own context
+            max_seq = None
+        pretrained = {"start": fine_tune_start(hf_model, model.variant, max_seq=max_seq),
+                      "given": {FIELDS.get(name, name): value
+                                for name, value in recipe.values.items() if value is not None}}
     paired = {"targets": targets} if any(t is not None for t in targets) else {}  # translation
     result = train_texts(
         texts, **paired, model={"variant": model.variant, "max_seq": max_seq, **model.sizes},

@@ -195,6 +195,20 @@ def tokenizer_of(loaded: LoadedCausalLM) -> HFTokenizer | None:
                        chat_template=template if isinstance(template, str) else None)
 
 
+def fine_tune_start(source: Path | str, variant: str, *, max_seq: int | None = None) -> Any:
+    """What `train --hf-model` fine-tunes: the model at `source` converted to `variant` at its
+    warm start, with its own tokenizer (`attndeploy.models.decoder.fit.Start`)."""
+    from attndeploy.models.decoder.fit import Start
+
+    loaded = load_hf_causal_lm(source)
+    tokenizer = tokenizer_of(loaded)
+    if tokenizer is None:
+        raise ConfigError(f"{source} has no tokenizer: a language model is fine-tuned on "
+                          "text, tokenized as it was pretrained")
+    model = convert_causal_lm(loaded.model, variant, max_seq=max_seq)
+    return Start(model, tokenizer, str(source))
+
+
 def convert_to_checkpoint(source: Path | str, out: Path, *, variant: str = "standard",
                           max_seq: int | None = None, force: bool = False) -> dict[str, Any]:
     """`attndeploy convert`: a pretrained decoder -> an attndeploy decoder checkpoint at `out`

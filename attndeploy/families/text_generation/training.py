@@ -38,43 +38,22 @@ FINE_TUNE = {"steps": 100, "batch_size": 8, "learning_rate": 5e-5, "new_learning
 
 def train_texts(texts: Sequence[str], *, model: dict[str, Any], training: dict[str, Any],
                 eval_fraction: float, out: Path, force: bool = False,
-                progress: bool = False, hf_model: Path | None = None,
+                progress: bool = False, start: Any = None,
                 given: dict[str, Any] | None = None) -> FitResult:
     """Train a causal LM on `texts` and save it at `out`. `model`: DecoderConfig fields (those
     of MODEL_SIZES are read; the rest are the encoder families' and ignored); `training`:
-    the recipe's fields (FIT_FIELDS are read). With `hf_model` (a LLaMA-family folder or
-    .gguf), fine-tune it instead, converted to `model["variant"]` at its warm start, with
-    FINE_TUNE's recipe overridden by the options `given`."""
-    if hf_model is not None:
-        return _fine_tune(texts, hf_model, model, given or {}, eval_fraction, Path(out),
-                          force, progress)
+    the recipe's fields (FIT_FIELDS are read). With `start` (a converted pretrained decoder,
+    `attndeploy.models.decoder.fit.Start`, which `train --hf-model` loads), fine-tune it
+    instead, with FINE_TUNE's recipe overridden by the options `given`."""
+    if start is not None:
+        recipe = {**FINE_TUNE, **{k: v for k, v in (given or {}).items() if k in FIT_FIELDS}}
+        options = FitOptions(eval_fraction=eval_fraction, **recipe)
+        return train_decoder(texts, {}, options, Path(out), force=force, progress=progress,
+                             start=start)
     config = {k: v for k, v in model.items() if k in MODEL_SIZES and v is not None}
     options = FitOptions(eval_fraction=eval_fraction,
                          **{k: v for k, v in training.items() if k in FIT_FIELDS})
     return train_decoder(texts, config, options, Path(out), force=force, progress=progress)
-
-
-def _fine_tune(texts: Sequence[str], hf_model: Path, model: dict[str, Any],
-               given: dict[str, Any], eval_fraction: float, out: Path, force: bool,
-               progress: bool) -> FitResult:
-    from attndeploy.integrations.hf_decoder import (
-        convert_causal_lm,
-        load_hf_causal_lm,
-        tokenizer_of,
-    )
-    from attndeploy.models.decoder.fit import Start
-
-    loaded = load_hf_causal_lm(hf_model)
-    tokenizer = tokenizer_of(loaded)
-    if tokenizer is None:
-        raise ConfigError(f"{hf_model} has no tokenizer: a language model is fine-tuned on "
-                          "text, tokenized as it was pretrained")
-    converted = convert_causal_lm(loaded.model, model.get("variant") or "standard",
-                                  max_seq=model.get("max_seq"))
-    recipe = {**FINE_TUNE, **{k: v for k, v in given.items() if k in FIT_FIELDS}}
-    options = FitOptions(eval_fraction=eval_fraction, **recipe)
-    return train_decoder(texts, {}, options, out, force=force, progress=progress,
-                         start=Start(converted, tokenizer, str(hf_model)))
 
 
 def _no_head(*_: Any, **__: Any) -> Any:
