@@ -65,8 +65,16 @@ def make_model(folder: Path, args: argparse.Namespace) -> Path:
     return path
 
 
+# Words for a model whose tokenizer has no word list (a converted model's BPE)
+ENGLISH = ("the", "a", "river", "house", "city", "old", "new", "green", "walks", "reads",
+           "near", "under", "light", "morning", "friend", "story", "quiet", "market", "road",
+           "small", "garden", "writes", "window", "evening", "music", "train", "stone")
+
+
 def prompts(model: DecoderModel, count: int, words: int, seed: int) -> list[str]:
-    vocab = [w for w in model.tokenizer.vocab[4:] if w.isalnum()]
+    word_list = getattr(model.tokenizer, "vocab", None)
+    vocab = ([w for w in word_list[4:] if w.isalnum()] if word_list is not None
+             else list(ENGLISH))
     rng = np.random.default_rng(seed)
     return [" ".join(rng.choice(vocab, size=words)) for _ in range(count)]
 

@@ -9,10 +9,10 @@ import contextlib
 from pathlib import Path
 from typing import Annotated
 
-from attndeploy.cli.defaults import parameter_default
+from attndeploy.cli.defaults import field_default
 from attndeploy.cli.options import ForceFlag, JsonFlag, VariantOption, shared
 from attndeploy.cli.output import console, print_json
-from attndeploy.integrations.hf_decoder import convert_to_checkpoint
+from attndeploy.config import ModelConfig
 
 
 def command(
@@ -20,7 +20,7 @@ def command(
         "--hf-model", "a LLaMA-family decoder (LlamaForCausalLM): a save_pretrained folder or a "
                       ".gguf file.")],
     out: Annotated[Path, shared("--out", "The checkpoint directory to write.")],
-    variant: VariantOption = parameter_default(convert_to_checkpoint, "variant"),
+    variant: VariantOption = field_default(ModelConfig, "variant"),
     max_seq: Annotated[int | None, shared(
         "--max-seq", "The context the checkpoint keeps [default: the model's, at most 2048].")
     ] = None,
@@ -30,6 +30,7 @@ def command(
     """Convert a pretrained decoder into an attndeploy checkpoint (any variant, warm-started)."""
     from attndeploy.cli.family_hooks import print_summary
     from attndeploy.fsutil import check_replaceable
+    from attndeploy.integrations.hf_decoder import convert_to_checkpoint
 
     check_replaceable(out, force=force)  # before the seconds of loading
     with console.status(f"converting {hf_model}", spinner="dots") if not json_output else (

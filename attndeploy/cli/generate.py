@@ -14,9 +14,11 @@ from typing import Annotated
 
 import typer
 
+from attndeploy.cli.defaults import parameter_default
 from attndeploy.cli.options import JsonFlag, shared
 from attndeploy.cli.output import print_json
 from attndeploy.generation.loop import DEFAULT_MAX_NEW_TOKENS
+from attndeploy.generation.seq2seq_onnx import OnnxSeq2Seq
 
 
 def command(
@@ -34,9 +36,11 @@ def command(
     stop: Annotated[str | None, shared("--stop")] = None,
     threads: Annotated[int | None, shared("--threads", "[default: onnxruntime's]")] = None,
     num_beams: Annotated[int, typer.Option(
-        help="Beam search with this many beams (a translation model; 1: greedy).")] = 1,
+        help="Beam search with this many beams (a translation model; 1: greedy).")
+    ] = parameter_default(OnnxSeq2Seq.translate, "num_beams"),
     length_penalty: Annotated[float, typer.Option(
-        help="Beam search: a hypothesis scores log-probability / length ** this.")] = 1.0,
+        help="Beam search: a hypothesis scores log-probability / length ** this.")
+    ] = parameter_default(OnnxSeq2Seq.translate, "length_penalty"),
     json_output: JsonFlag = False,
 ) -> None:
     """Continue a prompt (or each line of --prompt-file) with an exported decoder."""

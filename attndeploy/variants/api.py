@@ -16,6 +16,9 @@
     reorder_state, state_names, state_bytes
                            what a causal (decoder) layer shares: its result, its named cache
                            state, the causal rule, beam reordering, Optimum's state names
+    Rotary, apply_rotary, half_turn
+                           rotary positions (a LLaMA-family decoder's): the angles a model
+                           hands its layers, how a layer turns its queries and keys
 
 The names live in `variants/_common.py`, `_gating.py`, `_recurrent.py` and `_causal.py`; import
 them from here (docs/adding-a-variant.md). The ops' PyTorch references are
@@ -25,8 +28,11 @@ them from here (docs/adding-a-variant.md). The ops' PyTorch references are
 from attndeploy.variants._causal import (
     CausalResult,
     LayerState,
+    Rotary,
+    apply_rotary,
     causal_allowed,
     full_key_mask,
+    half_turn,
     past_length,
     reorder_state,
     state_bytes,
@@ -56,6 +62,9 @@ __all__ = [
     "AttentionBase",
     "CausalResult",
     "LayerState",
+    "Rotary",
+    "apply_rotary",
+    "half_turn",
     "causal_allowed",
     "full_key_mask",
     "past_length",

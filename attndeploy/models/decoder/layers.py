@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attndeploy.variants._causal import Rotary, half_turn
+from attndeploy.variants.api import Rotary, half_turn
 
 
 class RMSNorm(nn.Module):
@@ -56,7 +56,7 @@ def feed_forward(kind: str, dim: int, hidden: int, bias: bool) -> nn.Module:
 
 class RotaryPositions(nn.Module):
     """The (cos, sin) of each new token's angles: θ_k = base^(−2k/d), angle = position · θ_k,
-    both halves of d alike (`attndeploy.variants._causal.rotate_half`'s convention)."""
+    both halves of d alike (Hugging Face LLaMA's rotate_half convention)."""
 
     def __init__(self, head_dim: int, base: float) -> None:
         super().__init__()

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from attndeploy.errors import ConfigError
 from attndeploy.models.decoder.config import DecoderConfig
 from attndeploy.models.decoder.layers import RotaryPositions, feed_forward, norm
-from attndeploy.variants._causal import Rotary
+from attndeploy.variants.api import Rotary
 from attndeploy.variants.evolving.causal import CausalEvolvingAttention
 from attndeploy.variants.ganet.causal import CausalGatedAttention, CausalGateNetwork
 from attndeploy.variants.qvi.causal import CausalQVIAttention

@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attndeploy.variants._common import split_heads
-from attndeploy.variants._reference import head_linear, masked_softmax
+from attndeploy.variants.api import split_heads
 from attndeploy.variants.evolving.layer import EvolvingAttention
+from attndeploy.variants.functional import head_linear, masked_softmax
 from attndeploy.variants.qvi.layer import QVIAttention
 from attndeploy.variants.standard.layer import StandardAttention
 

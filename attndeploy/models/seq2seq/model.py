@@ -30,10 +30,10 @@ from torch import Tensor, nn
 from attndeploy.errors import ConfigError
 from attndeploy.models.seq2seq import cross
 from attndeploy.models.seq2seq.config import Seq2SeqConfig
-from attndeploy.variants._common import LayerContext
-from attndeploy.variants._reference import hard_gates
+from attndeploy.variants.api import LayerContext
 from attndeploy.variants.evolving.causal import CausalEvolvingAttention
 from attndeploy.variants.evolving.layer import EvolvingAttention
+from attndeploy.variants.functional import hard_gates
 from attndeploy.variants.ganet.causal import CausalGatedAttention, CausalGateNetwork
 from attndeploy.variants.ganet.layer import (
     GatedAttention,
