@@ -29,6 +29,7 @@ MODES = {1: "L", 3: "RGB"}  # channels -> Pillow's mode
 MAX_PIXELS = 40_000_000  # a larger image is refused before it is decoded (a decompression bomb)
 MAX_SIDE = 4096  # the largest height or width a model may take
 MAX_IMAGE_BYTES = 64 * 1024 * 1024  # an encoded image read whole
+META_PREPROCESSING = "attndeploy.preprocessing"  # an image export's metadata key: its JSON
 
 
 @dataclass(frozen=True)
