@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from attndeploy.data.images import load_training_images
-from attndeploy.errors import ConfigError, DataError
+from attndeploy.errors import CheckpointError, ConfigError, DataError
+from attndeploy.fsutil import check_replaceable
 from attndeploy.models.vision.fit import FitOptions, FitResult, train_images
 
 JSONL_KEYS: tuple[str, ...] = ()  # reads an image folder, not JSONL lines
@@ -46,6 +47,7 @@ def train_folder(folder: Path, *, model: dict[str, Any], training: dict[str, Any
         fields["variant"] = model["variant"]
     options = FitOptions(**{k: v for k, v in training.items()
                             if k in FIT_FIELDS and v is not None})
+    check_replaceable(Path(out), force=force, error=CheckpointError)  # before reading images
     train, held_out = load_training_images(Path(folder), eval_fraction=eval_fraction,
                                            seed=options.seed)
     return train_images(train, held_out, fields, options, Path(out), force=force,

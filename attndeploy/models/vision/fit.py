@@ -26,8 +26,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import nn
 
 from attndeploy.data.images import ImageSet, measure_preprocessing
-from attndeploy.errors import DataError
+from attndeploy.errors import CheckpointError, DataError
 from attndeploy.families.image_classification.pixels import Preprocessing
+from attndeploy.fsutil import check_replaceable
 from attndeploy.models.vision.build import build_model
 from attndeploy.models.vision.checkpoint import save_image_model
 from attndeploy.models.vision.config import ImageModelConfig
@@ -146,6 +147,7 @@ def train_images(train: ImageSet, held_out: ImageSet, model_fields: dict[str, An
     """Train the model `model_fields` describe (`ImageModelConfig` fields beyond the input's,
     which the images give) on `train`, measure it and the baseline on `held_out`, save the
     checkpoint at `out`."""
+    check_replaceable(Path(out), force=force, error=CheckpointError)  # before the training
     if len(train) == 0 or len(held_out) == 0:
         raise DataError("training needs images in both the training and the held-out part")
     preprocessing = measure_preprocessing(train.pixels)

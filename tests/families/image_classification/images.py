@@ -32,3 +32,21 @@ def write_folder(root: Path, per_class: int = 12, *, size: int = 8, channels: in
             Image.fromarray(class_image(label, rng, size, channels)).save(
                 root / name / f"{index:03d}{suffix}")
     return root
+
+
+# The image cases: every variant in both architectures, tiny (8x8 grey images, 2 heads of 8,
+# 3 attention layers so an Evolving chain has two convolving layers, ViT patches of 2: 16
+# positions; the AA-CNN's quarter-size grid: 4 positions).
+VARIANTS = ("standard", "qvi", "ganet", "evolving")
+ARCHITECTURES = ("vit", "aacnn")
+TINY = {"d_model": 16, "n_heads": 2, "n_layers": 3, "d_ff": 32, "patch_size": 2,
+        "conv_channels": 16, "dropout": 0.0}
+CASES = [(architecture, variant) for architecture in ARCHITECTURES for variant in VARIANTS]
+CASE_IDS = [f"{architecture}-{variant}" for architecture, variant in CASES]
+
+
+def tiny_config(architecture: str = "vit", variant: str = "standard", **changes):
+    from attndeploy.models.vision.config import ImageModelConfig
+
+    fields = {"num_labels": 3, "channels": 1, "height": 8, "width": 8, **TINY, **changes}
+    return ImageModelConfig(architecture=architecture, variant=variant, **fields)
