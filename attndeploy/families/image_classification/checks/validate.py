@@ -90,8 +90,9 @@ def check_batch(model: torch.nn.Module, session: Any, outputs: Sequence[str],
     error = float(np.abs(got["logits"] - expected).max())
     same_labels = bool((got["logits"].argmax(-1) == expected.argmax(-1)).all())
     same_gates = "gates" not in got or bool((got["gates"] == want["gates"].numpy()).all())
-    detail = (f"labels {'identical' if same_labels else 'DIFFER'}"
-              + ("" if "gates" not in got else f", gates {'identical' if same_gates else 'DIFFER'}"))
+    detail = f"labels {'identical' if same_labels else 'DIFFER'}"
+    if "gates" in got:
+        detail += f", gates {'identical' if same_gates else 'DIFFER'}"
     return DecoderCheck(f"batch {len(images)}", error <= atol and same_labels and same_gates,
                         error, atol, detail)
 
