@@ -20,6 +20,7 @@ from attndeploy.families.image_classification.pixels import META_PREPROCESSING, 
 from attndeploy.families.image_classification.predict import ImageClassifier
 from attndeploy.models.vision.build import build_model
 from attndeploy.models.vision.checkpoint import load_image_model, save_image_model
+from tests.cli.test_train_cli import assert_one_line_error, parse_json, run_cli
 from tests.families.image_classification.images import CASE_IDS, CASES, tiny_config, write_folder
 
 pytestmark = pytest.mark.usefixtures("torch_defaults")
@@ -45,9 +46,12 @@ def folder(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def exported(folder, tmp_path_factory) -> tuple[Path, Path, dict]:
+    """A tiny AA-CNN with Evolving Attention, exported by `attndeploy export` (the family's
+    hook)."""
     root = tmp_path_factory.mktemp("export")
     checkpoint = _checkpoint(folder, root / "ckpt", "aacnn", "evolving")
-    summary = checks.export_checkpoint(checkpoint, root / "model.onnx")
+    summary = parse_json(run_cli("export", str(checkpoint), "--out", str(root / "model.onnx"),
+                                 "--json", cwd=root))
     return checkpoint, root / "model.onnx", summary
 
 
@@ -83,6 +87,18 @@ def test_validate_fails_against_another_checkpoint(exported, folder, tmp_path):
     assert not any(c.passed for c in report.checks[1:])
     assert report.failure().startswith("image model validation failed (5 check(s); first: "
                                        "metadata")
+
+
+def test_the_cli_validates_and_describes_an_image_model(exported, folder, tmp_path):
+    checkpoint, path, _ = exported
+    passed = run_cli("validate", str(checkpoint), str(path), cwd=tmp_path)
+    assert passed.returncode == 0 and "validation passed" in passed.stdout, passed.stderr
+    other = _checkpoint(folder, tmp_path / "other", "aacnn", "evolving", seed=1)
+    failed = run_cli("validate", str(other), str(path), cwd=tmp_path)
+    assert_one_line_error(failed, "validation", "image model validation failed")
+    info = parse_json(run_cli("info", str(checkpoint), "--json", cwd=tmp_path))
+    assert info["family"] == "image-classification"
+    assert info["preprocessing"]["height"] == 8 and info["labels"] == ["left", "right", "top"]
 
 
 def test_options_an_image_export_does_not_take_are_refused(exported, tmp_path):
