@@ -2,8 +2,7 @@
 logits [B, C], as text-classification decodes them (`label`, `logits`, `probabilities`), and
 the class's index `label_id`, which image clients key on (a data set's class numbers) and which
 tells an image answer from a text one (FP32 on the wire, the contract's number type: exact for
-any class count below 2**24). `lengths` is one per image (an image
-has no tokens)."""
+any class count below 2**24). `lengths` is one per image (an image has no tokens)."""
 
 from __future__ import annotations
 
