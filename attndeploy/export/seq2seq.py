@@ -11,7 +11,9 @@ Letters: b batch, S source tokens, n new target tokens, P cached target tokens.
                computed here once) and Evolving Attention's `present.{l}.encoder.evolving_rows`
                [b, H, 2, S] (zeros: the rows above the first target token)
     decoder_model.onnx
-      inputs   input_ids [b, n] int64, position_ids [b, n] int64, encoder_attention_mask
+      inputs   input_ids [b, n] int64, position_ids [b, n] int64, decoder_attention_mask
+               [b, P+n] int64 (1 = real target token: a served batch left-pads the caches of
+               rows that started later; all ones for one source or a beam), encoder_attention_mask
                [b, S] bool, every `past_key_values.{l}.decoder.*` (the self-attention cache;
                P = 0 on the first step) and `past_key_values.{l}.encoder.*` (the encoder's
                outputs, renamed)
@@ -84,11 +86,12 @@ class FlatDecoder(nn.Module):
         super().__init__()
         self.model, self.inputs, self.outputs = model, inputs, outputs
 
-    def forward(self, input_ids, position_ids, encoder_attention_mask, *state):
+    def forward(self, input_ids, position_ids, decoder_attention_mask, encoder_attention_mask,
+                *state):
         memory = Memory(encoder_attention_mask, encoder_attention_mask)  # hidden unused here
         logits, present = self.model.decode(input_ids, memory,
                                             dict(zip(self.inputs, state, strict=True)),
-                                            position_ids)
+                                            position_ids, decoder_attention_mask)
         return (logits, *[present[name] for name in self.outputs])
 
 
@@ -127,7 +130,9 @@ def _example(model: Seq2Seq) -> tuple[tuple, tuple, list[str], list[str], list[s
     carried = [*self_names, *cross_names]
     changing = [*self_names, *[n for n in cross_names if n.endswith("evolving_rows")]]
     positions = torch.arange(TRACED_PAST, TRACED_PAST + TRACED_NEW)[None].repeat(TRACED_BATCH, 1)
-    decoder_args = (target[:, TRACED_PAST:], positions, memory.mask,
+    seen = torch.ones(TRACED_BATCH, TRACED_PAST + TRACED_NEW, dtype=torch.long)  # [b, P+n]
+    seen[1, 0] = 0  # a row whose cache is left-padded by one
+    decoder_args = (target[:, TRACED_PAST:], positions, seen, memory.mask,
                     *[state[name] for name in carried])
     return ((ids, mask), tuple(a.clone().contiguous() for a in decoder_args), cross_names,
             carried, changing)
@@ -174,15 +179,17 @@ def export_onnx_models(model: Seq2Seq, tokenizer: HFTokenizer
         ["input_ids", "attention_mask"],
         ["last_hidden_state", "encoder_attention_mask", *map(present_name, cross_names)],
         "encoder")
-    values = dict(zip(carried, decoder_args[3:], strict=True))
+    values = dict(zip(carried, decoder_args[4:], strict=True))
     dims = {name: _dims(model, name, value) for name, value in values.items()}
     state_dynamic = tuple({i: {"batch": batch, "past": past, "source": source}[d]
                            for i, d in enumerate(dims[name]) if isinstance(d, str)}
                           for name in carried)
     decoder = _export(
         FlatDecoder(model, carried, changing), decoder_args,
-        ({0: batch, 1: new}, {0: batch, 1: new}, {0: batch, 1: source}, state_dynamic),
-        ["input_ids", "position_ids", "encoder_attention_mask", *carried],
+        ({0: batch, 1: new}, {0: batch, 1: new}, {0: batch, 1: torch.export.Dim.AUTO},
+         {0: batch, 1: source}, state_dynamic),  # the mask's width is P+n: AUTO finds it
+        ["input_ids", "position_ids", "decoder_attention_mask", "encoder_attention_mask",
+         *carried],
         ["logits", *map(present_name, changing)], "decoder")
     state = [{"past": name, "present": present_name(name) if name in changing else None,
               "dtype": {torch.bool: "bool", torch.float32: "float32"}[values[name].dtype],
