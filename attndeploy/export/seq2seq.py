@@ -24,7 +24,9 @@ Letters: b batch, S source tokens, n new target tokens, P cached target tokens.
 The decoder's metadata tells a generic loop (`attndeploy.generation.seq2seq_onnx`) what to
 carry: `attndeploy.family` "translation", `attndeploy.config`, `attndeploy.tokenizer` (the BPE
 record), `attndeploy.generation` ({bos, eos, pad token ids, vocab_size, max_source,
-max_target}) and `attndeploy.decoder_state`: JSON list of {past, present, dtype, dims} for
+max_target}), `attndeploy.metrics` (the checkpoint's BLEU, chrF and baselines, for
+`attndeploy info EXPORT`; {} when exported from a bare model) and `attndeploy.decoder_state`:
+JSON list of {past, present, dtype, dims} for
 every decoder input it carries (`present` null for the constant cross keys and values; dims
 hold "batch", "past" (the axis that grows), "source" and fixed sizes).
 """
@@ -62,6 +64,7 @@ from attndeploy.opspec.bodies import DOMAIN
 OPSET = 18
 ENCODER_FILE, DECODER_FILE = "encoder_model.onnx", "decoder_model.onnx"
 FAMILY = "translation"
+META_METRICS = "attndeploy.metrics"
 GROWS = {"key": 2, "value": 2, "key_mask": 1, "evolving_rows": 3}  # the decoder's past axis
 TRACED_BATCH, TRACED_SOURCE, TRACED_PAST, TRACED_NEW = 2, 6, 3, 2
 
@@ -164,7 +167,7 @@ def _export(module: nn.Module, args: tuple, dynamic: tuple, inputs: list[str],
     return attach_functions(onnx_program.model_proto, OPSET, inline=False)
 
 
-def export_onnx_models(model: Seq2Seq, tokenizer: HFTokenizer
+def export_onnx_models(model: Seq2Seq, tokenizer: HFTokenizer, metrics: dict | None = None
                        ) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """The two graphs of the module docstring, with their functions and metadata."""
     model = model.eval()
@@ -197,7 +200,7 @@ def export_onnx_models(model: Seq2Seq, tokenizer: HFTokenizer
     metadata = {
         META_FAMILY: FAMILY, META_VARIANT: config.variant, META_VERSION: __version__,
         META_CONFIG: json.dumps(config.to_dict()), META_TOKENIZER: json.dumps(tokenizer.to_dict()),
-        META_STATE: json.dumps(state),
+        META_STATE: json.dumps(state), META_METRICS: json.dumps(metrics or {}),
         META_GENERATION: json.dumps({
             "bos_token_id": tokenizer.BOS_ID, "eos_token_id": tokenizer.EOS_ID,
             "pad_token_id": tokenizer.PAD_ID, "vocab_size": config.vocab_size,
@@ -221,11 +224,12 @@ def _custom_nodes(*protos: onnx.ModelProto) -> dict[str, int]:
     return dict(nodes)
 
 
-def export_seq2seq(model: Seq2Seq, tokenizer: HFTokenizer, out: Path) -> Seq2SeqExport:
+def export_seq2seq(model: Seq2Seq, tokenizer: HFTokenizer, out: Path,
+                   metrics: dict | None = None) -> Seq2SeqExport:
     """Export and check `model`; write the folder `out` (both files or neither)."""
     from attndeploy.output_set import atomic_directory
 
-    encoder, decoder = export_onnx_models(model, tokenizer)
+    encoder, decoder = export_onnx_models(model, tokenizer, metrics)
     nodes = _custom_nodes(encoder, decoder)
     out = Path(out)
     with atomic_directory(out, replace=True) as staging:
@@ -242,4 +246,5 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Seq2SeqExport:
     from attndeploy.models.seq2seq.checkpoint import load_seq2seq
 
     loaded = load_seq2seq(Path(checkpoint))
-    return export_seq2seq(loaded.model, loaded.tokenizer, Path(out))
+    return export_seq2seq(loaded.model, loaded.tokenizer, Path(out),
+                          loaded.raw.get("metrics", {}))

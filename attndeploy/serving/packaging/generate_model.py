@@ -290,6 +290,20 @@ def write_generate_model(staging: Path, onnx_path: Path,
         shutil.copyfile(onnx_path, staging / version / cfgmod.MODEL_FILE)
 
 
+def served_generate_source(repo: Path, model: str) -> Path | None:
+    """The in-process twin of served generate model `model`: its newest version's
+    `model.onnx` (a decoder) or the version folder itself (a translation's two graphs)."""
+    folder = Path(repo) / model
+    versions = sorted((int(p.name), p) for p in folder.glob("*")
+                      if p.is_dir() and p.name.isdigit()) if folder.is_dir() else []
+    for _, version in reversed(versions):
+        if (version / cfgmod.MODEL_FILE).is_file():
+            return version / cfgmod.MODEL_FILE
+        if all((version / name).is_file() for name in TRANSLATION_FILES):
+            return version
+    return None
+
+
 def generate_family(cfg: mc.ModelConfig) -> str:
     """The family a generate model serves (its GENERATE parameter)."""
     return cfg.parameters[PARAM_GENERATE].string_value or FAMILY_DECODER
