@@ -31,8 +31,8 @@ def command(
     checkpoint: OptionalCheckpointArg = None,
     out: Annotated[
         Path | None,
-        shared("--out", f"The ONNX file [default: CKPT/{DEFAULT_NAME}; a translation "
-                        "model: the folder CKPT/export]; required with --factory."),
+        shared("--out", f"The ONNX file [default: CKPT/{DEFAULT_NAME}] (a translation "
+                        "model: a folder, CKPT/export); required with --factory."),
     ] = None,
     factory: FactoryOption = None,
     weights: WeightsOption = None,
