@@ -246,6 +246,18 @@ def _is_translation_export(path: Path) -> bool:
     return path.is_dir() and (path / TRANSLATION_FILES[1]).is_file()
 
 
+def _is_translation_checkpoint(path: Path) -> bool:
+    """A checkpoint folder whose config.json names the translation head."""
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    model = config.get("model") if isinstance(config, dict) else None
+    return isinstance(model, dict) and model.get("head") == "translation"
+
+
 def _package_decoder(onnx_path: Path, meta: DecoderMetadata | TranslationSource, repo: Path,
                      options: PackageOptions, base: str) -> PackagedModel:
     """Write `<base>_generate` (generate_model.py) for a decoder or a translation export (its
@@ -300,6 +312,10 @@ def package_model(
     if _is_translation_export(source):  # encoder + decoder: served as `<name>_generate`
         return [_package_decoder(source, read_translation_source(source), repo, options,
                                  options.name or default_model_name(source))]
+    if _is_translation_checkpoint(source):
+        raise RepositoryError(f"{source} is a translation checkpoint: export it first "
+                              f"(`attndeploy export {source} --out FOLDER`) and package the "
+                              "folder")
     with _onnx_source(source, exporter) as onnx_path:
         if _is_translation_export(onnx_path):  # a translation checkpoint, exported just now
             return [_package_decoder(onnx_path, read_translation_source(onnx_path), repo,
