@@ -225,9 +225,10 @@ class BatchState:
             self._trim_source()
 
     def _trim_source(self) -> None:
-        """Cut trailing source columns that no row's source mask uses."""
+        """Cut trailing source columns that no row's source mask uses (one is always kept: a
+        GA-Net row may have closed every source token, and the graph takes no empty source)."""
         used = self.state[self.source_mask].any(axis=0)  # [S]
-        width = int(np.flatnonzero(used)[-1]) + 1 if used.any() else 0
+        width = int(np.flatnonzero(used)[-1]) + 1 if used.any() else 1
         for entry in self.entries:
             axis = _source_axis(entry)
             value = self.state[entry.past]

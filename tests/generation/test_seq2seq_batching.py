@@ -199,3 +199,20 @@ def test_served_rows_decode_the_in_process_greedy_ids(name, tmp_path):
     for index, ids in enumerate(expected):
         assert done[index].token_ids == ids, index
         assert "".join(pieces[index]) == served.tokenizer.decode(ids)
+
+
+def test_trim_keeps_one_source_column_when_no_live_row_reads_any():
+    """A GA-Net row may close every source token; the graph takes no empty source."""
+    from attndeploy.generation.batching import BatchState
+
+    entries = Scripted().metadata.state
+    batch = BatchState(entries, SOURCE_MASK)
+    for width, real in ((5, False), (3, True)):
+        batch.merge(np.ones((1, 1), np.int64), {
+            SELF: np.zeros((1, 1, 1, 1), np.float32),
+            CROSS: np.ones((1, 1, width, 1), np.float32),
+            SOURCE_MASK: np.full((1, width), real)})
+    assert batch.state[CROSS].shape[2] == 5  # right-padded to the longer source
+    assert batch.state[SOURCE_MASK][1].tolist() == [True] * 3 + [False] * 2
+    batch.keep([0])  # the row that reads no source column is the one left
+    assert batch.state[CROSS].shape[2] == batch.state[SOURCE_MASK].shape[1] == 1
