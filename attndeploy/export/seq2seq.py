@@ -46,7 +46,7 @@ from torch import nn
 
 from attndeploy import __version__
 from attndeploy.errors import ExportError
-from attndeploy.export.tracing import attach_functions, to_onnx
+from attndeploy.export.tracing import attach_functions, to_onnx, tracing_settings
 from attndeploy.fsutil import atomic_write_bytes
 from attndeploy.generation.hf_tokenizer import HFTokenizer
 from attndeploy.generation.metadata import (
@@ -156,7 +156,7 @@ def _dims(model: Seq2Seq, name: str, value: torch.Tensor) -> tuple[str | int, ..
 def _export(module: nn.Module, args: tuple, dynamic: tuple, inputs: list[str],
             outputs: list[str], what: str) -> onnx.ModelProto:
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), tracing_settings():  # quiet: torchvision warnings
             warnings.simplefilter("ignore")
             program = torch.export.export(module, args, dynamic_shapes=dynamic)
             onnx_program = to_onnx(program, OPSET, SimpleNamespace(input_names=inputs,
