@@ -31,8 +31,8 @@ def command(
     checkpoint: OptionalCheckpointArg = None,
     out: Annotated[
         Path | None,
-        shared("--out", f"The ONNX file [default: CKPT/{DEFAULT_NAME}]; required with "
-                        "--factory."),
+        shared("--out", f"The ONNX file [default: CKPT/{DEFAULT_NAME}] (a translation "
+                        "model: a folder, CKPT/export); required with --factory."),
     ] = None,
     factory: FactoryOption = None,
     weights: WeightsOption = None,
@@ -85,8 +85,10 @@ def command(
                           "model")
     if weights is not None:
         raise ExportError("--weights goes with --factory; a checkpoint holds its own weights")
-    target = out or checkpoint / DEFAULT_NAME
-    check_target(checkpoint, target, force=force)  # before the seconds of tracing and checks
+    default = _family_default_target(checkpoint)
+    target = out or checkpoint / (default or DEFAULT_NAME)
+    # before the seconds of tracing and checks
+    check_target(checkpoint, target, force=force, folder_name=default)
     if _exported_by_its_family(checkpoint, target, json_output, fp16=fp16, opset=opset,
                                inline_functions=inline_functions, max_seq=max_seq):
         return
@@ -193,10 +195,26 @@ def check_user_target(target: Path, weights: Path | None, *, force: bool) -> Non
     check_replaceable(target, force=force)
 
 
-def check_target(checkpoint: Path, target: Path, *, force: bool) -> None:
+def _family_default_target(checkpoint: Path) -> str | None:
+    """The folder name a family exports into by default (its checks part's `EXPORT_FOLDER`:
+    a translation model is two graphs in one folder), None for one ONNX file."""
+    from attndeploy.cli.family_hooks import checks_hook
+
+    if checkpoint is None or not Path(checkpoint).is_dir():
+        return None
+    name = checks_hook(checkpoint, "EXPORT_FOLDER")
+    return name if isinstance(name, str) else None
+
+
+def check_target(checkpoint: Path, target: Path, *, force: bool,
+                 folder_name: str | None = None) -> None:
     """Refuse an ONNX output that cannot be written or would destroy a checkpoint.
 
-    - a folder, a read-only place, an over-long name (fsutil.check_output_file);
+    `folder_name`: the family exports a folder (`_family_default_target`), whose default is
+    `CKPT/<folder_name>`; an existing folder is then replaced with `force`, a file refused.
+
+    - a folder (for a one-file export), a read-only place, an over-long name
+      (fsutil.check_output_file / check_output_dir);
     - the checkpoint itself or one of its files (`--out CKPT/model.safetensors`);
     - any path inside a checkpoint directory (a folder whose config.json is an attndeploy
       checkpoint's, at any depth), except `CKPT/model.onnx` of the checkpoint exported: the
@@ -206,22 +224,26 @@ def check_target(checkpoint: Path, target: Path, *, force: bool) -> None:
     from attndeploy.errors import OutputError
     from attndeploy.fsutil import (
         check_not_an_input,
+        check_output_dir,
         check_output_file,
         check_replaceable,
         same_path,
     )
 
-    check_output_file(target)
+    if folder_name is None:
+        check_output_file(target)
+    else:
+        check_output_dir(target)
     check_not_an_input(target, [checkpoint, *_checkpoint_files(checkpoint)])
     holder = checkpoint_holding(target)
     if holder is not None:
         own_default = same_path(holder, checkpoint) and same_path(
-            target.parent, checkpoint) and target.name == DEFAULT_NAME
+            target.parent, checkpoint) and target.name == (folder_name or DEFAULT_NAME)
         if not own_default:
             raise OutputError(
                 f"cannot write {target}: it lies inside the checkpoint directory {holder}, "
                 "whose files `attndeploy train` owns; give --out outside it (or leave --out "
-                f"out to write {Path(checkpoint) / DEFAULT_NAME})"
+                f"out to write {Path(checkpoint) / (folder_name or DEFAULT_NAME)})"
             )
     check_replaceable(target, force=force)
 

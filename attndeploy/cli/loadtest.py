@@ -159,13 +159,16 @@ def command(
     from attndeploy.serving.server.launch import find_model_onnx
 
     if model.endswith("_generate"):
+        from attndeploy.serving.packaging.generate_model import served_generate_source
+
         _generate_load_test(
             model=model, url=server_url(ctx, url, protocol, repo), protocol=protocol.value,
             concurrency=concurrency, request_rate=request_rate,
             distribution=distribution.value, text_file=text_file, max_tokens=max_tokens,
             requests=requests, check_fraction=check_fraction,
-            onnx=onnx or (find_model_onnx(repo, model) if repo.is_dir() else None), seed=seed,
-            json_output=json_output, json_out=json_out, plot_path=plot_path, force=force)
+            onnx=onnx or (served_generate_source(repo, model) if repo.is_dir() else None),
+            seed=seed, json_output=json_output, json_out=json_out, plot_path=plot_path,
+            force=force)
         return
 
     config = LoadTestConfig(

@@ -11,7 +11,9 @@ Letters: b batch, S source tokens, n new target tokens, P cached target tokens.
                computed here once) and Evolving Attention's `present.{l}.encoder.evolving_rows`
                [b, H, 2, S] (zeros: the rows above the first target token)
     decoder_model.onnx
-      inputs   input_ids [b, n] int64, position_ids [b, n] int64, encoder_attention_mask
+      inputs   input_ids [b, n] int64, position_ids [b, n] int64, decoder_attention_mask
+               [b, P+n] int64 (1 = real target token: a served batch left-pads the caches of
+               rows that started later; all ones for one source or a beam), encoder_attention_mask
                [b, S] bool, every `past_key_values.{l}.decoder.*` (the self-attention cache;
                P = 0 on the first step) and `past_key_values.{l}.encoder.*` (the encoder's
                outputs, renamed)
@@ -22,7 +24,9 @@ Letters: b batch, S source tokens, n new target tokens, P cached target tokens.
 The decoder's metadata tells a generic loop (`attndeploy.generation.seq2seq_onnx`) what to
 carry: `attndeploy.family` "translation", `attndeploy.config`, `attndeploy.tokenizer` (the BPE
 record), `attndeploy.generation` ({bos, eos, pad token ids, vocab_size, max_source,
-max_target}) and `attndeploy.decoder_state`: JSON list of {past, present, dtype, dims} for
+max_target}), `attndeploy.metrics` (the checkpoint's BLEU, chrF and baselines, for
+`attndeploy info EXPORT`; {} when exported from a bare model) and `attndeploy.decoder_state`:
+JSON list of {past, present, dtype, dims} for
 every decoder input it carries (`present` null for the constant cross keys and values; dims
 hold "batch", "past" (the axis that grows), "source" and fixed sizes).
 """
@@ -42,7 +46,7 @@ from torch import nn
 
 from attndeploy import __version__
 from attndeploy.errors import ExportError
-from attndeploy.export.tracing import attach_functions, to_onnx
+from attndeploy.export.tracing import attach_functions, to_onnx, tracing_settings
 from attndeploy.fsutil import atomic_write_bytes
 from attndeploy.generation.hf_tokenizer import HFTokenizer
 from attndeploy.generation.metadata import (
@@ -60,6 +64,7 @@ from attndeploy.opspec.bodies import DOMAIN
 OPSET = 18
 ENCODER_FILE, DECODER_FILE = "encoder_model.onnx", "decoder_model.onnx"
 FAMILY = "translation"
+META_METRICS = "attndeploy.metrics"
 GROWS = {"key": 2, "value": 2, "key_mask": 1, "evolving_rows": 3}  # the decoder's past axis
 TRACED_BATCH, TRACED_SOURCE, TRACED_PAST, TRACED_NEW = 2, 6, 3, 2
 
@@ -84,11 +89,12 @@ class FlatDecoder(nn.Module):
         super().__init__()
         self.model, self.inputs, self.outputs = model, inputs, outputs
 
-    def forward(self, input_ids, position_ids, encoder_attention_mask, *state):
+    def forward(self, input_ids, position_ids, decoder_attention_mask, encoder_attention_mask,
+                *state):
         memory = Memory(encoder_attention_mask, encoder_attention_mask)  # hidden unused here
         logits, present = self.model.decode(input_ids, memory,
                                             dict(zip(self.inputs, state, strict=True)),
-                                            position_ids)
+                                            position_ids, decoder_attention_mask)
         return (logits, *[present[name] for name in self.outputs])
 
 
@@ -127,7 +133,9 @@ def _example(model: Seq2Seq) -> tuple[tuple, tuple, list[str], list[str], list[s
     carried = [*self_names, *cross_names]
     changing = [*self_names, *[n for n in cross_names if n.endswith("evolving_rows")]]
     positions = torch.arange(TRACED_PAST, TRACED_PAST + TRACED_NEW)[None].repeat(TRACED_BATCH, 1)
-    decoder_args = (target[:, TRACED_PAST:], positions, memory.mask,
+    seen = torch.ones(TRACED_BATCH, TRACED_PAST + TRACED_NEW, dtype=torch.long)  # [b, P+n]
+    seen[1, 0] = 0  # a row whose cache is left-padded by one
+    decoder_args = (target[:, TRACED_PAST:], positions, seen, memory.mask,
                     *[state[name] for name in carried])
     return ((ids, mask), tuple(a.clone().contiguous() for a in decoder_args), cross_names,
             carried, changing)
@@ -148,7 +156,7 @@ def _dims(model: Seq2Seq, name: str, value: torch.Tensor) -> tuple[str | int, ..
 def _export(module: nn.Module, args: tuple, dynamic: tuple, inputs: list[str],
             outputs: list[str], what: str) -> onnx.ModelProto:
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), tracing_settings():  # quiet: torchvision warnings
             warnings.simplefilter("ignore")
             program = torch.export.export(module, args, dynamic_shapes=dynamic)
             onnx_program = to_onnx(program, OPSET, SimpleNamespace(input_names=inputs,
@@ -159,7 +167,7 @@ def _export(module: nn.Module, args: tuple, dynamic: tuple, inputs: list[str],
     return attach_functions(onnx_program.model_proto, OPSET, inline=False)
 
 
-def export_onnx_models(model: Seq2Seq, tokenizer: HFTokenizer
+def export_onnx_models(model: Seq2Seq, tokenizer: HFTokenizer, metrics: dict | None = None
                        ) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """The two graphs of the module docstring, with their functions and metadata."""
     model = model.eval()
@@ -174,15 +182,17 @@ def export_onnx_models(model: Seq2Seq, tokenizer: HFTokenizer
         ["input_ids", "attention_mask"],
         ["last_hidden_state", "encoder_attention_mask", *map(present_name, cross_names)],
         "encoder")
-    values = dict(zip(carried, decoder_args[3:], strict=True))
+    values = dict(zip(carried, decoder_args[4:], strict=True))
     dims = {name: _dims(model, name, value) for name, value in values.items()}
     state_dynamic = tuple({i: {"batch": batch, "past": past, "source": source}[d]
                            for i, d in enumerate(dims[name]) if isinstance(d, str)}
                           for name in carried)
     decoder = _export(
         FlatDecoder(model, carried, changing), decoder_args,
-        ({0: batch, 1: new}, {0: batch, 1: new}, {0: batch, 1: source}, state_dynamic),
-        ["input_ids", "position_ids", "encoder_attention_mask", *carried],
+        ({0: batch, 1: new}, {0: batch, 1: new}, {0: batch, 1: torch.export.Dim.AUTO},
+         {0: batch, 1: source}, state_dynamic),  # the mask's width is P+n: AUTO finds it
+        ["input_ids", "position_ids", "decoder_attention_mask", "encoder_attention_mask",
+         *carried],
         ["logits", *map(present_name, changing)], "decoder")
     state = [{"past": name, "present": present_name(name) if name in changing else None,
               "dtype": {torch.bool: "bool", torch.float32: "float32"}[values[name].dtype],
@@ -190,7 +200,7 @@ def export_onnx_models(model: Seq2Seq, tokenizer: HFTokenizer
     metadata = {
         META_FAMILY: FAMILY, META_VARIANT: config.variant, META_VERSION: __version__,
         META_CONFIG: json.dumps(config.to_dict()), META_TOKENIZER: json.dumps(tokenizer.to_dict()),
-        META_STATE: json.dumps(state),
+        META_STATE: json.dumps(state), META_METRICS: json.dumps(metrics or {}),
         META_GENERATION: json.dumps({
             "bos_token_id": tokenizer.BOS_ID, "eos_token_id": tokenizer.EOS_ID,
             "pad_token_id": tokenizer.PAD_ID, "vocab_size": config.vocab_size,
@@ -214,11 +224,12 @@ def _custom_nodes(*protos: onnx.ModelProto) -> dict[str, int]:
     return dict(nodes)
 
 
-def export_seq2seq(model: Seq2Seq, tokenizer: HFTokenizer, out: Path) -> Seq2SeqExport:
+def export_seq2seq(model: Seq2Seq, tokenizer: HFTokenizer, out: Path,
+                   metrics: dict | None = None) -> Seq2SeqExport:
     """Export and check `model`; write the folder `out` (both files or neither)."""
     from attndeploy.output_set import atomic_directory
 
-    encoder, decoder = export_onnx_models(model, tokenizer)
+    encoder, decoder = export_onnx_models(model, tokenizer, metrics)
     nodes = _custom_nodes(encoder, decoder)
     out = Path(out)
     with atomic_directory(out, replace=True) as staging:
@@ -235,4 +246,5 @@ def export_checkpoint(checkpoint: Path, out: Path) -> Seq2SeqExport:
     from attndeploy.models.seq2seq.checkpoint import load_seq2seq
 
     loaded = load_seq2seq(Path(checkpoint))
-    return export_seq2seq(loaded.model, loaded.tokenizer, Path(out))
+    return export_seq2seq(loaded.model, loaded.tokenizer, Path(out),
+                          loaded.raw.get("metrics", {}))

@@ -28,6 +28,18 @@ and `key_mask` have their own length (P <= T, per row by its gates): they are pa
 axis (QVI's running sums, GA-Net's gate-network state) are per row and just stacked.
 `trim` removes a leading column only when no row uses it (mask 0 / key_mask False in every
 row), so the batch's width follows the longest live row, not every row ever seen.
+
+Encoder-decoders (a translation export, `attndeploy.generation.seq2seq_serve`): the model
+offers `prefill(prompt_ids) -> Start`, run at admission instead of the decoder prefill above:
+it runs the encoder ONCE on the source, then the decoder on `<s>`, and hands back the row's
+whole state: its self-attention cache (a "past" axis, as above) and its per-request constants,
+the cross keys and values, the source mask and Evolving Attention's cross rows, whose dims hold
+"source" (S, the row's source length). Rows' sources differ in length, so those entries are
+RIGHT-padded along "source" to the batch's longest, with the source mask False there (the
+cross-attention reads no masked column; Evolving Attention's cross map zeroes them, as a
+padded source in one batch); `trim` drops trailing source columns no row's mask uses. The
+model's `check_request(prompt_ids, max_new_tokens)`, when it has one, replaces the decoder's
+context rule.
 """
 
 from __future__ import annotations
@@ -109,19 +121,47 @@ def _pad_left(array: np.ndarray, axis: int, width: int) -> np.ndarray:
     return np.pad(array, pads)
 
 
+def _pad_right(array: np.ndarray, axis: int, width: int) -> np.ndarray:
+    """`array` with zeros (False) added after its `axis` entries up to `width`."""
+    missing = width - array.shape[axis]
+    if missing <= 0:
+        return array
+    pads = [(0, 0)] * array.ndim
+    pads[axis] = (0, missing)
+    return np.pad(array, pads)
+
+
+def _source_axis(entry: Any) -> int | None:
+    """The axis of an encoder-decoder's per-request entry that runs over the source."""
+    return entry.dims.index("source") if "source" in entry.dims else None
+
+
 def _layer_of(name: str) -> str:
     return name.rsplit(".", 1)[0]  # past_key_values.3.key -> past_key_values.3
+
+
+@dataclass
+class Start:
+    """A request after its prefill: the logits of its first choice [1, V], its attention mask
+    [1, t] and state (batch first, every entry of the model's metadata), and the prompt id its
+    text stream follows (the prompt's last; an encoder-decoder's `<s>`)."""
+
+    logits: np.ndarray
+    mask: np.ndarray
+    state: dict[str, np.ndarray]
+    stream_after: int
 
 
 class BatchState:
     """The running batch's cache: `mask` int64 [B, T] and `state` {past name: array, batch
     first}, rows in the order of `ContinuousBatcher.rows`. `entries` is the metadata's list."""
 
-    def __init__(self, entries: Any) -> None:
+    def __init__(self, entries: Any, source_mask: str | None = None) -> None:
         self.entries = tuple(entries)
         self.mask = np.zeros((0, 0), np.int64)  # [B, T]
         self.state: dict[str, np.ndarray] = {}
         self.keyed = {_layer_of(e.past) for e in self.entries if e.past.endswith("." + KEY_MASK)}
+        self.source_mask = source_mask  # an encoder-decoder's entry: which source columns count
 
     @property
     def size(self) -> int:
@@ -140,6 +180,11 @@ class BatchState:
             if axis is not None:
                 longest = max(ours.shape[axis], theirs.shape[axis])
                 ours, theirs = _pad_left(ours, axis, longest), _pad_left(theirs, axis, longest)
+            source = _source_axis(entry)
+            if source is not None:  # per-request constants: the source runs left to right
+                longest = max(ours.shape[source], theirs.shape[source])
+                ours = _pad_right(ours, source, longest)
+                theirs = _pad_right(theirs, source, longest)
             self.state[entry.past] = np.concatenate([ours, theirs])
 
     def keep(self, rows: list[int]) -> None:
@@ -176,6 +221,19 @@ class BatchState:
                                                  axis=axis)
         if unused:
             self.mask = self.mask[:, unused:]
+        if self.source_mask is not None:
+            self._trim_source()
+
+    def _trim_source(self) -> None:
+        """Cut trailing source columns that no row's source mask uses (one is always kept: a
+        GA-Net row may have closed every source token, and the graph takes no empty source)."""
+        used = self.state[self.source_mask].any(axis=0)  # [S]
+        width = int(np.flatnonzero(used)[-1]) + 1 if used.any() else 1
+        for entry in self.entries:
+            axis = _source_axis(entry)
+            value = self.state[entry.past]
+            if axis is not None and value.shape[axis] > width:
+                self.state[entry.past] = np.take(value, np.arange(width), axis=axis)
 
 
 class ContinuousBatcher:
@@ -190,7 +248,8 @@ class ContinuousBatcher:
         self.metadata = model.metadata
         self.waiting: queue.Queue[GenerateRequest] = queue.Queue()
         self.rows: list[_Row] = []
-        self.batch = BatchState(self.metadata.state)
+        self.source_mask = getattr(self.metadata, "source_mask", None)
+        self.batch = BatchState(self.metadata.state, self.source_mask)
         self.steps = 0  # decode runs so far (each over the whole running batch)
         self.largest_batch = 0
         self.finished: Counter[str] = Counter()  # sequences ended, by finish reason / "error"
@@ -253,21 +312,32 @@ class ContinuousBatcher:
             self.finished["cancelled"] += 1
             request.on_done(Finished("", [], "cancelled", len(request.prompt_ids)))
             return
-        check_request(self.metadata, request.prompt_ids, request.max_new_tokens)
-        ids = np.asarray([request.prompt_ids], dtype=np.int64)  # [1, L]
+        own_check = getattr(self.model, "check_request", None)
+        if own_check is not None:
+            own_check(request.prompt_ids, request.max_new_tokens)
+        else:
+            check_request(self.metadata, request.prompt_ids, request.max_new_tokens)
+        prefill = getattr(self.model, "prefill", None)
+        start = (prefill(request.prompt_ids) if prefill is not None
+                 else self._prefill_decoder(request.prompt_ids))
+        stream = TextStream(self.model.tokenizer, start.stream_after,
+                            self.metadata.eos_token_id, request.stop)
+        row = _Row(request, stream, TokenChooser(request.sampling), last=-1,
+                   real=int(start.mask.sum()))
+        if self._choose(row, start.logits):
+            self._finish(row)
+            return
+        self.batch.merge(start.mask, start.state)
+        self.rows.append(row)
+        self.largest_batch = max(self.largest_batch, len(self.rows))
+
+    def _prefill_decoder(self, prompt_ids: list[int]) -> Start:
+        """A decoder's prefill: the prompt alone, from the empty past."""
+        ids = np.asarray([prompt_ids], dtype=np.int64)  # [1, L]
         mask = np.ones_like(ids)  # [1, L]
         position_ids = np.arange(ids.shape[1], dtype=np.int64)[None]  # [1, L]
         logits, state = self.model.step(ids, mask, position_ids, self.model.empty_state(1))
-        stream = TextStream(self.model.tokenizer, request.prompt_ids[-1],
-                            self.metadata.eos_token_id, request.stop)
-        row = _Row(request, stream, TokenChooser(request.sampling), last=-1,
-                   real=ids.shape[1])
-        if self._choose(row, logits[:, -1]):
-            self._finish(row)
-            return
-        self.batch.merge(mask, state)
-        self.rows.append(row)
-        self.largest_batch = max(self.largest_batch, len(self.rows))
+        return Start(logits[:, -1], mask, state, prompt_ids[-1])
 
     def _drop_cancelled(self) -> None:
         keep = []
@@ -294,7 +364,7 @@ class ContinuousBatcher:
             for row in rows:
                 self.finished["error"] += 1
                 row.request.on_done(exc)
-            self.rows, self.batch = [], BatchState(self.metadata.state)
+            self.rows, self.batch = [], BatchState(self.metadata.state, self.source_mask)
             return
         self.steps += 1
         self.batch.mask, self.batch.state = mask, state

@@ -23,10 +23,12 @@ from attndeploy.generation.metadata import (
     META_GENERATION,
     META_STATE,
     META_TOKENIZER,
+    META_VARIANT,
 )
 from attndeploy.generation.seq2seq import State, Translation, beam_search, greedy
 
 ENCODER_FILE, DECODER_FILE = "encoder_model.onnx", "decoder_model.onnx"
+TARGET_MASK = "decoder_attention_mask"  # the decoder's mask over cached + new target tokens
 FAMILY = "translation"
 
 
@@ -70,10 +72,13 @@ class OnnxSeq2Seq:
             self.tokenizer = tokenizer_from_record(json.loads(meta[META_TOKENIZER]))
         except (KeyError, ValueError, TypeError) as exc:
             raise ModelError(f"{self.folder}: unreadable translation metadata ({exc})") from None
+        self.variant = meta.get(META_VARIANT, "?")
         self.bos_id, self.eos_id = generation["bos_token_id"], generation["eos_token_id"]
         self.pad_id, self.max_target = generation["pad_token_id"], generation["max_target"]
         self.max_source = generation["max_source"]
         self.decoder_outputs = [o.name for o in self.decoder.get_outputs()]
+        # Exports before the served batch (issue #51, slice 4) have no target mask input.
+        self.takes_target_mask = TARGET_MASK in {i.name for i in self.decoder.get_inputs()}
 
     def encode(self, input_ids: np.ndarray, attention_mask: np.ndarray
                ) -> tuple[np.ndarray, State]:
@@ -97,6 +102,9 @@ class OnnxSeq2Seq:
              state: State) -> tuple[np.ndarray, State]:
         feed = {"input_ids": input_ids, "position_ids": position_ids,
                 "encoder_attention_mask": memory_mask, **state}
+        if self.takes_target_mask:  # every row at the same step: all P+n target tokens real
+            width = int(position_ids[0, -1]) + 1
+            feed[TARGET_MASK] = np.ones((input_ids.shape[0], width), dtype=np.int64)
         outputs = dict(zip(self.decoder_outputs, self.decoder.run(None, feed), strict=True))
         changed = {spec["past"]: outputs[spec["present"]] for spec in self.state_specs
                    if spec["present"] is not None}

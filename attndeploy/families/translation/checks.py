@@ -13,12 +13,20 @@ from typing import Any
 import numpy as np
 
 PER_TOKEN_OUTPUTS = ("logits",)
+EXPORT_FOLDER = "export"  # `attndeploy export CKPT` writes CKPT/export/ (two graphs), not a file
 AGREEMENT = "next-token agreement"
 
 
 def agreement(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
     """bool [N, T]: the same next token (argmax over the vocabulary) at each position."""
     return np.argmax(actual, axis=-1) == np.argmax(expected, axis=-1)
+
+
+def side_by_side(metrics: dict[str, Any]) -> dict[str, str]:
+    """BLEU and chrF of the model beside the retrieval and copy baselines', one line each."""
+    return {f"{metric} (model / retrieval / copy)": " / ".join(
+        str(metrics.get(f"{prefix}{metric}", "-")) for prefix in ("", "baseline_", "copy_"))
+        for metric in ("bleu", "chrf")}
 
 
 def describe_checkpoint(checkpoint: Path) -> dict[str, Any]:
@@ -28,10 +36,7 @@ def describe_checkpoint(checkpoint: Path) -> dict[str, Any]:
 
     loaded = load_seq2seq(Path(checkpoint))
     metrics = loaded.raw.get("metrics", {})
-    side_by_side = {f"{metric} (model / retrieval / copy)": " / ".join(
-        str(metrics.get(f"{prefix}{metric}", "-")) for prefix in ("", "baseline_", "copy_"))
-        for metric in ("bleu", "chrf")}
-    return {"path": str(checkpoint), "family": "translation", **side_by_side,
+    return {"path": str(checkpoint), "family": "translation", **side_by_side(metrics),
             "model": loaded.raw["model"],
             "parameters": sum(p.numel() for p in loaded.model.parameters()),
             "vocabulary_size": len(loaded.tokenizer),
@@ -59,3 +64,29 @@ def validate_checkpoint(checkpoint: Path, export: Path, **options: Any) -> Any:
     from attndeploy.validate.seq2seq import validate_checkpoint as validate
 
     return validate(Path(checkpoint), Path(export), **options)
+
+
+def describe_export(folder: Path) -> dict[str, Any]:
+    """`attndeploy info EXPORT` for a translation export folder: what its decoder's metadata
+    says (variant, the checkpoint's metrics side by side, the model's sizes), no torch."""
+    import json
+
+    import onnx
+
+    from attndeploy.errors import ModelError
+
+    decoder = Path(folder) / "decoder_model.onnx"
+    try:
+        proto = onnx.load(str(decoder), load_external_data=False)
+    except Exception as exc:  # onnx raises its own types
+        raise ModelError(f"{decoder}: not readable ONNX ({str(exc)[:200]})") from None
+    meta = {p.key: p.value for p in proto.metadata_props}
+    try:
+        config = json.loads(meta.get("attndeploy.config", "{}"))
+        metrics = json.loads(meta.get("attndeploy.metrics", "{}"))
+    except ValueError as exc:
+        raise ModelError(f"{decoder}: unreadable metadata ({exc})") from None
+    return {"path": str(folder), "family": meta.get("attndeploy.family", "?"),
+            "variant": meta.get("attndeploy.variant", "?"), **side_by_side(metrics),
+            "model": config, "metrics": metrics,
+            "files": sorted(p.name for p in Path(folder).glob("*.onnx"))}

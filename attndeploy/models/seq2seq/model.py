@@ -247,8 +247,10 @@ class Seq2Seq(nn.Module):
                ) -> tuple[Tensor, State]:
         """Target ids [B, n] at `position_ids` [B, n] (default 0..n-1), the memory and the
         state (`cross_state`, plus a past self state or none) -> (logits [B, n, V], the
-        entries of the state that changed). `attention_mask` [B, n] (training: right-padded
-        targets) is only read without a past."""
+        entries of the state that changed). `attention_mask` [B, P+n] covers the cached and
+        the new target tokens (1 = real): training's right-padded targets (no past), or a
+        served batch whose rows started at different steps (each row's cache left-padded;
+        `attndeploy.generation.batching`). None: every token real."""
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)[None]
         if not torch.compiler.is_compiling() and int(position_ids.max()) >= (

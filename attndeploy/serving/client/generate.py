@@ -39,6 +39,7 @@ class GenerateParams:
     top_p: float | None = None
     seed: int | None = None
     stop: str | None = None
+    num_beams: int | None = None  # a translation model's field: only 1 is served
 
     def json_fields(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -81,7 +82,7 @@ def _grpc_inputs(client_module: Any, prompt: str | bytes, params: GenerateParams
     raw = prompt if isinstance(prompt, bytes) else prompt.encode("utf-8")
     values: list[tuple[str, np.ndarray]] = [("text_input", np.array([raw], dtype=np.object_))]
     kinds = {"max_tokens": np.int32, "temperature": np.float32, "top_k": np.int32,
-             "top_p": np.float32, "seed": np.int64}
+             "top_p": np.float32, "seed": np.int64, "num_beams": np.int32}
     for name, dtype in kinds.items():
         value = getattr(params, name)
         if value is not None:

@@ -8,7 +8,10 @@ Each level sends `requests_per_level` requests, streamed (gRPC `async_stream_inf
 `/generate_stream`, `client.generate`). Prompts come from `prompts` (a text file's lines)
 taken in turn; `max_tokens` is drawn uniformly from `max_tokens` (low, high), seeded. The
 requests are greedy, so after each level a `check_fraction` sample is compared with in-process
-`generate` on the model's ONNX file (`onnx_path`): the token ids must be equal.
+`generate` on the model's ONNX file (`onnx_path`): the token ids and the text must be equal. A
+translation model's `onnx_path` is a folder with its two graphs (an export, or the served
+model's version folder): the oracle is the in-process greedy translation of each source alone
+(`OnnxSeq2Seq.translate`).
 
 `run_generate_load_test(config) -> GenerateLoadReport` (`to_dict` is the JSON; `write_plot`
 the PNG: TTFT and ITL percentiles, and tokens/s, against the level).
@@ -225,9 +228,33 @@ def _check(level: GenerateLevel, results: list[tuple[str, int, Any]], oracle: An
     count = max(1, int(round(len(results) * fraction)))
     for index in rng.choice(len(results), size=min(count, len(results)), replace=False):
         prompt, max_tokens, result = results[int(index)]
-        expected = oracle.generate(prompt, max_tokens)[0].token_ids
+        text, ids = oracle(prompt, max_tokens)
         level.checked += 1
-        level.mismatched += int(result.token_ids != expected)
+        level.mismatched += int(result.token_ids != ids or result.text != text)
+
+
+def in_process_oracle(onnx_path: Path) -> Callable[[str, int], tuple[str, list[int]]]:
+    """(prompt, max_tokens) -> (text, token ids) of greedy in-process generation: a decoder's
+    `generate`, or a translation folder's `translate` (one source at a time, as served)."""
+    from attndeploy.generation.seq2seq_onnx import OnnxSeq2Seq, is_translation_export
+
+    if is_translation_export(Path(onnx_path)):
+        translator = OnnxSeq2Seq(onnx_path, threads=1)
+
+        def translate(prompt: str, max_tokens: int) -> tuple[str, list[int]]:
+            [(text, found)] = translator.translate([prompt], max_new_tokens=max_tokens)
+            return text, found.ids
+
+        return translate
+    from attndeploy.generation.loop import DecoderModel
+
+    decoder = DecoderModel(onnx_path, threads=1)
+
+    def generate(prompt: str, max_tokens: int) -> tuple[str, list[int]]:
+        [result] = decoder.generate(prompt, max_tokens)
+        return result.text, result.token_ids
+
+    return generate
 
 
 def run_generate_load_test(config: GenerateLoadConfig, *, send: Send | None = None,
@@ -237,9 +264,7 @@ def run_generate_load_test(config: GenerateLoadConfig, *, send: Send | None = No
     send = send or _sender(config)
     oracle = None
     if config.onnx_path is not None and config.check_fraction > 0:
-        from attndeploy.generation.loop import DecoderModel
-
-        oracle = DecoderModel(config.onnx_path, threads=1)
+        oracle = in_process_oracle(config.onnx_path)
     rng = np.random.default_rng(config.seed)
     send(config.prompts[0], 1)  # warm-up: the first request pays for connections
     levels = []

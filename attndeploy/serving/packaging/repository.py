@@ -52,8 +52,11 @@ from attndeploy.generation.metadata import DecoderMetadata, is_decoder, parse_de
 from attndeploy.output_set import atomic_outputs, write_files
 from attndeploy.runtime.names import META_VERSION
 from attndeploy.serving.packaging.generate_model import (
+    TRANSLATION_FILES,
+    TranslationSource,
     generate_limits,
     generate_model_name,
+    read_translation_source,
     write_generate_model,
 )
 from attndeploy.serving.packaging.generic import GenericInfo, read_generic_info
@@ -239,9 +242,26 @@ def _decoder_metadata(path: Path, model: onnx.ModelProto) -> DecoderMetadata | N
     return parsed
 
 
-def _package_decoder(onnx_path: Path, meta: DecoderMetadata, repo: Path,
+def _is_translation_export(path: Path) -> bool:
+    return path.is_dir() and (path / TRANSLATION_FILES[1]).is_file()
+
+
+def _is_translation_checkpoint(path: Path) -> bool:
+    """A checkpoint folder whose config.json names the translation head."""
+    import json
+
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    model = config.get("model") if isinstance(config, dict) else None
+    return isinstance(model, dict) and model.get("head") == "translation"
+
+
+def _package_decoder(onnx_path: Path, meta: DecoderMetadata | TranslationSource, repo: Path,
                      options: PackageOptions, base: str) -> PackagedModel:
-    """Write `<base>_generate` (generate_model.py) for a decoder; all or nothing."""
+    """Write `<base>_generate` (generate_model.py) for a decoder or a translation export (its
+    folder); all or nothing."""
     target = repo / generate_model_name(base)
     generate_limits(meta, options)  # an option beyond the model: refused before any write
     if output_exists(target) and not options.force:
@@ -255,11 +275,15 @@ def _package_decoder(onnx_path: Path, meta: DecoderMetadata, repo: Path,
         raise RepositoryError(
             f"another run wrote model {Path(exc.path).name} in {repo} at the same time; "
             "nothing of this run was kept") from exc
+    translation = isinstance(meta, TranslationSource)
     return PackagedModel(
         name=target.name, flavor=Flavor.PYTHON, version=options.version, path=target,
-        variant=meta.variant, head="causal_lm", gated=meta.variant == "ganet", num_labels=0,
-        max_seq=meta.max_seq, max_batch_size=options.max_batch_size,
-        onnx_sha256=file_sha256(onnx_path), generate=True)
+        variant=meta.variant, head="translation" if translation else "causal_lm",
+        gated=meta.variant == "ganet", num_labels=0,
+        max_seq=meta.max_source if translation else meta.max_seq,
+        max_batch_size=options.max_batch_size,
+        onnx_sha256=file_sha256(onnx_path / TRANSLATION_FILES[1] if translation else onnx_path),
+        generate=True)
 
 
 def package_model(
@@ -285,7 +309,17 @@ def package_model(
     # A packager killed while staging (any model) leaves `.<model>.<pid>.<random>.tmp`, which
     # Triton and check-repo would take for a broken model folder.
     remove_stale_temporaries_in(repo)
+    if _is_translation_export(source):  # encoder + decoder: served as `<name>_generate`
+        return [_package_decoder(source, read_translation_source(source), repo, options,
+                                 options.name or default_model_name(source))]
+    if _is_translation_checkpoint(source):
+        raise RepositoryError(f"{source} is a translation checkpoint: export it first "
+                              f"(`attndeploy export {source} --out FOLDER`) and package the "
+                              "folder")
     with _onnx_source(source, exporter) as onnx_path:
+        if _is_translation_export(onnx_path):  # a translation checkpoint, exported just now
+            return [_package_decoder(onnx_path, read_translation_source(onnx_path), repo,
+                                     options, options.name or default_model_name(source))]
         graph = load_onnx_graph(onnx_path)
         decoder = _decoder_metadata(onnx_path, graph)
         if decoder is not None:

@@ -32,7 +32,11 @@ from attndeploy.serving.loadtest.generation import (
     run_generate_load_test,
 )
 from attndeploy.serving.packaging import model_config as cfgmod
-from attndeploy.serving.packaging.generate_model import PARAM_MAX_RUNNING, is_generate_config
+from attndeploy.serving.packaging.generate_model import (
+    PARAM_MAX_RUNNING,
+    PARAM_MAX_TOKENS,
+    is_generate_config,
+)
 
 PREVIOUS_SUFFIX = ".previous"
 
@@ -145,7 +149,11 @@ def tune_generate(repo: Path, model: str, candidates: Sequence[GenerateCandidate
     """Measure every candidate (see the module docstring)."""
     from attndeploy.serving.server import TritonServer, free_ports
 
-    _config_path(repo, model)
+    config = _config_path(repo, model)
+    cfg = cfgmod.parse_config(config.read_text(encoding="utf-8"), str(config))
+    if PARAM_MAX_TOKENS in cfg.parameters:  # never more than the model serves (a translation
+        most = int(cfg.parameters[PARAM_MAX_TOKENS].string_value)  # writes max_target tokens)
+        max_tokens = (min(max_tokens[0], most), min(max_tokens[1], most))
     result = GenerateTuneResult(model, itl_budget_ms)
     for candidate in candidates:
         with tempfile.TemporaryDirectory(prefix="attndeploy-tune-generate-") as tmp:

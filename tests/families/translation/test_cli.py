@@ -79,3 +79,25 @@ def test_num_beams_below_one_is_one_line(trained):
     result = run_cli("generate", str(trained / "ckpt"), "--prompt", "x", "--num-beams", "0",
                      cwd=trained)
     assert_one_line_error(result, "data", "--num-beams")
+
+
+@pytest.mark.slow  # two exports of two graphs
+def test_export_writes_its_default_folder_and_replaces_a_folder_only_with_force(trained):
+    checkpoint = trained / "ckpt"
+    default = parse_json(run_cli("export", str(checkpoint), "--json", cwd=trained))
+    assert default["folder"] == str(checkpoint / "export")  # not a folder named model.onnx
+    assert (checkpoint / "export" / "decoder_model.onnx").is_file()
+    again = run_cli("export", str(checkpoint), "--out", str(checkpoint / "export"), cwd=trained)
+    assert_one_line_error(again, "output", "already exists", "--force")
+    replaced = parse_json(run_cli("export", str(checkpoint), "--out", str(checkpoint / "export"),
+                                  "--force", "--json", cwd=trained))
+    assert replaced["folder"] == str(checkpoint / "export")
+    info = parse_json(run_cli("info", str(checkpoint / "export"), "--json", cwd=trained))
+    metrics = parse_json(run_cli("info", str(checkpoint), "--json", cwd=trained))["metrics"]
+    assert info["family"] == "translation" and info["variant"] == "evolving"
+    assert info["chrf (model / retrieval / copy)"] == (
+        f"{metrics['chrf']} / {metrics['baseline_chrf']} / {metrics['copy_chrf']}")
+    (trained / "a-file").write_text("x")
+    onto_a_file = run_cli("export", str(checkpoint), "--out", str(trained / "a-file"),
+                          "--force", cwd=trained)
+    assert_one_line_error(onto_a_file, "output", "a-file", "not a folder")

@@ -23,14 +23,14 @@ def fake_send(first_s: float, gap_s: float, fail_prompt: str | None = None):
 
 
 class Oracle:
-    def __init__(self, wrong: bool) -> None:
-        self.wrong = wrong
+    def __init__(self, wrong: bool, text: str = "") -> None:
+        self.wrong, self.text = wrong, text
 
     def generate(self, prompt: str, max_tokens: int):
         from types import SimpleNamespace
 
         ids = list(range(max_tokens))
-        return [SimpleNamespace(token_ids=ids[::-1] if self.wrong else ids)]
+        return [SimpleNamespace(text=self.text, token_ids=ids[::-1] if self.wrong else ids)]
 
 
 def config(**overrides) -> GenerateLoadConfig:
@@ -63,6 +63,11 @@ def test_errors_and_wrong_tokens_fail_the_report(monkeypatch):
                                      send=fake_send(0.01, 0.01))
     assert all(lv.checked == 6 and lv.mismatched == 6 for lv in checked.levels)
     assert not checked.passed
+    # the same ids but another text (a translation is checked by its text too)
+    monkeypatch.setattr(loop, "DecoderModel", lambda path, threads: Oracle(False, "other"))
+    texts = run_generate_load_test(config(onnx_path="m.onnx", check_fraction=1.0),
+                                   send=fake_send(0.01, 0.01))
+    assert all(lv.checked == 6 and lv.mismatched == 6 for lv in texts.levels)
 
 
 def test_a_config_without_levels_or_with_a_bad_range_is_refused():
