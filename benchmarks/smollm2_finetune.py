@@ -70,65 +70,86 @@ def gguf_path() -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", default="standard,qvi,ganet,evolving")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--warmup-steps", type=int, default=4,
+                        help="the learning-rate warm-up, over which the variant comes in")
     parser.add_argument("--window", type=int, default=64)
+    parser.add_argument("--eval-fraction", type=float, default=0.03,
+                        help="share of the texts held out [0.03: 20 texts, about 1,600 tokens]")
+    parser.add_argument("--evolving-mix-cap", type=float, default=FINE_TUNE["evolving_mix_cap"])
+    parser.add_argument("--new-learning-rate", type=float,
+                        default=FINE_TUNE["new_learning_rate"])
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     texts = descriptions()
-    load_before = os.getloadavg()
     loaded = load_hf_causal_lm(gguf_path())
     tokenizer = tokenizer_of(loaded)
-    runs = []
+    options = FitOptions(**{**FINE_TUNE, "steps": args.steps, "batch_size": args.batch_size,
+                            "window": args.window, "eval_fraction": args.eval_fraction,
+                            "warmup_steps": args.warmup_steps,
+                            "evolving_mix_cap": args.evolving_mix_cap,
+                            "new_learning_rate": args.new_learning_rate})
+    report = {"texts": len(texts), "source": "/var/lib/dpkg/status long descriptions",
+              "options": {**dataclasses.asdict(options), "seed": args.seeds},
+              "threads": args.threads, "runs": []}
+    args.out.mkdir(parents=True, exist_ok=True)
     for seed in [int(s) for s in args.seeds.split(",")]:
         for variant in args.variants.split(","):
             model = convert_causal_lm(loaded.model, variant, max_seq=512)
-            options = FitOptions(**{**FINE_TUNE, "steps": args.steps,
-                                    "batch_size": args.batch_size, "window": args.window,
-                                    "seed": seed})
+            load_before = os.getloadavg()
             started = time.monotonic()
-            result = fit_decoder(texts, {}, options, progress=True,
+            result = fit_decoder(texts, {}, dataclasses.replace(options, seed=seed),
+                                 progress=True,
                                  start=Start(model, tokenizer, "SmolLM2-135M-Instruct"))
-            runs.append({"variant": variant, "seed": seed,
-                         "minutes": round((time.monotonic() - started) / 60, 2),
-                         **{k: result.metrics[k] for k in (
-                             "perplexity_before", "perplexity", "baseline_perplexity",
-                             "held_out_texts", "held_out_tokens")},
-                         **({"gate_density": result.metrics["gate_density"]}
-                            if "gate_density" in result.metrics else {})})
-            print(json.dumps(runs[-1]), flush=True)
+            run = {"variant": variant, "seed": seed, "steps": result.summary["steps"],
+                   "minutes": round((time.monotonic() - started) / 60, 2),
+                   "load_before": [round(x, 2) for x in load_before],
+                   "load_after": [round(x, 2) for x in os.getloadavg()],
+                   **{k: result.metrics[k] for k in (
+                       "perplexity_before", "perplexity", "baseline_perplexity",
+                       "held_out_texts", "held_out_tokens")},
+                   **({"evolving_mix": model.config.evolving_mix}
+                      if variant == "evolving" else {}),
+                   **({"gate_density": result.metrics["gate_density"]}
+                      if "gate_density" in result.metrics else {})}
+            report["runs"].append(run)
+            print(json.dumps(run), flush=True)
+            # written after every run: a long sweep cut short keeps what it measured
+            atomic_write_text(args.out / "smollm2_finetune.json",
+                              json.dumps(report, indent=2) + "\n")
+            _plot(report["runs"], args.out / "smollm2_finetune.png")
             del model, result
-    report = {"texts": len(texts), "source": "/var/lib/dpkg/status long descriptions",
-              "options": {**dataclasses.asdict(options), "seed": args.seeds},
-              "threads": args.threads, "load_before": load_before,
-              "load_after": os.getloadavg(), "runs": runs}
-    args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(args.out / "smollm2_finetune.json", json.dumps(report, indent=2) + "\n")
-    _plot(runs, args.out / "smollm2_finetune.png")
 
 
 def _plot(runs: list[dict], path: Path) -> None:
+    """Before and after bars per run; standard's perplexity after and 1.1× it as lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [f"{r['variant']}\nseed {r['seed']}" for r in runs]
-    fig, ax = plt.subplots(figsize=(1.6 * len(runs) + 2, 3.5))
+    fig, ax = plt.subplots(figsize=(1.6 * len(runs) + 2, 3.8))
     x = range(len(runs))
     ax.bar([i - 0.2 for i in x], [r["perplexity_before"] for r in runs], 0.4,
            label="before (pretrained)")
-    ax.bar([i + 0.2 for i in x], [r["perplexity"] for r in runs], 0.4, label="fine-tuned")
+    ax.bar([i + 0.2 for i in x], [r["perplexity"] for r in runs], 0.4,
+           label=f"after {runs[0]['steps']} steps")
     ax.axhline(runs[0]["baseline_perplexity"], color="grey", ls="--", label="KN trigram")
+    standard = [r["perplexity"] for r in runs if r["variant"] == "standard"]
+    if standard:
+        ax.axhline(1.1 * min(standard), color="red", ls=":", label="1.1 × standard after")
     ax.set_xticks(list(x), names)
     ax.set_ylabel("held-out perplexity (lower is better)")
     ax.set_title("SmolLM2-135M, short fine-tune on Debian package descriptions")
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
