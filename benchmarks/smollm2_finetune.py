@@ -6,12 +6,21 @@ The text: the long descriptions of the packages installed on this Debian system
 dropped). Each variant is converted at its warm start (`attndeploy.integrations.hf_decoder`),
 measured before training (`perplexity_before`: the pretrained model's, every variant alike),
 fine-tuned `--steps` steps (`attndeploy.models.decoder.fit`, FINE_TUNE's rates: 5e-5 for the
-pretrained weights, 5e-3 for what the variant added; Evolving Attention's α and β brought in over
-the warm-up), then measured on the same held-out windows; an interpolated Kneser-Ney trigram on
-the same tokens is the baseline. Writes DIR/smollm2_finetune.json and .png.
+pretrained weights, 5e-3 for what the variant added; Evolving Attention's α and β brought in
+over the warm-up to `--evolving-mix-cap` of their values, FINE_TUNE's 0.1 unless asked), then
+measured on the same held-out windows; an interpolated Kneser-Ney trigram on the same tokens is
+the baseline. Every variant sees the same texts, split and batches (one seed). Writes
+DIR/smollm2_finetune.json and .png after every run (a sweep cut short keeps what it measured):
+held-out perplexity before and after, minutes, the load average around each run, GA-Net's gate
+density and Evolving Attention's mix.
+
+The defaults are sized for 2 loaded cores (about 10 minutes a variant at load 10): 12 steps of
+2 windows of 64 tokens, a 4-step warm-up, 3 % of the texts held out (20 texts, about 1,600
+tokens).
 
 Run: `.venv/bin/python benchmarks/smollm2_finetune.py [--variants standard,qvi,ganet,evolving]
-[--steps 40] [--batch-size 4] [--window 64] [--seeds 0] [--threads 2] [--out DIR]`
+[--steps 12] [--batch-size 2] [--window 64] [--warmup-steps 4] [--eval-fraction 0.03]
+[--evolving-mix-cap 0.1] [--new-learning-rate 5e-3] [--seeds 0] [--threads 2] [--out DIR]`
 (needs `make real-data`).
 """
 
@@ -80,6 +89,13 @@ def main() -> None:
     parser.add_argument("--evolving-mix-cap", type=float, default=FINE_TUNE["evolving_mix_cap"])
     parser.add_argument("--new-learning-rate", type=float,
                         default=FINE_TUNE["new_learning_rate"])
+    parser.add_argument("--before", choices=("every", "first"), default="every",
+                        help="measure the held-out perplexity before fine-tuning for every "
+                             "variant, or for the first only (every warm start computes the "
+                             "pretrained model's function: the same number, at 1 eval less each)")
+    parser.add_argument("--append", action="store_true",
+                        help="add to the runs already in DIR/smollm2_finetune.json (the same "
+                             "options), e.g. one variant per process on a loaded machine")
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -94,24 +110,38 @@ def main() -> None:
                             "evolving_mix_cap": args.evolving_mix_cap,
                             "new_learning_rate": args.new_learning_rate})
     report = {"texts": len(texts), "source": "/var/lib/dpkg/status long descriptions",
-              "options": {**dataclasses.asdict(options), "seed": args.seeds},
+              "options": {**{k: v for k, v in dataclasses.asdict(options).items()
+                             if k != "measure_before"}, "seed": args.seeds},
               "threads": args.threads, "runs": []}
     args.out.mkdir(parents=True, exist_ok=True)
+    existing = args.out / "smollm2_finetune.json"
+    if args.append and existing.is_file():
+        earlier = json.loads(existing.read_text())
+        if earlier["options"] != json.loads(json.dumps(report["options"])):
+            raise SystemExit(f"{existing} was measured with other options: "
+                             f"{earlier['options']}")
+        report["runs"] = earlier["runs"]
     for seed in [int(s) for s in args.seeds.split(",")]:
         for variant in args.variants.split(","):
             model = convert_causal_lm(loaded.model, variant, max_seq=512)
             load_before = os.getloadavg()
             started = time.monotonic()
-            result = fit_decoder(texts, {}, dataclasses.replace(options, seed=seed),
+            measure = args.before == "every" or not report["runs"]
+            result = fit_decoder(texts, {}, dataclasses.replace(options, seed=seed,
+                                                                measure_before=measure),
                                  progress=True,
                                  start=Start(model, tokenizer, "SmolLM2-135M-Instruct"))
             run = {"variant": variant, "seed": seed, "steps": result.summary["steps"],
                    "minutes": round((time.monotonic() - started) / 60, 2),
                    "load_before": [round(x, 2) for x in load_before],
                    "load_after": [round(x, 2) for x in os.getloadavg()],
+                   "perplexity_before": result.metrics.get(
+                       "perplexity_before", report["runs"][0]["perplexity_before"]
+                       if report["runs"] else None),
+                   "before_measured": measure,
                    **{k: result.metrics[k] for k in (
-                       "perplexity_before", "perplexity", "baseline_perplexity",
-                       "held_out_texts", "held_out_tokens")},
+                       "perplexity", "baseline_perplexity", "held_out_texts",
+                       "held_out_tokens")},
                    **({"evolving_mix": model.config.evolving_mix}
                       if variant == "evolving" else {}),
                    **({"gate_density": result.metrics["gate_density"]}

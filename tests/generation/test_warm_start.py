@@ -135,3 +135,12 @@ def test_a_fine_tune_cut_short_leaves_the_mix_on_its_ramp(pretrained):
                          ramp_steps=10, evolving_mix_cap=0.5)
     result = fit_decoder(TEXTS, {}, options, start=Start(model, pretrained.tokenizer, "tiny"))
     assert result.model.config.evolving_mix == pytest.approx(0.5 * 3 / 10)
+
+
+def test_a_fine_tune_may_leave_the_start_s_perplexity_unmeasured(pretrained):
+    """`measure_before=False`: a benchmark of several warm starts of one model measures it
+    once; the metrics then hold no `perplexity_before` rather than a stale number."""
+    model = warm_variant(pretrained.model, "qvi-prefix")
+    options = FitOptions(steps=1, batch_size=2, measure_before=False)
+    result = fit_decoder(TEXTS, {}, options, start=Start(model, pretrained.tokenizer, "tiny"))
+    assert "perplexity_before" not in result.metrics and "perplexity" in result.metrics

@@ -66,6 +66,9 @@ class FitOptions:
     # falls from 1 (every gate open, the warm start) to its value over the same steps.
     evolving_mix_cap: float = 1.0
     ramp_steps: int | None = None
+    # fine-tuning: measure the start's held-out perplexity (`perplexity_before`); a benchmark
+    # fine-tuning several warm starts of one model, which all compute the same, may measure once
+    measure_before: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.evolving_mix_cap <= 1.0:
@@ -241,7 +244,8 @@ def fit_decoder(texts: Sequence[str], config: dict[str, Any], options: FitOption
     if not train_rows or not held_rows:
         raise DataError("every text is shorter than two tokens: nothing to train or measure")
     eval_batch = max(1, min(32, options.batch_size))
-    before = perplexity(model, held_rows, eval_batch) if start is not None else None
+    before = (perplexity(model, held_rows, eval_batch)
+              if start is not None and options.measure_before else None)
     ramp = (start is not None and decoder_config.variant == "evolving"
             and decoder_config.evolving_mix < 1.0)
     optimizer = _optimizer(model, options, start)
