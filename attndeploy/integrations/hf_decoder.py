@@ -9,11 +9,12 @@ copies every weight; the variant then starts at the pretrained model's own funct
     qvi       start_as_vanilla: Ṽ = V whatever the gate says
     ganet     the gate network starts open (every token kept, in the cache too)
     evolving  evolving_mix 0: the maps' mixing weights α and β start at 0 (A = the layer's own
-              logits) and the conv is the identity, so fine-tuning can bring them in
+              logits) and the row-causal conv is the identity, so fine-tuning can bring them in
 
-so the converted model computes what the pretrained one did (to float rounding). The tokenizer
-becomes an `HFTokenizer` record (its tokenizer.json, special ids and chat template), which the
-checkpoint and the export carry: generation needs no Hugging Face code.
+so the converted model computes what the pretrained one did (to float rounding;
+`attndeploy.models.decoder.warm_start`, which also holds how fine-tuning brings the variant
+in). The tokenizer becomes an `HFTokenizer` record (its tokenizer.json, special ids and chat
+template), which the checkpoint and the export carry: generation needs no Hugging Face code.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from attndeploy.errors import ConfigError, DataError
 from attndeploy.generation.hf_tokenizer import HFTokenizer
 from attndeploy.models.decoder.config import DecoderConfig
 from attndeploy.models.decoder.model import CausalLM
+from attndeploy.models.decoder.warm_start import start_warm
 
 ARCHITECTURES = ("LlamaForCausalLM",)
 GGUF_ARCHITECTURES = {"llama": "LlamaForCausalLM"}  # general.architecture -> transformers class
@@ -168,11 +170,7 @@ def convert_causal_lm(hf_model: Any, variant: str = "standard", *, max_seq: int 
     if left or unexpected:
         raise ConfigError(f"the converted weights do not fit (missing {left[:5]}, unexpected "
                           f"{sorted(unexpected)[:5]})")
-    for block in model.blocks:
-        block.attention.start_as_vanilla()
-    if model.gate_network is not None:
-        model.gate_network.start_open()
-    return model.eval()
+    return start_warm(model).eval()
 
 
 def tokenizer_of(loaded: LoadedCausalLM) -> HFTokenizer | None:

@@ -13,9 +13,11 @@ Fine-tuning a pretrained decoder (`Start`: a converted model with its own tokeni
 at its warm start) keeps the model and its tokenizer, trains on windows of `window` tokens (128
 unless asked: a pretrained context of thousands would not fit 2 cores), the pretrained weights at
 `learning_rate` and the parameters the variant added (QVI's maps, Evolving Attention's convs,
-GA-Net's gate network) at `new_learning_rate`, as the encoders' fine-tuning does; Evolving
-Attention's α and β come in over the warm-up steps (`evolving_mix` 0 -> 1). The held-out
-perplexity before fine-tuning is reported beside the one after (`perplexity_before`).
+GA-Net's gate network) at `new_learning_rate`, as the encoders' fine-tuning does. The variant
+comes in gradually (`attndeploy.models.decoder.warm_start`): Evolving Attention's α and β from
+0 to `evolving_mix_cap` of their values over `ramp_steps` (the warm-up unless asked), and a
+GA-Net `density_target` from 1 down to its value over the same steps. The held-out perplexity
+before fine-tuning is reported beside the one after (`perplexity_before`).
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ import torch
 import torch.nn.functional as F
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from attndeploy.errors import DataError
+from attndeploy.errors import ConfigError, DataError
 from attndeploy.generation.tokenizer import LMTokenizer
 from attndeploy.models.decoder.checkpoint import save_decoder
 from attndeploy.models.decoder.config import DecoderConfig
 from attndeploy.models.decoder.model import CausalLM
 from attndeploy.models.decoder.ngram import KneserNeyTrigram
+from attndeploy.models.decoder.warm_start import density_target_at, evolving_mix_at
 
 IGNORE = -100
 
@@ -58,6 +61,24 @@ class FitOptions:
     density_weight: float = 1.0  # ... with this weight on the excess (a hinge)
     window: int | None = None  # training window in tokens [default: max_seq; 128 fine-tuning]
     new_learning_rate: float | None = None  # fine-tuning: the variant's added parameters
+    # Fine-tuning's bring-in (`warm_start`): Evolving Attention's share of α and β rises from 0
+    # to `evolving_mix_cap` over `ramp_steps` steps [default: warmup_steps]; a `density_target`
+    # falls from 1 (every gate open, the warm start) to its value over the same steps.
+    evolving_mix_cap: float = 1.0
+    ramp_steps: int | None = None
+    # fine-tuning: measure the start's held-out perplexity (`perplexity_before`); a benchmark
+    # fine-tuning several warm starts of one model, which all compute the same, may measure once
+    measure_before: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.evolving_mix_cap <= 1.0:
+            raise ConfigError(f"evolving_mix_cap must be in [0, 1], got {self.evolving_mix_cap}")
+        if self.ramp_steps is not None and self.ramp_steps < 0:
+            raise ConfigError(f"ramp_steps must be >= 0, got {self.ramp_steps}")
+
+    @property
+    def bring_in_steps(self) -> int:
+        return self.warmup_steps if self.ramp_steps is None else self.ramp_steps
 
 
 @dataclass
@@ -223,7 +244,8 @@ def fit_decoder(texts: Sequence[str], config: dict[str, Any], options: FitOption
     if not train_rows or not held_rows:
         raise DataError("every text is shorter than two tokens: nothing to train or measure")
     eval_batch = max(1, min(32, options.batch_size))
-    before = perplexity(model, held_rows, eval_batch) if start is not None else None
+    before = (perplexity(model, held_rows, eval_batch)
+              if start is not None and options.measure_before else None)
     ramp = (start is not None and decoder_config.variant == "evolving"
             and decoder_config.evolving_mix < 1.0)
     optimizer = _optimizer(model, options, start)
@@ -243,8 +265,12 @@ def fit_decoder(texts: Sequence[str], config: dict[str, Any], options: FitOption
             for group in optimizer.param_groups:
                 group["lr"] = _learning_rate(step, options) * group["scale"]
             if ramp:
-                _set_evolving_mix(model, min(1.0, (step + 1) / max(options.warmup_steps, 1)))
-            loss, _ = lm_loss(model, rows, options.density_target, options.density_weight)
+                _set_evolving_mix(model, evolving_mix_at(step, options.bring_in_steps,
+                                                         options.evolving_mix_cap))
+            target = options.density_target
+            if start is not None and target is not None:
+                target = density_target_at(step, options.bring_in_steps, target)
+            loss, _ = lm_loss(model, rows, target, options.density_weight)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
