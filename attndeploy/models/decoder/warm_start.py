@@ -6,7 +6,8 @@ GA-Net: every gate open; Evolving Attention: α and β in use 0, the conv the id
 of a fine-tune computes exactly what the pretrained model did. Evolving Attention's identity
 differs from the bidirectional layer's: the row-causal kernel has no row padding, so row i of
 C reads rows i−2, i−1, i of A_in through kernel rows 0, 1, 2 (docs/variants.md §5.5), and the
-identity is kernel row 2, column 1 (`IDENTITY_TAP`). The bidirectional layer's centre tap (1, 1)
+identity is kernel row 2, column 1 (`CausalEvolvingAttention.IDENTITY_TAP`, set by its
+`start_as_vanilla`). The bidirectional layer's centre tap (1, 1)
 would hand every row the map of the row above it: once β comes in, each query attends as the
 previous one did, which is what wrecked the first SmolLM2 fine-tune (held-out perplexity 60 ->
 249).
@@ -24,9 +25,6 @@ from __future__ import annotations
 import torch
 
 from attndeploy.models.decoder.model import CausalLM
-from attndeploy.variants.evolving.causal import ROWS, CausalEvolvingAttention
-
-IDENTITY_TAP = (ROWS, 1)  # (kernel row, kernel column) of the row itself, no column shift
 
 
 @torch.no_grad()
@@ -34,12 +32,7 @@ def start_warm(model: CausalLM) -> CausalLM:
     """Every variant of `model` at its warm start (in place; returns `model`)."""
     for block in model.blocks:
         attention = block.attention
-        attention.start_as_vanilla()
-        if isinstance(attention, CausalEvolvingAttention) and not attention.is_chain_start:
-            weight = attention.conv.weight  # [H, H, 3, 3]
-            weight.zero_()
-            weight[:, :, IDENTITY_TAP[0], IDENTITY_TAP[1]].copy_(
-                torch.eye(attention.n_heads))
+        attention.start_as_vanilla()  # Evolving: the identity at its own IDENTITY_TAP
     if model.gate_network is not None:
         model.gate_network.start_open()
     return model

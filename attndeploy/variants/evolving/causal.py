@@ -43,6 +43,11 @@ class CausalEvolvingAttention(EvolvingAttention):
     go to the next layer; `prev_logits=None` starts a chain (vanilla causal attention).
     """
 
+    # The row-causal kernel reads rows i−2, i−1, i through kernel rows 0, 1, 2 (no padding
+    # below), so row i passes unchanged through kernel row 2; the centre tap would hand each
+    # row the map of the row above it.
+    IDENTITY_TAP = (ROWS, 1)
+
     @property
     def STATE_NAMES(self) -> tuple[str, ...]:  # noqa: N802
         return ("key", "value") if self.is_chain_start else ("key", "value", "evolving_rows")

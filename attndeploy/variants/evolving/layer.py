@@ -37,6 +37,8 @@ class EvolvingAttention(AttentionBase):
     Exports as one `attndeploy::EvolvingAttention` node, or `EvolvingAttentionStart` at a start.
     """
 
+    IDENTITY_TAP = (1, 1)  # (kernel row, column) through which a map passes unchanged: the centre
+
     def __init__(
         self,
         embed_dim: int,
@@ -62,13 +64,14 @@ class EvolvingAttention(AttentionBase):
     @torch.no_grad()
     def start_as_vanilla(self) -> None:
         """α and β in use start at 0 (A = Z(S): vanilla attention, exactly) and the conv is the
-        identity (each head's map through its own centre tap, no bias), so that as
+        identity (each head's map through its own tap `IDENTITY_TAP`, no bias), so that as
         `set_warm_start_progress` brings α and β in, C = ReLU(A_in) departs from A_in only where
         logits are negative. α and β are the configured values once the progress reaches 1."""
         self.mix = 0.0
         if not self.is_chain_start:
             self.conv.weight.zero_()
-            self.conv.weight[:, :, 1, 1].copy_(torch.eye(self.n_heads))
+            row, column = self.IDENTITY_TAP
+            self.conv.weight[:, :, row, column].copy_(torch.eye(self.n_heads))
             self.conv.bias.zero_()
 
     def set_warm_start_progress(self, fraction: float) -> None:
