@@ -33,7 +33,7 @@ Nothing is written unless (1) the optimized model gives the input model's output
 (`PARITY_SHAPES`) in onnxruntime, and (2) it is faster on the shape grid (`GRID`, issue #55's
 1x16 ... 32x128, seq clipped to the model's limit): both models timed interleaved in onnxruntime's
 CPU provider, one thread, CPU time of the calling thread (`time_on_grid`), and judged by
-`judge_speed` (geometric mean of the time ratios below 1, no shape more than 5 % slower).
+`judge_speed` (geometric mean of the time ratios at most 0.99, no shape more than 5 % slower).
 `keep_slower=True` (`--keep-slower`) writes a model that passed (1) but not (2). The file is
 written atomically; its metadata is the input's plus `attndeploy.optimized` (what ran, as JSON).
 The result counts op types before and after (`fused`: the non-standard types that are new or
@@ -42,7 +42,8 @@ Measured on 2 CPU cores (benchmarks/latency.py's evolving model): the transforme
 fusions made runs on the CPU provider 7-13 % slower (onnxruntime fuses LayerNormalization and
 Gelu itself when it loads a model; what the optimizer's fused ops give on a GPU was not
 measured), which is why a slower result is no longer written by default; onnxruntime's saved
-graph loaded in 49 ms (basic) and 34 ms (extended) instead of 103 ms and ran as fast.
+graph loaded in 49 ms (basic) and 34 ms (extended) instead of 103 ms and ran as fast: its gain
+is the load, which the grid does not judge, so that method's file needs `--keep-slower`.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ PARITY_SHAPES = ((1, 1), (2, 5), (3, 17), (2, 64))
 # (batch, seq) of the timing grid (issue #55's), seq clipped to what the model takes
 GRID = ((1, 16), (1, 32), (8, 32), (8, 128), (32, 128))
 TIMING_ROUNDS, TIMING_CALLS = 5, 3
+FASTER_MARGIN = 0.01  # faster: the geometric mean of the time ratios at most 1 - this
 SLOWER_SLACK = 0.05  # a shape this much slower refuses the model even at a faster mean
 
 
@@ -222,7 +224,18 @@ def _transformer_optimize(
         except Exception as exc:  # onnxruntime and the fusions raise many types
             raise ExportError(f"onnxruntime's transformer optimizer failed on {source}: "
                               f"{_first_line(exc)}") from exc
+    _import_used_domains(optimized.model)
     return optimized.model
+
+
+def _import_used_domains(model: onnx.ModelProto) -> None:
+    """Opset imports for the domains the fusions' nodes use (`com.microsoft`, version 1): the
+    optimizer adds them only in its own `save`, and without them onnx's shape inference (which
+    `quantize` runs) refuses the file."""
+    imported = {o.domain for o in model.opset_import}
+    used = {n.domain for n in model.graph.node} - imported - {"", "ai.onnx"}
+    for domain in sorted(used):
+        model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
 
 
 ORT_LEVELS = {1: "ORT_ENABLE_BASIC", 2: "ORT_ENABLE_EXTENDED", 99: "ORT_ENABLE_ALL"}
@@ -431,12 +444,14 @@ def time_on_grid(original: Path, optimized: onnx.ModelProto,
 
 def judge_speed(run_ms: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
     """The optimized model's time over the input's at each shape (`ratio`), their geometric
-    mean, and whether it is faster on the grid: a geometric mean below 1 with no shape more
-    than `SLOWER_SLACK` slower (the run-to-run noise of this timing)."""
+    mean, and whether it is faster on the grid: a geometric mean at most 1 - `FASTER_MARGIN`
+    (a model within the timing's noise of its input is not called faster), no shape more
+    than `SLOWER_SLACK` slower."""
     ratios = {shape: t["optimized"] / t["input"] if t["input"] > 0 else 1.0
               for shape, t in run_ms.items()}
     geomean = math.exp(statistics.fmean(math.log(max(r, 1e-9)) for r in ratios.values()))
-    faster = geomean < 1.0 and all(r <= 1.0 + SLOWER_SLACK for r in ratios.values())
+    faster = geomean <= 1.0 - FASTER_MARGIN and all(r <= 1.0 + SLOWER_SLACK
+                                                     for r in ratios.values())
     return {"ratio": {s: round(r, 4) for s, r in ratios.items()},
             "geomean_ratio": round(geomean, 4), "faster": faster}
 

@@ -117,6 +117,26 @@ def test_one_shape_much_slower_refuses_even_at_a_faster_mean(generic_onnx, tmp_p
     verdict = optimize.judge_speed({"a": {"input": 1.0, "optimized": 1.04},
                                     "b": {"input": 1.0, "optimized": 0.8}})
     assert verdict["faster"] is True  # within the slack at a, faster on the grid
+    noise = optimize.judge_speed({"a": {"input": 1.0, "optimized": 0.995}})
+    assert noise["faster"] is False  # within the timing's noise: not called faster
+
+
+def test_the_fused_ops_domain_is_imported_so_that_shape_inference_reads_the_file():
+    """The transformer optimizer adds `com.microsoft` to the imports only in its own save."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("BiasGelu", ["x", "b"], ["y"], domain="com.microsoft")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(onnx.shape_inference.InferenceError, match="com.microsoft"):
+        onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    optimize._import_used_domains(model)
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 18),
+                                                                    ("com.microsoft", 1)]
+    onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
 def test_keep_slower_writes_the_slower_model_and_says_so(generic_onnx, tmp_path, monkeypatch,
