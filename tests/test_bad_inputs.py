@@ -149,6 +149,19 @@ def _foreign_onnx(tmp: Path, work: Path) -> None:
     onnx.save(helper.make_model(graph), tmp / "foreign.onnx")
 
 
+def _string_input_onnx(tmp: Path, work: Path) -> None:
+    """{tmp}/strings.onnx: a model whose input is a string tensor."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["text"], ["y"])], "g",
+        [helper.make_tensor_value_info("text", TensorProto.STRING, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.STRING, [1])],
+    )
+    onnx.save(helper.make_model(graph), tmp / "strings.onnx")
+
+
 def _tampered_onnx(tmp: Path, work: Path) -> None:
     """{tmp}/tampered.onnx: the export, its largest weight declaring 2^31 x 2^20 over no data."""
     import onnx
@@ -425,9 +438,10 @@ CASES: dict[str, BadInput] = {
     "optimize not onnx": case("optimize", "{tmp}/x.onnx", "--out", "{tmp}/o.onnx",
                               stage="export", fragment="x.onnx",
                               prepare=_write("x.onnx", "hello")),
-    "optimize foreign model": case("optimize", "{tmp}/foreign.onnx", "--out", "{tmp}/o.onnx",
-                                   stage="model", fragment="not exported by attndeploy",
-                                   prepare=_foreign_onnx),
+    # any ONNX model is optimized (feeds from its signature); one of strings cannot be fed
+    "optimize model with a string input": case(
+        "optimize", "{tmp}/strings.onnx", "--out", "{tmp}/o.onnx", stage="export",
+        fragment="input text is a string tensor", prepare=_string_input_onnx),
     "optimize over its input": case("optimize", "{onnx}", "--out", "{onnx}", "--force",
                                     stage="output", fragment="input of this command"),
     "optimize existing output": case("optimize", "{onnx}", "--out", "{tmp}/o.onnx",

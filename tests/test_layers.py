@@ -58,7 +58,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("train", ("attndeploy.train", "attndeploy.training")),
     Layer("export", ("attndeploy.export",)),
     Layer("validate", ("attndeploy.validate", "attndeploy.families.*.checks")),
-    Layer("optimize", ("attndeploy.optimize",)),
+    Layer("optimize", ("attndeploy.optimize", "attndeploy.optimize_feeds")),
     Layer("debug", ("attndeploy.debug",)),
     Layer("quantize", ("attndeploy.quantize",)),
     Layer("serving", ("attndeploy.serving",), torch_free=True),

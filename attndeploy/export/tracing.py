@@ -31,7 +31,7 @@ import onnx.numpy_helper
 import torch
 
 from attndeploy.errors import ExportError
-from attndeploy.export import gelu, lstm
+from attndeploy.export import gelu, lstm, sdpa
 from attndeploy.opspec.bodies import DOMAIN, DOMAIN_VERSION
 from attndeploy.variants.api import override_lstm
 from attndeploy.variants.op_registry import custom_translation_table, function_protos, torch_ops
@@ -44,11 +44,13 @@ RANDOM_OPS = frozenset({
 
 
 def translation_table(opset: int) -> dict[Any, Any]:
-    """Every torch op the exporter translates itself: the `attndeploy` ops, the LSTM, and GELU
-    below opset 20 (in the order onnxruntime fuses, `attndeploy.export.gelu`)."""
+    """Every torch op the exporter translates itself: the `attndeploy` ops, the LSTM, GELU
+    below opset 20 (in the order onnxruntime fuses, `attndeploy.export.gelu`) and scaled
+    dot-product attention below opset 23 (no shape subgraph around Kᵀ, the scale one Mul on
+    Q, `attndeploy.export.sdpa`)."""
     return {
         **custom_translation_table(), **lstm.custom_translation_table(),
-        **gelu.translation_table(opset),
+        **gelu.translation_table(opset), **sdpa.translation_table(opset),
     }
 
 

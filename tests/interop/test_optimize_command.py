@@ -47,12 +47,14 @@ def test_optimize_writes_a_model_with_the_same_outputs_and_reports_the_fusions(
     artifacts = matrix.get(row, 18)
     out = tmp_path / "optimized.onnx"
     code, stdout, stderr = run_cli(monkeypatch, capsys, "optimize", str(artifacts.path),
-                                   "--out", str(out), "--method", method, "--json")
+                                   "--out", str(out), "--method", method, "--json",
+                                   "--keep-slower")  # speed: tests/test_optimize.py
     assert code == 0, stderr
     report = json.loads(stdout)
     assert report["method"] == method and report["path"] == str(out)
     assert [entry["shape"] for entry in report["parity"]] == ["1x1", "2x5", "3x16", "2x16"]
-    assert set(report["timing"]) == {"shape", "input", "optimized"}
+    assert report["generic"] is False  # a checkpoint's export: the grid's feeds, clipped
+    assert list(report["timing"]["run_ms"]) == ["1x16", "8x16", "32x16"]
 
     model = onnx.load(str(out))
     before = {p.key: p.value for p in onnx.load(str(artifacts.path)).metadata_props}
@@ -83,7 +85,8 @@ def test_optimize_writes_a_model_with_the_same_outputs_and_reports_the_fusions(
 
 
 def test_the_evolving_model_fuses_its_residual_layer_norms(matrix: Matrix, tmp_path):
-    result = optimize.optimize_model(matrix.get(EVOLVING_FP32, 18).path, tmp_path / "o.onnx")
+    result = optimize.optimize_model(matrix.get(EVOLVING_FP32, 18).path, tmp_path / "o.onnx",
+                                     keep_slower=True)
     assert result.fused["com.microsoft::SkipLayerNormalization"] >= 2  # 2 layers
     assert result.num_heads == 2 and result.hidden_size == 16  # from the config metadata
     assert sum(result.ops_after.values()) < sum(result.ops_before.values())
@@ -97,5 +100,5 @@ def test_an_optimized_model_that_differs_is_not_written(matrix: Matrix, tmp_path
     monkeypatch.setattr(optimize, "_transformer_optimize", lambda *args: other)
     out = tmp_path / "o.onnx"
     with pytest.raises(ExportError, match="differs from the input model's.*nothing written"):
-        optimize.optimize_model(source, out)
+        optimize.optimize_model(source, out, keep_slower=True)
     assert not out.exists() and list(tmp_path.iterdir()) == []
