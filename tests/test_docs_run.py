@@ -320,3 +320,12 @@ def test_the_rewrites_keep_each_command_and_only_add_the_documented_options():
     assert rewrite("docs/layout.md", "make test   # all").startswith("echo 'left out: make test")
     assert shell_lines('python -c "a\nb"\nls \\\n  -l\n') == ['python -c "a\nb"', "ls    -l"]
     assert json.dumps(rewrite("README.md", "ls # x")) == json.dumps("ls # x")
+
+
+def test_docs_layout_md_names_the_shortenings_this_test_makes():
+    """The shortened steps are documented where the development commands are."""
+    text = " ".join((ROOT / "docs" / "layout.md").read_text(encoding="utf-8").split())
+    for option in (f"--max-seconds {TRAIN_SECONDS}", "--window 1 --max-windows 2",
+                   "--requests 4", "--budget-minutes 1", "--prompts 2 --new-tokens 4",
+                   "20 texts", "tests/test_docs_run.py"):
+        assert option in text, option
