@@ -13,7 +13,7 @@ What the test changes, each through an option the docs name (docs/layout.md, "De
   `QUICKSTART_TRAIN_SECONDS` (the environment is there already);
 - `attndeploy train` gets `--max-seconds` `TRAIN_SECONDS` (the last value given wins), a
   benchmark's `--max-seconds` the same;
-- `loadtest` gets `--window 1 --max-windows 2` (`--requests 4` for a generate model), `tune`
+- `loadtest` gets `--window 1 --max-windows 3` (`--requests 4` for a generate model), `tune`
   `--budget-minutes 1`, a decoder's `quantize` `--prompts 2 --new-tokens 4` and 20 texts in
   place of 200 (the `grep -m` that writes them);
 - `make real-data` is left out: the block runs only where its packages are installed;
@@ -216,7 +216,7 @@ def rewrite(page: str, line: str) -> str:
     if _is_command(line, "train") or "benchmarks/ner.py" in line:
         return _before_comment(line, f"--max-seconds {TRAIN_SECONDS}")
     if _is_command(line, "loadtest"):
-        extra = "--window 1 --max-windows 2"
+        extra = "--window 1 --max-windows 3"
         return _before_comment(line, extra + (" --requests 4" if "--max-tokens" in line else ""))
     if _is_command(line, "tune"):
         return _before_comment(line, "--budget-minutes 1")
@@ -333,7 +333,7 @@ def test_docs_layout_md_names_the_shortenings_this_test_makes():
     text = " ".join((ROOT / "docs" / "layout.md").read_text(encoding="utf-8").split())
     for option in (f"--max-seconds {TRAIN_SECONDS}",
                    f"attndeploy quickstart --max-train-seconds {QUICKSTART_TRAIN_SECONDS}",
-                   "--window 1 --max-windows 2",
+                   "--window 1 --max-windows 3",
                    "--requests 4", "--budget-minutes 1", "--prompts 2 --new-tokens 4",
                    "20 texts", "tests/test_docs_run.py"):
         assert option in text, option
