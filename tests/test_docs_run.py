@@ -19,7 +19,8 @@ What the test changes, each through an option the docs name (docs/layout.md, "De
 - `make real-data` is left out: the block runs only where its packages are installed;
 - `curl localhost:8000` goes to the HTTP port the last `serve --background` recorded (serving.md:
   `serve` prints the ports it used, 8000 only where it was free);
-- a `serve` in the foreground runs until it says it is serving, then gets Ctrl-C (SIGINT).
+- a `serve` in the foreground runs until it says it is serving, then gets SIGTERM, which it
+  takes as Ctrl-C.
 
 A block that needs what `make real-data`, `make translation-data`, the package lists, docker or a
 cluster provide runs where that is installed and is skipped with the reason otherwise. A file a
@@ -139,16 +140,17 @@ states = sorted(pathlib.Path(".").glob("**/.attndeploy-server.json"),
 print(json.loads(states[-1].read_text())["http_url"].rsplit(":", 1)[1] if states else 8000)
 EOF
 }
-serve_until_ready() {  # a foreground serve: wait for its ready line, then Ctrl-C
+serve_until_ready() {  # a foreground serve: wait for its ready line, then end it
+  # SIGTERM, which serve takes as Ctrl-C (a background job of a script ignores SIGINT)
   local log; log=$(mktemp)
-  "$@" >"$log" 2>&1 & local pid=$!
+  COLUMNS=1000 "$@" >"$log" 2>&1 & local pid=$!
   for _ in $(seq 600); do
     grep -q "Ctrl-C to stop" "$log" && break
     kill -0 "$pid" 2>/dev/null || { cat "$log"; wait "$pid"; return 1; }
     sleep 0.5
   done
-  cat "$log"; grep -q "Ctrl-C to stop" "$log" || { kill -INT "$pid"; return 1; }
-  kill -INT "$pid"; wait "$pid" || [ $? -eq 130 ]
+  cat "$log"; grep -q "Ctrl-C to stop" "$log" || { kill -TERM "$pid"; return 1; }
+  kill -TERM "$pid"; wait "$pid"
 }
 """
 
