@@ -28,6 +28,8 @@ block reads that is the reader's own (`my_texts.jsonl`) is written first (`PRELU
 that cannot run as written is skipped with why (`NOT_RUNNABLE`, for its page's owner). A line that
 cannot run inside the suite (`make test` is this suite) is left out with its reason in
 `SKIPPED_LINES`. Every server a block started is stopped at the end.
+
+The block runs are slow and integration; the checks of the runner itself at the end are fast.
 """
 
 from __future__ import annotations
@@ -42,8 +44,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -290,6 +290,8 @@ def clone(tmp_path_factory):
 BLOCKS = blocks()
 
 
+@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize(("page", "line", "block"), BLOCKS,
                          ids=[f"{page}:{line}" for page, line, _ in BLOCKS])
 def test_the_block_runs_in_a_fresh_clone(clone, page, line, block):
