@@ -1,11 +1,13 @@
 """Build the two real labelled text sets that `benchmarks/train_real.py` trains on, as JSONL.
 
 Nothing is downloaded and nothing is installed here: the script reads what Debian's packages put
-on the machine. Install them first (as root; `apt-get update` once before):
+on the machine. The Debian set needs only the package lists (`apt-get update` once, as root); the
+fortunes set needs the `fortunes` packages and is left out, with one line saying so, without them
+(`--sets debian` builds the Debian set alone and says nothing about fortunes):
 
-    apt-get install -y fortunes fortunes-min    # /usr/share/games/fortunes/<category>
+    apt-get install -y fortunes fortunes-min    # optional: /usr/share/games/fortunes/<category>
 
-    .venv/bin/python benchmarks/real_text.py [--out benchmarks/results/real_text]
+    .venv/bin/python benchmarks/real_text.py [--out benchmarks/results/real_text] [--sets debian]
 
 Sets (one `{"text": ..., "label": ...}` object per line, sorted by label then text):
 
@@ -56,9 +58,14 @@ def _normalise(text: str) -> str:
     return " ".join(text.split())
 
 
+def missing_fortune_categories(directory: Path = FORTUNES_DIR) -> list[str]:
+    """The chosen categories that `directory` lacks (all of them where `fortunes` is absent)."""
+    return [name for name in FORTUNE_CATEGORIES if not (directory / name).is_file()]
+
+
 def fortunes(directory: Path = FORTUNES_DIR) -> list[tuple[str, str]]:
     """(text, category) for every fortune of the chosen categories."""
-    missing = [name for name in FORTUNE_CATEGORIES if not (directory / name).is_file()]
+    missing = missing_fortune_categories(directory)
     if missing:
         raise SystemExit(f"{directory} lacks {', '.join(missing)}: "
                          "apt-get install -y fortunes fortunes-min")
@@ -142,19 +149,41 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=600, help="most texts kept per label")
     parser.add_argument("--packages-file", type=Path, default=None,
                         help="a Packages file to read instead of `apt-cache dumpavail`")
+    parser.add_argument("--sets", default="debian,fortunes",
+                        help="comma-separated sets to build (debian, fortunes); fortunes is left "
+                             "out with a line saying so where its packages are not installed")
+    parser.add_argument("--fortunes-dir", type=Path, default=FORTUNES_DIR,
+                        help="where the fortunes packages put their category files")
     args = parser.parse_args()
-    packages = (args.packages_file.read_text(encoding="utf-8", errors="replace")
-                if args.packages_file else _dumpavail())
+    sets = [name.strip() for name in args.sets.split(",") if name.strip()]
+    unknown = sorted(set(sets) - {"debian", "fortunes"})
+    if unknown or not sets:
+        parser.error(f"--sets takes debian and/or fortunes, not {args.sets!r}")
+    if "fortunes" in sets and missing_fortune_categories(args.fortunes_dir):
+        sets.remove("fortunes")
+        if not sets:
+            raise SystemExit(f"nothing to build: {args.fortunes_dir} lacks the fortunes "
+                             "categories (apt-get install -y fortunes fortunes-min)")
+        print(f"fortunes: left out, {args.fortunes_dir} lacks its categories (optional: "
+              "apt-get install -y fortunes fortunes-min)")
+    packages = None
+    if "debian" in sets:
+        packages = (args.packages_file.read_text(encoding="utf-8", errors="replace")
+                    if args.packages_file else _dumpavail())
     args.out.mkdir(parents=True, exist_ok=True)
     manifest = {"split": SPLIT, "sets": {}}
-    manifest["sets"]["fortunes"] = {
-        "source": f"Debian packages fortunes, fortunes-min: {FORTUNES_DIR}/<category>",
-        **write_set(clean(fortunes(), args.cap), args.out / "fortunes.jsonl"),
-    }
-    manifest["sets"]["debian"] = {
-        "source": "apt-cache dumpavail: Description (first line) labelled by Section",
-        **write_set(clean(debian_descriptions(packages), args.cap), args.out / "debian.jsonl"),
-    }
+    if "fortunes" in sets:
+        manifest["sets"]["fortunes"] = {
+            "source": f"Debian packages fortunes, fortunes-min: {args.fortunes_dir}/<category>",
+            **write_set(clean(fortunes(args.fortunes_dir), args.cap),
+                        args.out / "fortunes.jsonl"),
+        }
+    if packages is not None:
+        manifest["sets"]["debian"] = {
+            "source": "apt-cache dumpavail: Description (first line) labelled by Section",
+            **write_set(clean(debian_descriptions(packages), args.cap),
+                        args.out / "debian.jsonl"),
+        }
     atomic_write_text(args.out / "manifest.json", json.dumps(manifest, indent=2) + "\n")
     for name, info in manifest["sets"].items():
         print(f"{name}: {info['examples']} texts, median {info['median_tokens']} tokens, "

@@ -73,8 +73,10 @@ def write_report(data: dict[str, Any], outcomes: list, work: Path, options: Any)
         f"Generated {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')} on the "
         f"built-in task `{options.task}`: every variant trained, exported to ONNX (one "
         "`attndeploy` node per attention layer), validated against PyTorch, packaged for Triton "
-        "(python and onnxruntime flavours), served by a local `tritonserver` and load-tested "
-        "over gRPC.",
+        "(python and onnxruntime flavours), and its python flavour served by a local "
+        "`tritonserver` and load-tested over gRPC. The local server has only the python "
+        "backend; the onnxruntime flavour runs in NGC's Triton image (`attndeploy deploy "
+        "kubernetes`), and `tests/interop` checks its outputs in that image's onnxruntime.",
         "",
         "## Timings",
         "",

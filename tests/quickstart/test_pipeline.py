@@ -54,6 +54,10 @@ def test_the_repository_holds_both_flavours_and_the_text_model_of_every_variant(
     repo = tmp_path / "model_repository"
     assert sorted(p.name for p in repo.iterdir()) == sorted(
         f"{v}_{kind}" for v in VARIANTS for kind in ("python", "onnxruntime", "text"))
+    # ... but the local tritonserver serves only the python flavour, and the report says so
+    report = " ".join((tmp_path / "quickstart" / "report.md").read_text().split())
+    assert "its python flavour served by a local `tritonserver`" in report
+    assert "onnxruntime flavour runs in NGC's Triton image" in report
 
 
 def test_the_report_shows_one_text_request_and_response_per_variant(first_run):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -271,7 +272,9 @@ def test_background_start_records_the_server_and_stop_removes_it(identity_repo: 
         assert state["grpc_url"] == f"127.0.0.1:{grpc}"
         assert Path(state["log_path"]).is_file()
         assert port_is_listening(grpc)
-        with pytest.raises(ServerError, match="already"):
+        # ... and a second start names the exact command that stops the first
+        stop_words = re.escape(f"`attndeploy stop --repo {identity_repo.resolve()}`")
+        with pytest.raises(ServerError, match=f"already.*{stop_words}"):
             start_background(identity_repo, grpc_port=free_port(), timeout_s=60)
         stopped = stop_background(state_path)
     except BaseException:

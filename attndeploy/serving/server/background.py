@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -99,9 +100,12 @@ def start_background(
     if state_path.exists() or state_path.is_symlink():
         previous = _read_state(state_path)  # refuses a file that is not ours
         if previous is not None and _is_our_server(previous):
+            where = (["--repo", str(repo)] if state_path == default_state_path(repo)
+                     else ["--state-file", str(state_path)])
             raise ServerError(
                 f"A server (pid {previous['pid']}, gRPC {previous.get('grpc_url')}) is already "
-                f"recorded in {state_path}; stop it with `attndeploy stop` first."
+                f"recorded in {state_path}; stop it with "
+                f"`{shlex.join(['attndeploy', 'stop', *where])}` first."
             )
         if previous is not None:
             _clean_up_after(previous)
