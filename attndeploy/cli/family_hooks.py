@@ -53,6 +53,20 @@ def training_hook(head: str, name: str) -> Callable[..., Any] | None:
     return getattr(training_part(head), name, None)
 
 
+def folder_hook(family: str | None) -> Callable[..., Any]:
+    """`train_folder` of the family that trains on a folder (`--data DIR`): --model-family's,
+    else the first in order whose training part defines one."""
+    from attndeploy.errors import DataError
+    from attndeploy.families.registry import family_spec, family_specs
+    from attndeploy.models.families import training_part
+
+    for spec in [family_spec(family)] if family else family_specs():
+        hook = getattr(training_part(spec.head), "train_folder", None)
+        if hook is not None:
+            return hook
+    raise DataError("--data names a folder, and no model family trains on one")
+
+
 def report_trained(out: Path, metrics: dict[str, Any], summary: dict[str, Any],
                    json_output: bool) -> None:
     """A hook's trained checkpoint, as `train` reports one: JSON, or `name: value` lines."""

@@ -20,7 +20,7 @@ import typer
 
 from attndeploy.config import FAMILIES
 from attndeploy.errors import ServerError
-from attndeploy.families.registry import family_names
+from attndeploy.families.registry import architecture_names, family_names
 from attndeploy.serving.client.protocol import DEFAULT_URLS, Protocol, server_address
 from attndeploy.variants.registry import variant_names
 
@@ -156,7 +156,9 @@ VariantOption = Annotated[str, typer.Option(
 # `--architecture`: the encoder (ModelConfig.family, the key checkpoints keep); `Family` is its
 # old name, from when `--family` named it (a model family is now the kind of model,
 # `attndeploy.families`: `--model-family`)
-Architecture = choices("Architecture", FAMILIES)
+# `--architecture` lists every family's (`FamilySpec.architectures`); a model family refuses
+# another's in one line (`ModelConfig`, the image family's config)
+Architecture = choices("Architecture", tuple(dict.fromkeys((*FAMILIES, *architecture_names()))))
 Family = Architecture
 # `--model-family`: the registered model families (`attndeploy.families`), in their order
 ModelFamily = choices("ModelFamily", family_names())

@@ -47,14 +47,26 @@ def command(
     threads: Annotated[int | None, shared("--threads", "[default: one per core].")] = None,
     json_output: JsonFlag = False,
     jsonl_output: Annotated[bool, shared("--jsonl", "One record per text.")] = False,
+    image: Annotated[list[Path] | None, typer.Option(
+        "--image-file", help="An image file (PNG or JPEG) for an image model; repeatable.")] = None,
 ) -> None:
     """Label texts with an exported model: label, probabilities and (GA-Net) the attended
-    tokens; --json or --jsonl print the prediction contract's records."""
+    tokens; --json or --jsonl print the prediction contract's records. An image model labels
+    --image-file files."""
     from attndeploy.errors import DataError
     from attndeploy.runtime.model import InferenceModel
     from attndeploy.runtime.text import TextError
 
     text = list(text) if text else None  # Typer hands an empty list when --text is absent
+    if image:
+        if text is not None or file is not None:
+            raise DataError("give --image-file files or texts, not both")
+        if json_output and jsonl_output:
+            raise DataError("give --json (one document) or --jsonl (one record a line), "
+                            "not both")
+        predict_images(model, list(image), batch_size=batch_size, threads=threads,
+                       json_output=json_output, jsonl_output=jsonl_output)
+        return
     if (text is None) == (file is None):
         both = ", not both" if text is not None else ""
         raise DataError("give texts with --text \"...\" (repeatable) or --text-file lines.txt "
@@ -87,6 +99,28 @@ def command(
         raise DataError(f"{describe(file)} holds no text")
     if isinstance(printer, JsonDocumentPrinter):
         printer.close()
+
+
+def predict_images(model: Path, images: list[Path], *, batch_size: int, threads: int | None,
+                   json_output: bool, jsonl_output: bool) -> None:
+    """Label image files with an image model, in process and without torch: a table of label,
+    probability and file, or the records (--json one document, --jsonl one a line)."""
+    from attndeploy.families.image_classification.predict import ImageClassifier
+
+    records = ImageClassifier(model, threads=threads).predict(
+        [str(path) for path in images], batch_size=batch_size)
+    if jsonl_output:
+        for record in records:
+            print(json.dumps(record, ensure_ascii=False))
+        return
+    if json_output:
+        print(json.dumps({"model": str(model), "contract_version": CONTRACT_VERSION,
+                          "predictions": records}, ensure_ascii=False, indent=2))
+        return
+    for record in records:
+        probability = record["probabilities"][record["label"]]
+        console.print(f"{record['label']}\t{probability:.4f}\t{record['image']}",
+                      highlight=False, markup=False)
 
 
 def describe(file: Path | None) -> str:

@@ -99,6 +99,10 @@ def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any,
     import dataclasses
 
     from attndeploy.cli.family_hooks import report_trained, training_hook
+
+    if data.data.is_dir():  # an image folder: image-classification's `train_folder`
+        _train_folder(data, model, recipe, outputs)
+        return True
     from attndeploy.data.jsonl import read_jsonl_family
     from attndeploy.training.config import TrainConfig
 
@@ -132,3 +136,21 @@ def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any,
         progress=not outputs.json_output, **pretrained)
     report_trained(outputs.out, result.metrics, result.summary, outputs.json_output)
     return True
+
+
+def _train_folder(data: Any, model: Any, recipe: Any, outputs: Any) -> None:
+    """Hand a folder to the family that trains on one. Only the recipe values given pass on:
+    the text recipe's defaults are not an image model's."""
+    from attndeploy.cli.args.recipe import FIELDS
+    from attndeploy.cli.family_hooks import folder_hook, report_trained
+    from attndeploy.config import ModelConfig
+
+    train_folder = folder_hook(data.model_family)
+    given = {} if model.family == ModelConfig.family else {"architecture": model.family}
+    result = train_folder(
+        data.data, model={"variant": model.variant, **model.sizes, **given},
+        training={FIELDS.get(name, name): value for name, value in recipe.values.items()
+                  if value is not None},
+        eval_fraction=data.eval_fraction, out=outputs.out, force=outputs.force,
+        progress=not outputs.json_output)
+    report_trained(outputs.out, result.metrics, result.summary, outputs.json_output)

@@ -131,6 +131,11 @@ def family_names() -> tuple[str, ...]:
     return tuple(spec.name for spec in family_specs())
 
 
+def architecture_names() -> tuple[str, ...]:
+    """Every registered family's built-in architectures, each once, in family order."""
+    return tuple(dict.fromkeys(name for spec in family_specs() for name in spec.architectures))
+
+
 def family_spec(name: str) -> FamilySpec:
     """The family called `name`; ConfigError naming the valid ones."""
     _discover()
