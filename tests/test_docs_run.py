@@ -131,18 +131,10 @@ PRELUDES = {
         "python benchmarks/real_text.py --out runs/real_text > /dev/null\n"
         "cp runs/real_text/debian.jsonl my_texts.jsonl",
         "your own data: here the Debian set docs/training.md builds"),
-    ("docs/text-generation.md", "lines.jsonl"): (
-        "grep -m 300 '^Description: ' /var/lib/dpkg/status | cut -d' ' -f2- | python -c "
-        "\"import json, sys; [print(json.dumps({'text': l.strip()})) for l in sys.stdin]\" "
-        "> lines.jsonl",
-        "{\"text\": ...} lines of your own: the page gives no step that writes lines.jsonl"),
 }
 
 # {(page, text in the block): why the block cannot run as written} (for its page's owner)
 NOT_RUNNABLE = {
-    ("docs/serving-generation.md", "attndeploy package lm.onnx --repo repo"): (
-        "its infer and loadtest name no --repo (they reach the default repository's server, or "
-        "port 8001, whichever server that is), and its `repo` is own-model.md's"),
 }
 
 # The shell helpers the rewritten lines call.
