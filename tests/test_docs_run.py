@@ -57,7 +57,7 @@ TRAIN_SECONDS = 15
 # (labels kept on held-out texts) then rightly refuses to write its file
 FINE_TUNE_SECONDS = 120
 QUICKSTART_TRAIN_SECONDS = 10  # per variant
-BLOCK_TIMEOUT_S = 900
+BLOCK_TIMEOUT_S = 1800  # SmolLM2 blocks export and validate 135M-parameter models
 SHELL_BLOCK = re.compile(r"```(?:bash|sh|shell)\n(.*?)```", flags=re.S)
 
 # {the start of a line: why the test leaves that line out, on any page}
