@@ -23,10 +23,14 @@ RECIPE = {"steps": 40, "batch_size": 16, "learning_rate": 3e-3, "warmup_steps": 
 def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("images")
     folder = write_folder(root / "data", per_class=12)
+    threads = torch.get_num_threads()  # restored: later tests (the golden losses) read it
     torch.set_num_threads(1)
-    result = train_folder(folder, model={"variant": "evolving", "architecture": "aacnn", **{
-        k: v for k, v in TINY.items() if k != "n_layers"}, "n_layers": 2},
-        training=RECIPE, eval_fraction=0.25, out=root / "ckpt")
+    try:
+        result = train_folder(folder, model={"variant": "evolving", "architecture": "aacnn", **{
+            k: v for k, v in TINY.items() if k != "n_layers"}, "n_layers": 2},
+            training=RECIPE, eval_fraction=0.25, out=root / "ckpt")
+    finally:
+        torch.set_num_threads(threads)
     return folder, root / "ckpt", result
 
 
