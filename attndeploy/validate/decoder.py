@@ -58,7 +58,10 @@ class DecoderCheck:
 
 @dataclass
 class DecoderReport:
+    """Named checks, each passed or failed; `failure()` is the one line a failed run prints."""
+
     checks: list[DecoderCheck] = field(default_factory=list)
+    KIND = "decoder"  # the model the report is of, in its failure line
 
     @property
     def passed(self) -> bool:
@@ -75,7 +78,7 @@ class DecoderReport:
         if not failed:
             return ""
         first = failed[0]
-        return (f"decoder validation failed ({len(failed)} check(s); first: {first.name}, "
+        return (f"{self.KIND} validation failed ({len(failed)} check(s); first: {first.name}, "
                 f"error {first.max_error:.3g} > {first.tolerance:g}: {first.detail})")
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,33 +26,16 @@ from attndeploy.families.image_classification.pixels import META_PREPROCESSING, 
 from attndeploy.models.vision.checkpoint import ImageCheckpoint, load_image_model
 from attndeploy.runtime.names import META_LABELS, META_WEIGHTS
 from attndeploy.runtime.sessions import create_session
-from attndeploy.validate.decoder import DecoderCheck
+from attndeploy.validate.decoder import DecoderCheck, DecoderReport
 
 ATOL = 1e-4
 BATCH_GRID = (1, 2, 7, 16)
 
 
-@dataclass
-class ImageReport:
-    checks: list[DecoderCheck] = field(default_factory=list)
+class ImageReport(DecoderReport):
+    """The decoder's report of named checks, for an image model."""
 
-    @property
-    def passed(self) -> bool:
-        return all(check.passed for check in self.checks)
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "checks": [c.to_dict() for c in self.checks]}
-
-    def failure(self) -> str:
-        failed = [c for c in self.checks if not c.passed]
-        if not failed:
-            return ""
-        first = failed[0]
-        return (f"image model validation failed ({len(failed)} check(s); first: {first.name}, "
-                f"error {first.max_error:.3g} > {first.tolerance:g}: {first.detail})")
+    KIND = "image model"
 
 
 def random_images(preprocessing: Preprocessing, batch: int, seed: int) -> np.ndarray:
