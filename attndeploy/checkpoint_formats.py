@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 READERS = "attndeploy.checkpoint_readers"
@@ -61,3 +62,18 @@ def plugin(group: str, tag: str) -> Callable[..., Any]:
                           f"{group}; if attndeploy itself writes them, re-install it: "
                           "pip install -e .)")
     return entry.load()
+
+
+def checkpoint_head(checkpoint: Path) -> str | None:
+    """The `model.head` a checkpoint folder's config.json records, or None where it cannot be
+    read (no torch: the CLI asks it before choosing a family's path)."""
+    from attndeploy.errors import CheckpointError
+    from attndeploy.jsonread import read_json_file
+
+    try:
+        raw = read_json_file(Path(checkpoint) / "config.json", error=CheckpointError)
+    except (OSError, CheckpointError):
+        return None
+    model = raw.get("model") if isinstance(raw, dict) else None
+    head = model.get("head") if isinstance(model, dict) else None
+    return head if isinstance(head, str) else None

@@ -14,22 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from attndeploy.checkpoint_formats import checkpoint_head
 from attndeploy.errors import ConfigError
-
-
-def checkpoint_head(checkpoint: Path) -> str | None:
-    """The `model.head` a checkpoint's config.json records, or None where it cannot be read
-    (the common path then says what is wrong)."""
-    from attndeploy.errors import CheckpointError
-    from attndeploy.jsonread import read_json_file
-
-    try:
-        raw = read_json_file(Path(checkpoint) / "config.json", error=CheckpointError)
-    except (OSError, CheckpointError):
-        return None
-    model = raw.get("model") if isinstance(raw, dict) else None
-    head = model.get("head") if isinstance(model, dict) else None
-    return head if isinstance(head, str) else None
 
 
 def checks_hook(checkpoint: Path, name: str) -> Callable[..., Any] | None:
@@ -44,6 +30,20 @@ def checks_hook(checkpoint: Path, name: str) -> Callable[..., Any] | None:
     except ConfigError:
         return None
     return getattr(part, name, None)
+
+
+def describe_export(folder: Path) -> dict[str, Any] | None:
+    """`info` of an export folder (no config.json): the summary of the first family whose
+    checks part's `describe_export` recognises it, or None."""
+    from attndeploy.families.registry import family_specs
+    from attndeploy.validate.families import checks_part
+
+    for spec in family_specs():
+        describe = getattr(checks_part(spec), "describe_export", None)
+        summary = describe(folder) if describe is not None else None
+        if summary is not None:
+            return summary
+    return None
 
 
 def training_hook(head: str, name: str) -> Callable[..., Any] | None:

@@ -15,6 +15,7 @@ from typing import Any
 from safetensors.torch import load_file, save_file
 
 from attndeploy import __version__
+from attndeploy.checkpoint_formats import checkpoint_head
 from attndeploy.errors import CheckpointError
 from attndeploy.fsutil import check_replaceable, current_umask, file_sha256
 from attndeploy.generation.hf_tokenizer import HFTokenizer
@@ -36,12 +37,8 @@ class Seq2SeqCheckpoint:
 
 
 def is_seq2seq_checkpoint(path: Path) -> bool:
-    try:
-        raw = read_json_file(Path(path) / CONFIG_FILE, error=CheckpointError)
-    except (OSError, CheckpointError):
-        return False
-    return isinstance(raw, dict) and isinstance(raw.get("model"), dict) and (
-        raw["model"].get("head") == HEAD)
+    """Whether `path` is a checkpoint folder whose model records this model's head."""
+    return checkpoint_head(path) == HEAD
 
 
 def save_seq2seq(model: Seq2Seq, tokenizer: HFTokenizer, out: Path, *,

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from attndeploy import __version__
+from attndeploy.checkpoint_formats import checkpoint_head
 from attndeploy.errors import CheckpointError, ConfigError, DataError
 from attndeploy.families.image_classification.pixels import Preprocessing
 from attndeploy.fsutil import check_replaceable, current_umask, file_sha256
@@ -39,12 +40,8 @@ class ImageCheckpoint:
 
 
 def is_image_checkpoint(path: Path) -> bool:
-    try:
-        raw = read_json_file(Path(path) / CONFIG_FILE, error=CheckpointError)
-    except (OSError, CheckpointError):
-        return False
-    return isinstance(raw, dict) and isinstance(raw.get("model"), dict) and (
-        raw["model"].get("head") == HEAD)
+    """Whether `path` is a checkpoint folder whose model records this model's head."""
+    return checkpoint_head(path) == HEAD
 
 
 def save_image_model(model: nn.Module, labels: tuple[str, ...], preprocessing: Preprocessing,
