@@ -16,20 +16,16 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
     from attndeploy.training.baseline import baseline_verdict
 
     check_is_a_directory(checkpoint, "info")
-    from attndeploy.cli.family_hooks import checkpoint_head, checks_hook, print_summary
+    from attndeploy.cli.family_hooks import checks_hook, describe_export, print_summary
 
-    if (checkpoint / "decoder_model.onnx").is_file():  # an exported translation model
-        from attndeploy.families.translation.checks import describe_export
-
-        print_summary(describe_export(checkpoint), json_output)
+    exported = None if (checkpoint / "config.json").is_file() else describe_export(checkpoint)
+    if exported is not None:  # an export folder a family describes (translation's)
+        print_summary(exported, json_output)
         return
 
     describe = checks_hook(checkpoint, "describe_checkpoint")  # a family with its own model
     if describe is not None:
         print_summary(describe(checkpoint), json_output)
-        return
-    if checkpoint_head(checkpoint) == DECODER_HEAD:
-        print_summary(describe_decoder(checkpoint), json_output)
         return
     ckpt = read_checkpoint(checkpoint)
     meta = ckpt.metadata
@@ -66,30 +62,6 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
         style = "green" if info["metrics"].get("beats_baseline") else "bold yellow"
         console.print(f"  [{style}]{verdict}[/]")
     console.print(f"  weights sha256: {ckpt.weights_sha256}")
-
-
-DECODER_HEAD = "causal_lm"  # text-generation's head
-
-
-def describe_decoder(checkpoint: Path) -> dict[str, Any]:
-    """`attndeploy info CKPT` for a text-generation checkpoint, read from its config.json (no
-    weights loaded): the held-out perplexity beside the n-gram baseline's, one line."""
-    from attndeploy.errors import CheckpointError
-    from attndeploy.jsonread import read_json_file
-
-    raw = read_json_file(Path(checkpoint) / "config.json", error=CheckpointError)
-    metrics = raw.get("metrics", {}) if isinstance(raw.get("metrics"), dict) else {}
-
-    def shown(key: str) -> str:
-        value = metrics.get(key)
-        return f"{value:.4g}" if isinstance(value, float) else "-"
-
-    baseline = metrics.get("baseline", "n-gram baseline")
-    return {"path": str(checkpoint), "family": "text-generation",
-            f"perplexity (model / {baseline})": f"{shown('perplexity')} / "
-                                                f"{shown('baseline_perplexity')}",
-            "model": raw.get("model", {}), "training": raw.get("training", {}),
-            "metrics": metrics}
 
 
 def _print_mapping(name: str, data: Any) -> None:

@@ -90,3 +90,22 @@ def test_a_checkpoint_whose_weights_changed_is_refused(tmp_path):
         (tmp_path / "b" / "model.safetensors").read_bytes())
     with pytest.raises(CheckpointError, match="sha256 differs"):
         load_decoder(tmp_path / "a")
+
+
+def test_info_on_a_decoder_checkpoint_shows_perplexity_beside_the_n_gram(tmp_path):
+    """`attndeploy info` reaches the family's `describe_checkpoint` hook (no branch on its
+    head in the command): the held-out perplexity beside the baseline's, in one line."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from attndeploy.cli.app import app
+
+    save_decoder(tiny_model("standard"), LMTokenizer.build(["a b c"]), tmp_path / "ckpt",
+                 metrics={"perplexity": 3.25, "baseline_perplexity": 4.5,
+                          "baseline": "Kneser-Ney trigram"})
+    shown = CliRunner().invoke(app, ["info", str(tmp_path / "ckpt"), "--json"])
+    assert shown.exit_code == 0, shown.output
+    summary = json.loads(shown.output)
+    assert summary["family"] == "text-generation"
+    assert summary["perplexity (model / Kneser-Ney trigram)"] == "3.25 / 4.5"

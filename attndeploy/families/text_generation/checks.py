@@ -1,5 +1,5 @@
 """text-generation's checks part (`attndeploy.validate.families` describes the protocol) and
-its hooks for `attndeploy export` and `attndeploy validate` on a decoder checkpoint.
+its hooks for `attndeploy export`, `validate` and `info` on a decoder checkpoint.
 
 Every position of a language model's `logits` [batch, seq, vocab] is a decision (the next
 token there), so they are per token, and two runs agree at a position when they choose the same
@@ -46,3 +46,24 @@ def validate_checkpoint(checkpoint: Path, onnx_file: Path, **options: Any) -> An
     from attndeploy.validate.decoder import validate_checkpoint as validate
 
     return validate(Path(checkpoint), Path(onnx_file), **options)
+
+
+def describe_checkpoint(checkpoint: Path) -> dict[str, Any]:
+    """`attndeploy info CKPT` for a decoder checkpoint, read from its config.json (no
+    weights loaded): the held-out perplexity beside the n-gram baseline's, one line."""
+    from attndeploy.errors import CheckpointError
+    from attndeploy.jsonread import read_json_file
+
+    raw = read_json_file(Path(checkpoint) / "config.json", error=CheckpointError)
+    metrics = raw.get("metrics", {}) if isinstance(raw.get("metrics"), dict) else {}
+
+    def shown(key: str) -> str:
+        value = metrics.get(key)
+        return f"{value:.4g}" if isinstance(value, float) else "-"
+
+    baseline = metrics.get("baseline", "n-gram baseline")
+    return {"path": str(checkpoint), "family": "text-generation",
+            f"perplexity (model / {baseline})": f"{shown('perplexity')} / "
+                                                f"{shown('baseline_perplexity')}",
+            "model": raw.get("model", {}), "training": raw.get("training", {}),
+            "metrics": metrics}

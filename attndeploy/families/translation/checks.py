@@ -66,9 +66,10 @@ def validate_checkpoint(checkpoint: Path, export: Path, **options: Any) -> Any:
     return validate(Path(checkpoint), Path(export), **options)
 
 
-def describe_export(folder: Path) -> dict[str, Any]:
+def describe_export(folder: Path) -> dict[str, Any] | None:
     """`attndeploy info EXPORT` for a translation export folder: what its decoder's metadata
-    says (variant, the checkpoint's metrics side by side, the model's sizes), no torch."""
+    says (variant, the checkpoint's metrics side by side, the model's sizes), no torch; None
+    for a folder that is not one (no `decoder_model.onnx`)."""
     import json
 
     import onnx
@@ -76,6 +77,8 @@ def describe_export(folder: Path) -> dict[str, Any]:
     from attndeploy.errors import ModelError
 
     decoder = Path(folder) / "decoder_model.onnx"
+    if not decoder.is_file():
+        return None
     try:
         proto = onnx.load(str(decoder), load_external_data=False)
     except Exception as exc:  # onnx raises its own types
