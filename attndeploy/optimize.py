@@ -30,7 +30,8 @@ bounded by the embedding table they index) and every output is compared, floats 
 dtype's default tolerance, others exactly.
 
 Nothing is written unless (1) the optimized model gives the input model's outputs on a few feeds
-(`PARITY_SHAPES`) in onnxruntime, and (2) it is faster on the shape grid (`GRID`, issue #55's
+(`attndeploy.optimize_parity`) in onnxruntime, and (2) it is faster on the shape grid
+(`attndeploy.optimize_speed`'s `GRID`, issue #55's
 1x16 ... 32x128, seq clipped to the model's limit): both models timed interleaved in onnxruntime's
 CPU provider, one thread, CPU time of the calling thread (`time_on_grid`), and judged by
 `judge_speed` (geometric mean of the time ratios at most 0.99, no shape more than 5 % slower).
@@ -52,31 +53,33 @@ import contextlib
 import io
 import json
 import logging
-import math
-import statistics
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
 
 from attndeploy import __version__
 from attndeploy.errors import ExportError
 from attndeploy.fsutil import atomic_write_bytes, check_not_an_input, check_output_file
-from attndeploy.optimize_feeds import InputSpec, dim_bounds, grid_shape, input_specs, random_feed
 from attndeploy.optimize_methods import DEFAULT_METHOD, METHODS
-from attndeploy.runtime.metadata import REQUIRED, ModelMetadata, parse_metadata
+from attndeploy.optimize_parity import check_parity, first_line, read_subject
+from attndeploy.optimize_speed import (
+    GRID,
+    TIMING_ROUNDS,
+    judge_speed,
+    speed_summary,
+    time_on_grid,
+)
+from attndeploy.runtime.metadata import ModelMetadata
 from attndeploy.runtime.names import (
     DOMAIN,
-    META_DTYPE,
     META_INLINED,
     META_OPTIMIZED,
-    META_VERSION,
     PRODUCER,
 )
 
@@ -86,13 +89,6 @@ Method = Enum("Method", {name: name for name in METHODS}, type=str)  # type: ign
 OPT_LEVELS = {Method.transformers: (0, 1, 2, 99), Method.onnxruntime: (1, 2, 99)}
 DEFAULT_OPT_LEVELS = {Method.transformers: 0, Method.onnxruntime: 1}
 MODEL_TYPE = "bert"
-# (batch, seq) of the parity feeds; seq is clipped to the model's max_seq
-PARITY_SHAPES = ((1, 1), (2, 5), (3, 17), (2, 64))
-# (batch, seq) of the timing grid (issue #55's), seq clipped to what the model takes
-GRID = ((1, 16), (1, 32), (8, 32), (8, 128), (32, 128))
-TIMING_ROUNDS, TIMING_CALLS = 5, 3
-FASTER_MARGIN = 0.01  # faster: the geometric mean of the time ratios at most 1 - this
-SLOWER_SLACK = 0.05  # a shape this much slower refuses the model even at a faster mean
 
 
 @dataclass
@@ -202,11 +198,6 @@ def _collect_optimizer_output(messages: list[str]) -> Iterator[None]:
         messages.extend(line.strip() for line in printed.getvalue().splitlines() if line.strip())
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _transformer_optimize(
     source: Path, opt_level: int, num_heads: int, hidden_size: int, messages: list[str]
 ) -> onnx.ModelProto:
@@ -223,7 +214,7 @@ def _transformer_optimize(
             )
         except Exception as exc:  # onnxruntime and the fusions raise many types
             raise ExportError(f"onnxruntime's transformer optimizer failed on {source}: "
-                              f"{_first_line(exc)}") from exc
+                              f"{first_line(exc)}") from exc
     _import_used_domains(optimized.model)
     return optimized.model
 
@@ -248,7 +239,7 @@ def save_ort_optimized(source: Path, target: Path, opt_level: int) -> None:
     try:  # errors-only logging: "hardware specific" notices at level 99, fp16 folding
         create_session(source, optimization=opt_level, optimized_model_path=target)
     except Exception as exc:  # onnxruntime raises its own pybind types
-        raise ExportError(f"onnxruntime cannot optimize {source}: {_first_line(exc)}") from exc
+        raise ExportError(f"onnxruntime cannot optimize {source}: {first_line(exc)}") from exc
 
 
 def _ort_optimize(source: Path, opt_level: int) -> onnx.ModelProto:
@@ -258,208 +249,6 @@ def _ort_optimize(source: Path, opt_level: int) -> onnx.ModelProto:
         saved = Path(folder) / "optimized.onnx"
         save_ort_optimized(source, saved, opt_level)
         return onnx.load(str(saved))
-
-
-# ----------------------------------------------------------------------------- checks
-
-
-@dataclass
-class Subject:
-    """What the input model is: a checkpoint's export (`meta`: its vocabulary, max_seq and
-    family checks) or any other ONNX model (`specs`: its input signature, `bounds`: the dim
-    bounds its metadata records; `attndeploy.optimize_feeds`)."""
-
-    meta: ModelMetadata | None
-    specs: list[InputSpec]
-    bounds: dict[str, tuple[int, int | None]]
-    dtype: str
-
-    @property
-    def generic(self) -> bool:
-        return self.meta is None
-
-    def feed(self, batch: int, seq: int) -> tuple[str, dict[str, np.ndarray]]:
-        """(shape label, feed) at grid shape batch x seq, seq clipped to what the model takes."""
-        if self.meta is not None:
-            from attndeploy.validate.grid import Shape, make_inputs
-
-            shape = Shape(batch, min(seq, self.meta.max_seq))
-            return str(shape), make_inputs(shape, self.meta.vocab_size)
-        b, s = grid_shape(self.specs, (batch, seq), self.bounds)
-        return f"{b}x{s}", random_feed(self.specs, (batch, seq), self.bounds)
-
-    def feeds(self, shapes: Sequence[tuple[int, int]]) -> dict[str, dict[str, np.ndarray]]:
-        """{shape label: feed}, one per distinct shape once clipped."""
-        out: dict[str, dict[str, np.ndarray]] = {}
-        for batch, seq in shapes:
-            label, feed = self.feed(batch, seq)
-            out.setdefault(label, feed)
-        return out
-
-
-def read_subject(model: onnx.ModelProto, metadata: dict[str, str], source: Path) -> Subject:
-    """A checkpoint's export when the metadata holds any of a checkpoint's keys (read, and
-    refused when wrong, by `parse_metadata`), else any model, read from its signature."""
-    specs = input_specs(model)
-    dtype = metadata.get(META_DTYPE) or _float_dtype(model)
-    if any(key in metadata for key in REQUIRED if key != META_VERSION):
-        meta = parse_metadata(metadata, str(source), outputs=[o.name for o in model.graph.output])
-        return Subject(meta, specs, {}, dtype)
-    return Subject(None, specs, dim_bounds(metadata), dtype)
-
-
-def _float_dtype(model: onnx.ModelProto) -> str:
-    """float16 when the model's inputs or weights are float16, else float32 (the tolerance)."""
-    half = onnx.TensorProto.FLOAT16
-    types = [v.type.tensor_type.elem_type for v in model.graph.input]
-    types += [t.data_type for t in model.graph.initializer]
-    return "float16" if half in types else "float32"
-
-
-def _session(model: onnx.ModelProto | Path, threads: int = 0) -> Any:
-    from attndeploy.runtime.sessions import create_session
-
-    # errors-only logging: float16 graphs log harmless constant-folding warnings
-    return create_session(model, threads=threads or None)
-
-
-def _compare_any(actual: dict[str, np.ndarray], expected: dict[str, np.ndarray], dtype: str
-                 ) -> tuple[dict[str, float], str | None]:
-    """Every output of a model without a family: floats within the dtype's default tolerance
-    (`attndeploy.validate.compare`'s rule), others exactly. (max abs per float output, the
-    first failure's message or None)."""
-    from attndeploy.validate.compare import default_tolerance
-
-    tolerance = default_tolerance(dtype)
-    max_abs: dict[str, float] = {}
-    for name, want in expected.items():
-        got = actual[name]
-        if got.shape != want.shape:
-            return max_abs, f"{name} has shape {got.shape}, the input model's {want.shape}"
-        if want.dtype.kind != "f":
-            if not np.array_equal(got, want):
-                return max_abs, f"{name} differs ({int((got != want).sum())} elements)"
-            continue
-        a, b = got.astype(np.float64), want.astype(np.float64)
-        if not (np.isfinite(a) == np.isfinite(b)).all() or not np.isfinite(b).all():
-            return max_abs, f"{name} holds non-finite values"
-        error = np.abs(a - b)
-        max_abs[name] = float(error.max()) if error.size else 0.0
-        failing = (error > tolerance.atol) & (error > tolerance.rtol * np.abs(b))
-        if failing.any():
-            return max_abs, (f"{name}: {int(failing.sum())} elements beyond atol "
-                             f"{tolerance.atol:g} and rtol {tolerance.rtol:g} (max abs "
-                             f"{max_abs[name]:.3g})")
-    return max_abs, None
-
-
-def check_parity(original: Path, optimized: onnx.ModelProto, subject: Subject
-                 ) -> list[dict[str, Any]]:
-    """Run both models on the `PARITY_SHAPES` feeds; ExportError naming the first output that
-    differs beyond the dtype's default tolerance. Returns the max abs error per shape/output."""
-    try:
-        sessions = {"input": _session(original), "optimized": _session(optimized)}
-    except Exception as exc:  # onnxruntime raises its own pybind types
-        raise ExportError(f"onnxruntime cannot load the optimized model: "
-                          f"{_first_line(exc)}") from exc
-    names = [o.name for o in sessions["input"].get_outputs()]
-    report = []
-    for shape, feed in subject.feeds(PARITY_SHAPES).items():
-        try:
-            outputs = {k: dict(zip(names, s.run(names, feed), strict=True))
-                       for k, s in sessions.items()}
-        except Exception as exc:  # onnxruntime's pybind errors: a feed the model refuses
-            raise ExportError(f"onnxruntime cannot run the models at shape {shape}: "
-                              f"{_first_line(exc)}") from exc
-        if subject.meta is None:
-            max_abs, failure = _compare_any(outputs["optimized"], outputs["input"],
-                                            subject.dtype)
-            if failure:
-                raise ExportError(f"the optimized model's {failure} at shape {shape}, against "
-                                  f"the input model's; nothing written")
-            report.append({"shape": shape, "max_abs": max_abs, "gate_flips": {}})
-            continue
-        report.append(_compare_checkpoint_outputs(outputs, feed, shape, subject))
-    return report
-
-
-def _compare_checkpoint_outputs(outputs: dict[str, dict[str, np.ndarray]],
-                                feed: dict[str, np.ndarray], shape: str, subject: Subject
-                                ) -> dict[str, Any]:
-    from attndeploy.validate.compare import compare_outputs, default_tolerance
-    from attndeploy.validate.families import family_checks
-    from attndeploy.validate.grid import valid_mask
-
-    assert subject.meta is not None
-    checks = family_checks(subject.meta.head)  # its per-token outputs: real tokens only
-    result = compare_outputs(outputs["optimized"], outputs["input"],
-                             default_tolerance(subject.dtype), valid=valid_mask(feed),
-                             checks=checks)
-    if not result:
-        name = result.failures[0]
-        raise ExportError(
-            f"the optimized model's {name} differs from the input model's at shape {shape}:"
-            f" {result.outputs[name].message}; nothing written"
-        )
-    return {
-        "shape": shape,
-        "max_abs": {n: c.max_abs for n, c in result.outputs.items() if c.kind == "float"},
-        "gate_flips": {n: c.flips for n, c in result.outputs.items() if c.kind == "gates"},
-    }
-
-
-def time_on_grid(original: Path, optimized: onnx.ModelProto,
-                 feeds: Mapping[str, dict[str, np.ndarray]], rounds: int = TIMING_ROUNDS
-                 ) -> dict[str, Any]:
-    """Load time of both models and the CPU time of a run at every grid shape, in ms: one
-    intra-op thread (the calling thread runs the model: `thread_time` counts its work alone,
-    which a loaded machine disturbs less than the wall clock), both models interleaved in a
-    fresh random order each round, `TIMING_CALLS` calls a round after one warm-up call; the
-    median over the rounds of each round's median. {"load_ms": {model: ms},
-    "run_ms": {shape: {model: ms}}}."""
-    models: dict[str, onnx.ModelProto | Path] = {"input": original, "optimized": optimized}
-    sessions, load_ms = {}, {}
-    for name, model in models.items():
-        started = time.perf_counter()
-        sessions[name] = _session(model, threads=1)
-        load_ms[name] = round((time.perf_counter() - started) * 1e3, 3)
-    rng = np.random.default_rng(0)
-    samples: dict[str, dict[str, list[float]]] = {s: {n: [] for n in sessions} for s in feeds}
-    for feed in feeds.values():
-        for session in sessions.values():
-            session.run(None, feed)  # warm-up
-    for _ in range(rounds):
-        for shape, feed in feeds.items():
-            for name in rng.permutation(list(sessions)):
-                calls = []
-                for _ in range(TIMING_CALLS):
-                    started = time.thread_time()
-                    sessions[name].run(None, feed)
-                    calls.append((time.thread_time() - started) * 1e3)
-                samples[shape][name].append(statistics.median(calls))
-    run_ms = {shape: {n: round(statistics.median(v), 4) for n, v in by_name.items()}
-              for shape, by_name in samples.items()}
-    return {"load_ms": load_ms, "run_ms": run_ms}
-
-
-def judge_speed(run_ms: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
-    """The optimized model's time over the input's at each shape (`ratio`), their geometric
-    mean, and whether it is faster on the grid: a geometric mean at most 1 - `FASTER_MARGIN`
-    (a model within the timing's noise of its input is not called faster), no shape more
-    than `SLOWER_SLACK` slower."""
-    ratios = {shape: t["optimized"] / t["input"] if t["input"] > 0 else 1.0
-              for shape, t in run_ms.items()}
-    geomean = math.exp(statistics.fmean(math.log(max(r, 1e-9)) for r in ratios.values()))
-    faster = geomean <= 1.0 - FASTER_MARGIN and all(r <= 1.0 + SLOWER_SLACK
-                                                     for r in ratios.values())
-    return {"ratio": {s: round(r, 4) for s, r in ratios.items()},
-            "geomean_ratio": round(geomean, 4), "faster": faster}
-
-
-def _speed_summary(speed: Mapping[str, Any]) -> str:
-    shapes = ", ".join(f"{s} {r:.2f}x" for s, r in speed["ratio"].items())
-    return (f"{shapes}; geometric mean {speed['geomean_ratio']:.3f}x the input's CPU time, "
-            f"one thread")
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -498,7 +287,7 @@ def optimize_model(
     try:
         original = onnx.load(str(source))
     except Exception as exc:  # protobuf raises DecodeError and friends
-        raise ExportError(f"cannot read {source} as an ONNX model: {_first_line(exc)}") from exc
+        raise ExportError(f"cannot read {source} as an ONNX model: {first_line(exc)}") from exc
     metadata = {p.key: p.value for p in original.metadata_props}
     subject = read_subject(original, metadata, source)
     messages: list[str] = []
@@ -523,7 +312,7 @@ def optimize_model(
     timing = {**timing, **speed, "threads": 1, "rounds": rounds}
     if not speed["faster"] and not keep_slower:
         raise ExportError(f"the optimized model is not faster than {source.name} on the shape "
-                          f"grid ({_speed_summary(speed)}); nothing written. --keep-slower "
+                          f"grid ({speed_summary(speed)}); nothing written. --keep-slower "
                           f"writes it anyway")
     atomic_write_bytes(target, optimized.SerializeToString())
     return OptimizeResult(
