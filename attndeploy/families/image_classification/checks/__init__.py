@@ -96,6 +96,7 @@ def describe_checkpoint(checkpoint: Path) -> dict[str, Any]:
     loaded = load_image_model(Path(checkpoint))
     metrics = loaded.raw.get("metrics", {})
     return {"path": str(checkpoint), "family": "image-classification",
+            "network": loaded.config.network,
             "accuracy (model / logistic regression)": (
                 f"{metrics.get('accuracy', '-')} / {metrics.get('baseline_accuracy', '-')}"),
             "model": loaded.raw["model"], "labels": list(loaded.labels),
