@@ -333,6 +333,8 @@ def verdict(results: dict[str, Any], density: float) -> dict[str, Any]:
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
+    """Per batch size: each measurement's time over its dense reference, against the density,
+    with the issue's target (0.5) as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -343,22 +345,26 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for ax, batch in zip(axes[0], batches, strict=True):
         row = results["batches"][batch]
         densities = [float(d) for d in row["densities"]]
-        realised = [row["densities"][str(d)]["realised_density"] for d in densities]
-        in_model = [row["densities"][str(d)]["attention_ms"] for d in densities]
-        part = [row["timed"][f"part gather {d}"]["median_ms"] for d in densities]
-        ax.plot(realised, in_model, "o-", label="GatedAttention in the ViT (profiled)")
-        budget = [row["timed"][f"part budget {d}"]["median_ms"] for d in densities]
-        ax.plot(realised, part, "s-", label="one GatedAttention node alone")
-        ax.plot(densities, budget, "^-", label="alone, exactly density x 49 open per image")
-        if str(DENSE) in row["densities"]:
-            dense = row["timed"][f"part dense {DENSE}"]["median_ms"]
-            ax.axhline(dense, color="grey", linestyle="--", label="dense form alone (all open)")
-        ax.set_xlabel("realised gate density")
-        ax.set_ylabel("ms per run (4 layers in the ViT; 1 node alone)")
+        ratios_by = row["ratios"]
+        lines = (("in_model_vs_density_1", "o-", "GatedAttention in the ViT / all gates open "
+                  "(profiled)"),
+                 ("part_gather_vs_dense_form_all_open", "s-", "one node alone / dense form"),
+                 ("part_budget_vs_dense_form_all_open", "^-", "alone, exactly density x 49 "
+                  "open per image / dense form"),
+                 ("model_vs_standard", "x:", "whole ViT / standard-attention ViT"))
+        for key, style, label in lines:
+            values = [ratios_by[str(d)][key] for d in densities]
+            if all(v is not None for v in values):
+                ax.plot(densities, values, style, label=label)
+        ax.axhline(0.5, color="red", linestyle="--", linewidth=1, label="target: 0.5 of dense")
+        ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+        ax.set_xlabel("gate density asked for (realised: see the JSON)")
+        ax.set_ylabel("time / dense reference")
         ax.set_title(f"batch {batch}")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7)
-    figure.suptitle("GA-Net ViT on Fashion-MNIST: attention time against gate density (ORT CPU)")
+    figure.suptitle("GA-Net ViT (49 patches): attention time against gate density, "
+                    "onnxruntime CPU")
     figure.tight_layout()
     atomic_write_png(figure, path, dpi=120)
     plt.close(figure)
