@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,30 +83,56 @@ class _Model:
         return dict(zip(self.outputs, self.session.run(self.outputs, dict(feed)), strict=True))
 
 
-def compare_on_feeds(fp32: _Model, int8: _Model, feeds: list[dict[str, np.ndarray]],
-                     checks: FamilyChecks) -> tuple[GridCheck, list[np.ndarray],
-                                                    list[np.ndarray], int | None, int]:
-    """Both models on `feeds`: the grid statistics, each model's decision rows [N, C], the gate
-    flips (None for an ungated model) and the gates compared."""
+@dataclass
+class BothRuns:
+    """fp32 and int8 on the same feeds: each one's decision rows [N, C], the hard gates that
+    differ (None for an ungated model) and the gates compared, and the feeds' input shapes."""
+
+    fp32: np.ndarray
+    int8: np.ndarray
+    gate_flips: int | None
+    gates: int
+    shapes: list[tuple[int, ...]]
+
+    def agreement(self, checks: FamilyChecks) -> float | None:
+        agree = checks.agreement(self.fp32, self.int8)
+        return None if agree is None else float(np.asarray(agree, bool).mean())
+
+
+def run_both(fp32: _Model, int8: _Model, feeds: list[dict[str, np.ndarray]],
+             checks: FamilyChecks) -> BothRuns:
+    """Both models on every feed (one batch each), their decision output gathered."""
     name = checks.decision_output
     before, after, flips, gates = [], [], 0, 0
-    gated = False
     for feed in feeds:
         a, b = fp32.run(feed), int8.run(feed)
-        before.append(a[name])
+        before.append(a[name])  # [b, C]
         after.append(b[name])
-        if GATES in a:
-            gated = True
+        if GATES in a:  # [b, T]: an image's every position is real
             flips += int((a[GATES] != b[GATES]).sum())
             gates += int(a[GATES].size)
-    rows_a, rows_b = np.concatenate(before), np.concatenate(after)  # [N, C]
-    agree = checks.agreement(rows_a, rows_b)
-    grid = GridCheck(float(np.abs(rows_a - rows_b).max()),
-                     None if agree is None else float(np.asarray(agree, bool).mean()),
-                     flips if gated else None,
-                     [tuple(next(iter(feed.values())).shape) for feed in feeds],
-                     checks.agreement_name)
-    return grid, list(rows_a), list(rows_b), (flips if gated else None), gates
+    return BothRuns(np.concatenate(before), np.concatenate(after),  # [N, C] each
+                    flips if gates else None, gates,
+                    [tuple(next(iter(feed.values())).shape) for feed in feeds])
+
+
+def grid_check(runs: BothRuns, checks: FamilyChecks) -> GridCheck:
+    """The grid's statistics: the largest |logit change|, label agreement, gate flips."""
+    return GridCheck(float(np.abs(runs.fp32 - runs.int8).max()), runs.agreement(checks),
+                     runs.gate_flips, runs.shapes, checks.agreement_name)
+
+
+def data_check(runs: BothRuns, gold: list[Any], file: str, checks: FamilyChecks,
+               unit: str) -> DataCheck:
+    """Label agreement and both models' score (accuracy) on the labelled examples."""
+    scored = checks.score is not None
+    return DataCheck(
+        texts=len(runs.fp32), label_agreement=runs.agreement(checks),
+        fp32_accuracy=checks.score(list(runs.fp32), gold) if scored else None,
+        int8_accuracy=checks.score(list(runs.int8), gold) if scored else None,
+        file=file, gate_flips=runs.gate_flips,
+        gates=runs.gates if runs.gate_flips is not None else None,
+        agreement=checks.agreement_name, score=checks.score_name, unit=unit)
 
 
 def quantize_with_family_inputs(source: Path, out: Path, options: QuantizeOptions,
@@ -159,11 +185,12 @@ def quantize_with_family_inputs(source: Path, out: Path, options: QuantizeOption
             blob = quantizer._with_metadata(target, proto, record)
             target.write_bytes(blob)
             int8 = _Model(target, options.threads)
-            grid_check = compare_on_feeds(fp32, int8, grid, checks)[0]
-            data_check = (_data_check(fp32, int8, examples, gold, str(data), checks, unit)
-                          if examples is not None else None)
+            on_data = (data_check(run_both(fp32, int8, examples, checks), gold or [],
+                                  str(data), checks, unit)
+                       if examples is not None else None)
             candidate = quantizer.Candidate(
-                method, grid_check, data_check, len(blob), quantizer._count_quantized(blob),
+                method, grid_check(run_both(fp32, int8, grid, checks), checks), on_data,
+                len(blob), quantizer._count_quantized(blob),
                 ranking=ranking, excluded=list(used.exclude), gate_network=gate_network,
                 worst=worst)
             candidate.failures = quantizer._failures(candidate, options)
@@ -189,18 +216,3 @@ def _first(feeds: list[dict[str, np.ndarray]], count: int) -> list[dict[str, np.
         kept.append({name: value[:left] for name, value in feed.items()})
         left -= len(next(iter(feed.values())))
     return kept
-
-
-def _data_check(fp32: _Model, int8: _Model, feeds: list[dict[str, np.ndarray]],
-                gold: list[Any], file: str, checks: FamilyChecks, unit: str) -> DataCheck:
-    """Label agreement and both accuracies on the labelled examples."""
-    _, before, after, flips, gates = compare_on_feeds(fp32, int8, feeds, checks)
-    agree = checks.agreement(np.stack(before), np.stack(after))
-    scored = checks.score is not None
-    return DataCheck(
-        texts=len(before),
-        label_agreement=None if agree is None else float(np.asarray(agree, bool).mean()),
-        fp32_accuracy=checks.score(before, gold) if scored else None,
-        int8_accuracy=checks.score(after, gold) if scored else None,
-        file=file, gate_flips=flips, gates=gates if flips is not None else None,
-        agreement=checks.agreement_name, score=checks.score_name, unit=unit)
