@@ -8,6 +8,8 @@
     attndeploy debug compare INT8.onnx --against FP32.onnx       two decoders, step by step
 
 MODEL.onnx is always the model under test; the reference is PyTorch, or `--against`'s file.
+An image model (image-classification) is compared on random images of the size its
+preprocessing records (`--shapes` are batch sizes), made by its family (`debug.families`).
 Decoders (text-generation exports) are compared with `--against` only, step by step
 (`attndeploy.debug.decoder_compare`): the logits and every cache entry per decode step.
 """
@@ -59,7 +61,9 @@ def command(
     weights: WeightsOption = None,
     shapes: Annotated[
         str | None, shared("--shapes", "[default: 4x17, seq clipped to the model's max_seq; "
-                                       "with --factory: the factory's example].")
+                                       "with --factory: the factory's example]. An image "
+                                       "model's are batch sizes (its size is its "
+                                       "preprocessing's) [default: 4].")
     ] = None,
     atol: AtolOption = None,
     rtol: RtolOption = None,
@@ -249,11 +253,7 @@ def _run(checkpoint: Path | None, model: Path, against: Path | None, user_model:
     if user is not None:
         feeds, labels = [user.inputs], ["example"]
     elif checkpoint is not None:
-        from attndeploy.checkpoint import read_checkpoint
-
-        config = read_checkpoint(checkpoint).model_config
-        feeds, labels = debug.token_feeds(config.vocab_size, config.max_seq, shapes, seed,
-                                          str(checkpoint))
+        feeds, labels = debug.checkpoint_feeds(checkpoint, shapes, seed)
     else:
         from attndeploy.debug.sources import load_onnx
 

@@ -10,7 +10,13 @@ import typer
 from attndeploy.cli.defaults import field_default
 from attndeploy.cli.options import ForceFlag, JsonFlag, choices, readable_text_file, shared
 from attndeploy.cli.output import console, print_json
-from attndeploy.quantize.options import ACTIVATIONS, DEFAULT_ACTIVATIONS, DEFAULT_GRID, METHODS
+from attndeploy.quantize.options import (
+    ACTIVATIONS,
+    DEFAULT_ACTIVATIONS,
+    DEFAULT_BATCH_GRID,
+    DEFAULT_GRID,
+    METHODS,
+)
 
 Method = choices("Method", METHODS)
 Activations = choices("Activations", ACTIVATIONS)
@@ -29,7 +35,8 @@ def command(
         Path | None,
         shared("--data", "E.g. the held-out split, read as the model's family reads it: "
                          "label agreement and accuracy of int8 against fp32 for a text "
-                         "classifier ({\"text\"} lines and tag agreement for a tagger); "
+                         "classifier ({\"text\"} lines and tag agreement for a tagger; an "
+                         "image model reads an image folder, its test/ part if it has one); "
                          "static quantization calibrates on them.",
                callback=readable_text_file),
     ] = None,
@@ -83,7 +90,9 @@ def command(
     ] = _default("max_accuracy_drop"),
     shapes: Annotated[
         str | None, shared("--shapes", f"Compared on random ids [default: {DEFAULT_GRID}, seq "
-                                       "capped at the model's max_seq].")
+                                       "capped at the model's max_seq]; an image model on "
+                                       "random images, its shapes batch sizes [default: "
+                                       f"{','.join(map(str, DEFAULT_BATCH_GRID))}].")
     ] = None,
     prompts: Annotated[
         int, typer.Option(min=1, help="Decoders: greedy agreement over this many prompts "
@@ -160,7 +169,8 @@ def command(
                 if data_check.accuracy_drop is not None:
                     said.append(f"{data_check.score} {data_check.fp32_accuracy:.4f} -> "
                                 f"{data_check.int8_accuracy:.4f}")
-                line += f"; {data_check.texts} texts: {', '.join(s for s in said if s)}"
+                line += (f"; {data_check.texts} {data_check.unit}: "
+                         f"{', '.join(s for s in said if s)}")
                 if data_check.gate_flips is not None:
                     line += (f", hard gates flipped {data_check.gate_flips} of "
                              f"{data_check.gates}")

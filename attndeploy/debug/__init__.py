@@ -10,7 +10,8 @@ same inputs, the first divergence, what the first diverging node's function show
 
 Modules, one job each: `graph` (where the layers are in an exported graph), `capture` (the
 PyTorch side of one forward pass), `expose` (onnxruntime with intermediates as outputs),
-`sources` (the files and the inputs), `options`, `engine` (statistics collected per layer),
+`sources` (the files and the inputs), `families` (a family's own inputs: an image model's
+images), `options`, `engine` (statistics collected per layer),
 `session` (one comparison in progress), `inside` (the look inside one node's function),
 `compare` (the entry points), `report` and `plot` (the result as data, JSON and PNG).
 """
@@ -20,7 +21,12 @@ from __future__ import annotations
 from attndeploy.debug.compare import compare_checkpoint, compare_models, compare_module
 from attndeploy.debug.options import DebugOptions
 from attndeploy.debug.report import BodyStep, DebugReport, InsideResult, LayerResult
-from attndeploy.debug.sources import DEFAULT_SHAPE, metadata_feeds, token_feeds
+from attndeploy.debug.sources import (
+    DEFAULT_SHAPE,
+    checkpoint_feeds,
+    metadata_feeds,
+    token_feeds,
+)
 
 __all__ = [
     "DEFAULT_SHAPE",
@@ -29,6 +35,7 @@ __all__ = [
     "DebugReport",
     "InsideResult",
     "LayerResult",
+    "checkpoint_feeds",
     "compare_checkpoint",
     "compare_models",
     "compare_module",

@@ -35,6 +35,7 @@ import numpy as np
 import onnx
 
 from attndeploy.debug.capture import Recording, recording_modules, recording_op_calls
+from attndeploy.debug.families import checkpoint_hook
 from attndeploy.debug.graph import GraphLayers, registered_attention
 from attndeploy.debug.inside import ReferenceCall, node_attributes
 from attndeploy.debug.options import DebugOptions
@@ -168,12 +169,19 @@ def compare_checkpoint(
 ) -> DebugReport:
     """Compare a checkpoint's export with the checkpoint, layer by layer, on `shapes` (default
     one batch of 4 rows of 17 tokens, seq clipped to the model's max_seq; validate's
-    deterministic inputs: right-padded token ids)."""
+    deterministic inputs: right-padded token ids). A family that makes its own inputs
+    (`debug.families`: an image model's random images, `shapes` its batch sizes) gives the
+    model and the inputs itself."""
     from attndeploy.checkpoint import read_checkpoint
     from attndeploy.validate.runners import TorchRunner
     from attndeploy.validate.validator import _read_target
 
     onnx_path = Path(onnx_path)
+    own = checkpoint_hook(checkpoint_dir, "debug_checkpoint")
+    if own is not None:
+        _, metadata = load_onnx(onnx_path)
+        module, feeds, labels = own(Path(checkpoint_dir), onnx_path, metadata, shapes, seed)
+        return compare_module(module, onnx_path, feeds, options, feed_labels=labels)
     ckpt = read_checkpoint(Path(checkpoint_dir))
     target = _read_target(onnx_path, ckpt)  # refuses other checkpoints' exports
     chosen = chosen_shapes(shapes, target.max_seq, f"{onnx_path} (metadata max_seq)")

@@ -125,7 +125,13 @@ def metadata_feeds(metadata: Mapping[str, str], shapes: str | Sequence[Any] | No
                    seed: int = INPUT_SEED, where: str = "the model"
                    ) -> tuple[list[dict], list[str]]:
     """`token_feeds` for a checkpoint's export, from its metadata (vocabulary size, max_seq):
-    the inputs of `compare_models` when the checkpoint is not at hand."""
+    the inputs of `compare_models` when the checkpoint is not at hand; a family's own
+    (`random_feeds`, `debug.families`: an image model's random images) where it makes them."""
+    from attndeploy.debug.families import metadata_hook
+
+    own = metadata_hook(metadata, "random_feeds")
+    if own is not None:
+        return own(metadata, shapes, seed, where)
     try:
         config = parse_json(metadata.get("config") or "{}", f"{where}'s config metadata",
                             error=ValidationError)
@@ -135,3 +141,18 @@ def metadata_feeds(metadata: Mapping[str, str], shapes: str | Sequence[Any] | No
         raise ValidationError(f"{where} records no model config to draw token ids from; give "
                               "its checkpoint or --factory MODULE:FACTORY for the inputs") from None
     return token_feeds(vocab, max_seq, shapes, seed, where)
+
+
+def checkpoint_feeds(checkpoint: Path | str, shapes: str | Sequence[Any] | None = None,
+                     seed: int = INPUT_SEED) -> tuple[list[dict], list[str]]:
+    """The inputs a checkpoint makes for `compare_models` (`--against` with a checkpoint): its
+    family's own (`checkpoint_feeds`, `debug.families`), else `token_feeds` of its vocabulary
+    and max_seq."""
+    from attndeploy.checkpoint import read_checkpoint
+    from attndeploy.debug.families import checkpoint_hook
+
+    own = checkpoint_hook(checkpoint, "checkpoint_feeds")
+    if own is not None:
+        return own(Path(checkpoint), shapes, seed)
+    config = read_checkpoint(Path(checkpoint)).model_config
+    return token_feeds(config.vocab_size, config.max_seq, shapes, seed, str(checkpoint))

@@ -75,7 +75,7 @@ class GridCheck:
     max_logit_change: float  # the largest |change| of the decision output (real tokens)
     label_agreement: float | None  # share of decisions that stay; None: the family takes none
     gate_flips: int | None  # gated variants: hard gates that differ, over real tokens
-    shapes: list[tuple[int, int]]
+    shapes: list[tuple[int, ...]]  # BATCHxSEQ; a model of fixed-size inputs, its [B, C, H, W]
     agreement: str = "label agreement"  # the family's name for `label_agreement`
 
 
@@ -131,6 +131,7 @@ class DataCheck:
     gates: int | None = None  # gated variants: the texts' tokens (gates compared)
     agreement: str = "label agreement"  # the family's names for the two statistics
     score: str = "accuracy"
+    unit: str = "texts"  # what `texts` counts: the family's examples (an image model's images)
 
     @property
     def accuracy_drop(self) -> float | None:

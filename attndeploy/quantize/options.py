@@ -10,6 +10,8 @@ METHODS = ("dynamic", "static", "best")
 ACTIVATIONS = ("per-row", "per-batch")  # dynamic: one activation scale per token, or per batch
 DEFAULT_ACTIVATIONS = "per-row"  # an answer that does not depend on its batch, as fp32's
 DEFAULT_GRID = "1x8,4x32,8x128"  # batch x seq: one row, a few, a full batch at real length
+# a model whose family makes its inputs (images, of the size its preprocessing records): batches
+DEFAULT_BATCH_GRID = (1, 4, 16)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,10 @@ def train_folder(folder: Path, *, model: dict[str, Any], training: dict[str, Any
                  progress: bool = False) -> FitResult:
     """Train an image model on `folder` and save it at `out`: `model` holds the variant and
     the sizes given (`SIZES`), `training` the recipe's fields (`FIT_FIELDS` are read);
-    `eval_fraction` of each class is held out unless the folder has its own `test/`."""
+    `eval_fraction` of each class is held out unless the folder has its own `test/`.
+    `model["attention"] = False` trains the no-attention baseline (the same network with
+    attention removed; its variant must be `standard`, the default); its summary's `network`
+    says so beside the accuracy and logistic regression's."""
     fields = {ours: model[theirs] for theirs, ours in SIZES.items()
               if model.get(theirs) is not None}
     if model.get("variant") is not None:

@@ -72,10 +72,9 @@ def save_image_model(model: nn.Module, labels: tuple[str, ...], preprocessing: P
     return out
 
 
-def load_image_model(path: Path) -> ImageCheckpoint:
-    """The model (eval mode), labels and preprocessing of an image checkpoint; CheckpointError
-    naming what is wrong otherwise."""
-    path = Path(path)
+def _read_config(path: Path) -> tuple[dict[str, Any], ImageModelConfig, Preprocessing]:
+    """config.json read whole, its model config and its preprocessing; CheckpointError naming
+    the file otherwise."""
     if not is_image_checkpoint(path):
         raise CheckpointError(f"{path}: not an image checkpoint (head {HEAD!r})")
     raw = read_json_file(path / CONFIG_FILE, error=CheckpointError)
@@ -84,6 +83,20 @@ def load_image_model(path: Path) -> ImageCheckpoint:
         preprocessing = Preprocessing.from_dict(raw.get("preprocessing"))
     except (ConfigError, DataError) as exc:  # one line naming the file
         raise CheckpointError(f"{path / CONFIG_FILE}: {exc}") from None
+    return raw, config, preprocessing
+
+
+def load_image_config(path: Path) -> tuple[ImageModelConfig, Preprocessing]:
+    """An image checkpoint's model config and preprocessing, without building the model."""
+    _, config, preprocessing = _read_config(Path(path))
+    return config, preprocessing
+
+
+def load_image_model(path: Path) -> ImageCheckpoint:
+    """The model (eval mode), labels and preprocessing of an image checkpoint; CheckpointError
+    naming what is wrong otherwise."""
+    path = Path(path)
+    raw, config, preprocessing = _read_config(path)
     labels = raw.get("labels")
     if not (isinstance(labels, list) and len(labels) == config.num_labels
             and all(isinstance(label, str) for label in labels)):

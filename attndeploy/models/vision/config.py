@@ -99,6 +99,14 @@ class ImageModelConfig:
         return (self.height // side) * (self.width // side)
 
     @property
+    def network(self) -> str:
+        """The network in words, for train's output and `info`: `vit, evolving attention`, or
+        `vit without attention` (the baseline: the same network with attention removed)."""
+        if not self.attention:
+            return f"{self.architecture} without attention"
+        return f"{self.architecture}, {self.variant} attention"
+
+    @property
     def family(self) -> str:
         return self.architecture
 

@@ -8,7 +8,9 @@ linear warm-up and cosine decay over the planned steps, shuffled batches. With a
 (`max_seconds`) the plan is the steps that fit it, measured over the first steps, so the
 learning rate still decays to zero. Measured on the held-out images: `accuracy`, the
 baseline's `baseline_accuracy`, and GA-Net's `density` (the share of positions its hard gates
-keep).
+keep). The summary names the network first (`network`: `vit, ganet attention`, or `vit without
+attention` for the other baseline, the same network with attention removed:
+`attention=False`), so train's output reads it beside the two accuracies.
 """
 
 from __future__ import annotations
@@ -163,7 +165,8 @@ def train_images(train: ImageSet, held_out: ImageSet, model_fields: dict[str, An
     baseline = fit_logistic(x, y, config.num_labels)
     metrics["baseline_accuracy"] = logistic_accuracy(baseline, x_held, y_held)
     metrics = {name: round(value, 4) for name, value in metrics.items()}
-    summary["parameters"] = sum(p.numel() for p in model.parameters())
+    summary = {"network": config.network, **summary,
+               "parameters": sum(p.numel() for p in model.parameters())}
     data = {"source": source, "train_images": len(train), "held_out_images": len(held_out),
             "classes": list(train.class_names)}
     training = {**asdict(options), **summary}

@@ -50,3 +50,24 @@ def tiny_config(architecture: str = "vit", variant: str = "standard", **changes)
 
     fields = {"num_labels": 3, "channels": 1, "height": 8, "width": 8, **TINY, **changes}
     return ImageModelConfig(architecture=architecture, variant=variant, **fields)
+
+
+def image_export(folder: Path, root: Path, architecture: str = "vit", variant: str = "standard",
+                 seed: int = 0) -> tuple[Path, Path]:
+    """(checkpoint, export) of an untrained tiny model with the preprocessing of `folder`'s
+    images (its `train/` part when it has one), exported by the family's hook."""
+    import torch
+
+    from attndeploy.data.images import is_split_folder, load_image_folder, measure_preprocessing
+    from attndeploy.families.image_classification import checks
+    from attndeploy.models.vision.build import build_model
+    from attndeploy.models.vision.checkpoint import save_image_model
+
+    images = load_image_folder(folder / "train" if is_split_folder(folder) else folder)
+    torch.manual_seed(seed)
+    model = build_model(tiny_config(architecture, variant)).eval()
+    name = f"{architecture}_{variant}_{seed}"
+    checkpoint = save_image_model(model, images.class_names,
+                                  measure_preprocessing(images.pixels), root / f"ckpt_{name}")
+    checks.export_checkpoint(checkpoint, root / f"{name}.onnx")
+    return checkpoint, root / f"{name}.onnx"

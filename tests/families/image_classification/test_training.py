@@ -114,3 +114,27 @@ def test_logistic_regression_fits_separable_pixels():
     y = torch.from_numpy(rng.integers(0, 2, 200))
     x = torch.randn(200, 1, 2, 2) + 3 * y[:, None, None, None].float()
     assert logistic_accuracy(fit_logistic(x, y, 2), x, y) > 0.95
+
+
+def test_the_no_attention_baseline_trains_and_says_what_it_is(tmp_path):
+    folder = write_folder(tmp_path / "data", per_class=6)
+    sizes = {k: v for k, v in TINY.items() if k != "n_layers"}
+    result = train_folder(folder, model={"attention": False, "n_layers": 1, **sizes},
+                          training={**RECIPE, "steps": 10}, eval_fraction=0.25,
+                          out=tmp_path / "ckpt")
+    loaded = load_image_model(tmp_path / "ckpt")
+    assert loaded.config.attention is False
+    assert not any("attention" in name for name, _ in loaded.model.named_modules())
+    assert list(result.summary)[0] == "network"
+    assert result.summary["network"] == "vit without attention"
+    assert set(result.metrics) == {"accuracy", "baseline_accuracy"}
+
+
+def test_a_variant_without_attention_is_refused_before_training(tmp_path):
+    from attndeploy.errors import ConfigError
+
+    folder = write_folder(tmp_path / "data", per_class=2)
+    with pytest.raises(ConfigError, match="no attention variant"):
+        train_folder(folder, model={"attention": False, "variant": "ganet", **TINY},
+                     training=RECIPE, eval_fraction=0.25, out=tmp_path / "ckpt")
+    assert not (tmp_path / "ckpt").exists()

@@ -22,6 +22,7 @@ import torch
 
 from attndeploy.errors import ValidationError
 from attndeploy.families.image_classification import PIXEL_VALUES
+from attndeploy.families.image_classification.checks.inputs import random_images
 from attndeploy.families.image_classification.pixels import META_PREPROCESSING, Preprocessing
 from attndeploy.models.vision.checkpoint import ImageCheckpoint, load_image_model
 from attndeploy.runtime.names import META_LABELS, META_WEIGHTS
@@ -36,13 +37,6 @@ class ImageReport(DecoderReport):
     """The decoder's report of named checks, for an image model."""
 
     KIND = "image model"
-
-
-def random_images(preprocessing: Preprocessing, batch: int, seed: int) -> np.ndarray:
-    """float32 [batch, C, H, W]: random uint8 pixels, normalised."""
-    rng = np.random.default_rng(seed)
-    pixels = rng.integers(0, 256, size=(batch, *preprocessing.shape), dtype=np.uint8)
-    return preprocessing.normalise(pixels)
 
 
 def check_metadata(loaded: ImageCheckpoint, metadata: dict[str, str]) -> DecoderCheck:
