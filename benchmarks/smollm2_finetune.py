@@ -96,6 +96,9 @@ def main() -> None:
     parser.add_argument("--append", action="store_true",
                         help="add to the runs already in DIR/smollm2_finetune.json (the same "
                              "options), e.g. one variant per process on a loaded machine")
+    parser.add_argument("--density-target", type=float, default=None,
+                        help="GA-Net: the open-gate share to push down to over the warm-up "
+                             "[none: the gates stay open]")
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -108,7 +111,8 @@ def main() -> None:
                             "window": args.window, "eval_fraction": args.eval_fraction,
                             "warmup_steps": args.warmup_steps,
                             "evolving_mix_cap": args.evolving_mix_cap,
-                            "new_learning_rate": args.new_learning_rate})
+                            "new_learning_rate": args.new_learning_rate,
+                            "density_target": args.density_target})
     report = {"texts": len(texts), "source": "/var/lib/dpkg/status long descriptions",
               "options": {**{k: v for k, v in dataclasses.asdict(options).items()
                              if k != "measure_before"}, "seed": args.seeds},
