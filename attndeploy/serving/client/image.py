@@ -20,7 +20,7 @@ import numpy as np
 from attndeploy.errors import DataError, ServerError
 from attndeploy.families.image_classification.pixels import MAX_IMAGE_BYTES
 from attndeploy.families.registry import heads
-from attndeploy.runtime.contract import CONTRACT_VERSION, served_label_names
+from attndeploy.runtime.contract import served_label_names
 from attndeploy.runtime.families import runtime_part
 from attndeploy.serving.client.triton import Protocol, TritonRunner, as_protocol
 from attndeploy.serving.packaging.image_model import IMAGE, IMAGE_SUFFIX, PARAM_IMAGE_MODEL
@@ -79,8 +79,9 @@ def infer_images(
     protocol: Protocol | str = Protocol.GRPC,
 ) -> list[dict[str, Any]]:
     """Send each image file to image model `model` (one request each, in order); return per
-    image `model`, `image` (its path), `contract_version` and the family's record. Every file
-    is read before the first request; the first refused image stops with its error."""
+    image `image` (its path) and the family's record (the records of in-process `predict`).
+    Every file is read before the first request; the first refused image stops with its
+    error, naming the file."""
     protocol = as_protocol(protocol)
     if not images:
         raise DataError("give at least one --image FILE")
@@ -94,6 +95,5 @@ def infer_images(
             except ServerError as exc:
                 raise ServerError(f"{path}: {exc}") from None
             (record,) = decode_image_answer(outputs, family, names)
-            records.append({"model": model, "image": str(path),
-                            "contract_version": CONTRACT_VERSION, **record})
+            records.append({"image": str(path), **record})
     return records
