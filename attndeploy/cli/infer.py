@@ -27,7 +27,8 @@ def command(
     model: Annotated[str, shared("--model")],
     text: Annotated[str | None, shared("--text", "One, sent as it is to NAME_text.")] = None,
     ids: Annotated[str | None, typer.Option(help="Token ids, comma-separated.")] = None,
-    image: Annotated[list[Path] | None, shared("--image", "repeatable.")] = None,
+    image: Annotated[list[Path] | None, shared(
+        "--image-file", "repeatable; sent as its bytes to NAME_image.")] = None,
     protocol: ProtocolOption = Protocol(parameter_default(infer_request, "protocol")),
     url: UrlOption = None,
     repo: Annotated[
@@ -52,7 +53,7 @@ def command(
     are open). --json prints the prediction contract's record (the fields of `predict --json`).
     A generate model (NAME_generate) takes --text and prints the generated text (--stream: as
     it arrives; --json: {text, token_ids, finish_reason}). An image model (NAME_image) takes
-    --image files and prints label, probability and file per image (--json: the records of
+    --image-file files and prints label, probability and file per image (--json: the records of
     `predict --json`)."""
     from rich.markup import escape
 
@@ -60,7 +61,7 @@ def command(
 
     if image:
         if text is not None or ids is not None:
-            raise DataError("give --image files, or --text or --ids, not both")
+            raise DataError("give --image-file files, or --text or --ids, not both")
         _images(server_url(ctx, url, protocol, repo), model, list(image), protocol, timeout,
                 json_output)
         return

@@ -187,7 +187,7 @@ def test_decode_refuses_16_bit_rgb_which_pillow_reads_as_8_bit() -> None:
 
 
 def test_served_image_family_refuses_a_model_that_is_not_an_image_model() -> None:
-    with pytest.raises(ServerError, match="send --image to its image model cls_image"):
+    with pytest.raises(ServerError, match="send --image-file to its image model cls_image"):
         served_image_family({"parameters": {"HEAD": {"string_value": "classification"}}}, "cls")
     family, names = served_image_family({"parameters": {
         "IMAGE_MODEL": {"string_value": "true"},

@@ -1,7 +1,7 @@
 """Image files sent to a served image model (`<name>_image`, `packaging/image_model.py`): the
 encoded bytes as they are, one image per request row, and the answer decoded by the image
 family's runtime part with the label names the model's served configuration carries (no
-repository needed). What `attndeploy infer --image` and the image load test send.
+repository needed). What `attndeploy infer --image-file` and the image load test send.
 
 Each image is read whole (at most `pixels.MAX_IMAGE_BYTES`) and sent undecoded: the server
 decodes and preprocesses it by the export's recorded preprocessing, so a client needs neither
@@ -54,7 +54,7 @@ def served_image_family(config: Mapping[str, Any], model: str) -> tuple[Any, tup
     head = parameters.get(PARAM_HEAD, "")
     if parameters.get(PARAM_IMAGE_MODEL) != "true" or head not in heads():
         raise ServerError(f"model {model!r} is not an image model (it takes no encoded images); "
-                          f"send --image to its image model {model}{IMAGE_SUFFIX}"
+                          f"send --image-file to its image model {model}{IMAGE_SUFFIX}"
                           if not model.endswith(IMAGE_SUFFIX) else
                           f"model {model!r} is not an image model packaged by this attndeploy")
     raw = parameters.get(PARAM_NUM_LABELS, "")
@@ -84,7 +84,7 @@ def infer_images(
     error, naming the file."""
     protocol = as_protocol(protocol)
     if not images:
-        raise DataError("give at least one --image FILE")
+        raise DataError("give at least one --image-file FILE")
     payloads = [read_image_bytes(path) for path in images]
     records = []
     with TritonRunner(url, model, timeout_s=timeout_s, protocol=protocol) as runner:
