@@ -210,3 +210,44 @@ def test_infer_images_reads_every_file_before_any_request(tmp_path: Path) -> Non
 def test_preprocessing_round_trips_through_the_stored_file(repo: Path, export: Path) -> None:
     stored = Preprocessing.from_json((repo / "img_image" / "preprocessing.json").read_text())
     assert stored == ImageClassifier(export, threads=1).preprocessing
+
+
+# --------------------------------------------------------------------------- the load test's oracle
+
+
+def test_the_load_test_oracle_is_what_the_served_model_answers(model, repo: Path) -> None:
+    from attndeploy.serving.loadtest import LoadTestConfig
+    from attndeploy.serving.loadtest.images import ImageReference, build_image_pool, image_source
+    from attndeploy.serving.loadtest.stats import compare_outputs
+
+    onnx_path = repo / "img_image" / "1" / "model.onnx"
+    source = image_source(onnx_path)
+    images = [(f"{i}", good_image(i % 3, seed=i)) for i in range(5)]
+    (entries,) = build_image_pool(LoadTestConfig(model="img_image", batch=2), images)
+    assert len(entries) == 3  # 5 images, 2 a request, wrapping around
+    reference = ImageReference(onnx_path, source, ["label", "label_id", "logits",
+                                                   "probabilities"])
+    for index, entry in enumerate(entries):
+        (answer,) = model.execute([FakeRequest(image=entry.feed["image"])])
+        expected = reference.expected((0, index), entry.feed)
+        assert compare_outputs(answer.outputs, expected, atol=1e-5, rtol=1e-4).passed
+        wrong = {**answer.outputs, "label": np.array([[b"nope"]] * 2, dtype=object)}
+        check = compare_outputs(wrong, expected, atol=1e-5, rtol=1e-4)
+        assert not check.passed and "'label' differs" in check.reason
+
+
+def test_the_load_test_refuses_a_folder_image_the_model_would_refuse(repo: Path,
+                                                                      tmp_path: Path) -> None:
+    from attndeploy.errors import LoadTestError
+    from attndeploy.serving.loadtest.images import check_images, image_source, read_image_folder
+
+    source = image_source(repo / "img_image" / "1" / "model.onnx")
+    with pytest.raises(LoadTestError, match="holds no PNG or JPEG file"):
+        read_image_folder(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "1.png").write_bytes(good_image(0))
+    (tmp_path / "a" / "2.png").write_bytes(BAD_IMAGES["wrong size"][0])
+    images = read_image_folder(tmp_path)
+    assert [Path(path).name for path, _ in images] == ["1.png", "2.png"]
+    with pytest.raises(LoadTestError, match="2.png: 9x8 .* would refuse every request"):
+        check_images(images, source)

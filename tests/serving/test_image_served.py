@@ -1,7 +1,7 @@
 """An image model under the real tritonserver, through the CLI: `package` a tiny trained image
 model, `infer --image-file` one good image (its label is in-process `predict`'s), one bad image
 (one error line, exit 1: the server's per-request error), then a good one again (the server
-still answers)."""
+still answers); `loadtest --image-folder` on the training images, every answer checked."""
 
 from __future__ import annotations
 
@@ -46,4 +46,13 @@ def test_infer_sends_image_files_and_a_bad_one_fails_alone(tmp_path: Path) -> No
             "infer", "--model", "tiny_image", "--image-file", str(good), "--protocol", "http",
             "--url", server.http_url, "--json", cwd=tmp_path))
         assert [p["label"] for p in http_answer["predictions"]] == [expected["label"]]
+        # the load test sends the training folder's images; every answer checked in process
+        report = parse_json(run_cli(
+            "loadtest", "--model", "tiny_image", "--repo", str(tmp_path / "repo"), "--url",
+            server.grpc_url, "--image-folder", str(tmp_path / "export" / "data"),
+            "--concurrency", "2", "--batch-size", "2", "--window", "0.5", "--max-windows", "3",
+            "--check-fraction", "1", "--json", cwd=tmp_path))
+        (level,) = report["levels"]
+        assert level["error_count"] == 0 and level["checks"]["failed"] == 0
+        assert level["checks"]["done"] > 0
     assert json.dumps(first)  # JSON all through
