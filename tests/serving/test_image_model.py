@@ -251,3 +251,36 @@ def test_the_load_test_refuses_a_folder_image_the_model_would_refuse(repo: Path,
     assert [Path(path).name for path, _ in images] == ["1.png", "2.png"]
     with pytest.raises(LoadTestError, match="2.png: 9x8 .* would refuse every request"):
         check_images(images, source)
+
+
+def test_infer_with_text_or_ids_to_an_image_model_says_to_send_images(repo: Path) -> None:
+    from attndeploy.serving.client.infer import infer_request
+
+    for kwargs in ({"text": "hi"}, {"ids": [3, 4]}):
+        with pytest.raises(DataError, match="'img_image' is an image model: send image files "
+                                            "with --image-file"):
+            infer_request(url="127.0.0.1:1", model="img_image", repo=repo, **kwargs)
+
+
+@pytest.mark.parametrize("variant", ["ganet", "evolving"])
+def test_every_variant_s_custom_graph_is_served_as_predict_labels(
+    variant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GA-Net (its `gates` output beside the logits) and Evolving Attention (attndeploy nodes
+    with model-local functions) run in the image model's own onnxruntime session."""
+    export = tiny_export(tmp_path / "export", variant=variant)
+    package_model(export, tmp_path / "repo", PackageOptions(name=variant))
+    assert check_repository(tmp_path / "repo").passed
+    images = [good_image(label, seed=label + 10) for label in range(3)]
+    for index, data in enumerate(images):
+        (tmp_path / f"{index}.png").write_bytes(data)
+    expected = ImageClassifier(export, threads=1).predict(
+        [tmp_path / f"{index}.png" for index in range(3)])
+    with own_modules():
+        served = load_model(tmp_path / "repo", f"{variant}_image", monkeypatch)
+    (response,) = served.execute([request(*images)])
+    records = decode_image_answer(response.outputs, image_runtime, LABELS)
+    assert [r["label_id"] for r in records] == [e["label_id"] for e in expected]
+    for record, want in zip(records, expected, strict=True):
+        np.testing.assert_allclose(list(record["probabilities"].values()),
+                                   list(want["probabilities"].values()), atol=1e-5)
