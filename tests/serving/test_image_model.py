@@ -284,3 +284,17 @@ def test_every_variant_s_custom_graph_is_served_as_predict_labels(
     for record, want in zip(records, expected, strict=True):
         np.testing.assert_allclose(list(record["probabilities"].values()),
                                    list(want["probabilities"].values()), atol=1e-5)
+
+
+def test_check_repo_warns_when_this_python_lacks_pillow(
+    repo: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "PIL" else real(name, *a))
+    report = check_repository(repo)
+    assert report.passed  # the repository is right; this Python cannot serve it
+    (warning,) = [f for f in report.warnings if f.model == "img_image"]
+    assert "decodes with Pillow" in warning.message and "pip install pillow" in warning.message

@@ -262,9 +262,16 @@ def check_image_model(model: Any, cfg: mc.ModelConfig, versions: list[int]) -> N
     """check-repo's findings for an image model (`model`: its collector, `error(message)`):
     its model.py and shipped copies this attndeploy's, its ONNX an image export whose labels
     and preprocessing the folder's files repeat, and its config what packaging writes."""
+    import importlib.util
+    import sys
+
     from attndeploy.echo import echo
     from attndeploy.serving.packaging.onnx_info import load_onnx_graph
 
+    if importlib.util.find_spec("PIL") is None:  # `attndeploy serve` runs this Python
+        model.warning(f"an image model decodes with Pillow, which this Python ({sys.executable}) "
+                      "cannot import: `attndeploy serve` would fail to load it; pip install "
+                      "pillow")
     for version in versions:
         folder = model.path / str(version)
         onnx_path = folder / cfgmod.MODEL_FILE
