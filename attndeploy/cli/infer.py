@@ -27,6 +27,8 @@ def command(
     model: Annotated[str, shared("--model")],
     text: Annotated[str | None, shared("--text", "One, sent as it is to NAME_text.")] = None,
     ids: Annotated[str | None, typer.Option(help="Token ids, comma-separated.")] = None,
+    image: Annotated[list[Path] | None, shared(
+        "--image-file", "repeatable; sent as its bytes to NAME_image.")] = None,
     protocol: ProtocolOption = Protocol(parameter_default(infer_request, "protocol")),
     url: UrlOption = None,
     repo: Annotated[
@@ -50,10 +52,19 @@ def command(
     """Send one example; print the label and its probabilities (GA-Net: the tokens whose gates
     are open). --json prints the prediction contract's record (the fields of `predict --json`).
     A generate model (NAME_generate) takes --text and prints the generated text (--stream: as
-    it arrives; --json: {text, token_ids, finish_reason})."""
+    it arrives; --json: {text, token_ids, finish_reason}). An image model (NAME_image) takes
+    --image-file files and prints label, probability and file per image (--json: the records of
+    `predict --json`)."""
     from rich.markup import escape
 
     from attndeploy.errors import DataError
+
+    if image:
+        if text is not None or ids is not None:
+            raise DataError("give --image-file files, or --text or --ids, not both")
+        _images(server_url(ctx, url, protocol, repo), model, list(image), protocol, timeout,
+                json_output)
+        return
 
     if model.endswith("_generate"):
         _generate(server_url(ctx, url, protocol, repo), model, text, protocol, timeout,
@@ -82,6 +93,25 @@ def command(
     if "attended" in result:  # plain words, so a pipe or a log shows them too
         console.print(f"open gates ({len(result['attended'])}/{len(result['tokens'])}): "
                       f"{escape(' '.join(result['attended']))}")
+
+
+def _images(url: str, model: str, images: list[Path], protocol: Protocol, timeout: float,
+            json_output: bool) -> None:
+    """Image files sent to an image model: a line of label, probability and file each, or the
+    records as `predict --json` prints them."""
+    from attndeploy.runtime.contract import CONTRACT_VERSION
+    from attndeploy.serving.client.image import infer_images
+
+    records = infer_images(url=url, model=model, images=images, timeout_s=timeout,
+                           protocol=protocol)
+    if json_output:
+        print_json({"model": model, "contract_version": CONTRACT_VERSION,
+                    "predictions": records})
+        return
+    for record in records:
+        probability = record["probabilities"][record["label"]]
+        console.print(f"{record['label']}\t{probability:.4f}\t{record['image']}",
+                      highlight=False, markup=False)
 
 
 def _generate(url: str, model: str, text: str | None, protocol: Protocol, timeout: float,

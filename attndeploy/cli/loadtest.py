@@ -109,6 +109,12 @@ def command(
                               "random ones; an id model gets them tokenized with its "
                               "vocabulary.", callback=readable_text_file),
     ] = None,
+    image_folder: Annotated[
+        Path | None,
+        typer.Option(help="An image model's images: every PNG and JPEG file below DIR "
+                          "(sorted), --batch-size per request [default: random pixels of the "
+                          "model's size].")
+    ] = None,
     window: Annotated[
         float, shared("--window", callback=_number(lambda w: w > 0, "a window (> 0 seconds)"))
     ] = _default("window_s"),
@@ -173,7 +179,7 @@ def command(
 
     config = LoadTestConfig(
         model=model, url=server_url(ctx, url, protocol, repo), protocol=protocol.value,
-        text_file=text_file,
+        text_file=text_file, image_folder=image_folder,
         concurrency=parse_number_list(concurrency, "concurrency") if concurrency else (),
         request_rates=parse_number_list(request_rate, "request rate", float)
         if request_rate else (),

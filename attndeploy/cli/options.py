@@ -31,6 +31,7 @@ MEANINGS: dict[str, str] = {
     "--weights": "safetensors state dict loaded strictly into --factory's module.",
     "--repo": "Model repository folder.",
     "--text": "A text to classify.",
+    "--image-file": "An image file (PNG or JPEG) for an image model;",
     "--text-file": "Texts, one per line (a file, a pipe, or '-' for stdin).",
     "--dataset": "A built-in data set (sparse_evidence, tagging).",
     "--data": ("Labelled texts: a JSONL file (or a pipe) whose lines the model's family reads "

@@ -84,7 +84,8 @@ def command(
     json_output: JsonFlag = False,
 ) -> None:
     """Package models into a Triton repository (config.pbtxt, model.onnx, model.py, labels),
-    and for a model with a tokenizer the text model NAME_text that takes raw text. A decoder
+    and for a model with a tokenizer the text model NAME_text that takes raw text; an image
+    model also gets NAME_image, which takes encoded PNG or JPEG bytes. A decoder
     becomes NAME_generate: text in, token streams out, --max-batch-size sequences batched."""
     from attndeploy.errors import RepositoryError
     from attndeploy.fsutil import check_output_container
@@ -126,6 +127,13 @@ def command(
                           f"up to {packaged.max_batch_size} sequences batched, "
                           f"{packaged.variant}, version {packaged.version}) -> {packaged.path}")
             continue
+        if packaged.image:
+            console.print(f"packaged [bold]{packaged.name}[/] (image model: encoded PNG or JPEG "
+                          f"in, label out, {packaged.variant}, version {packaged.version}) -> "
+                          f"{packaged.path}")
+            continue
+        if packaged.pixels:
+            what = f"{what}, pixel tensors in"
         if packaged.head == "generic":
             console.print(f"packaged [bold]{packaged.name}[/] ({what}, your model's own inputs "
                           f"and outputs, version {packaged.version}) -> {packaged.path}")
@@ -135,7 +143,14 @@ def command(
 
 
 def _export_checkpoint(checkpoint: Path, out: Path) -> None:
-    """A checkpoint source, exported with the default options into the packager's temp file."""
+    """A checkpoint source, exported with the default options into the packager's temp file
+    (by its family's `export_checkpoint` hook where it has one: an image checkpoint)."""
+    from attndeploy.cli.family_hooks import checks_hook
+
+    hook = checks_hook(checkpoint, "export_checkpoint")
+    if hook is not None:
+        hook(checkpoint, out)
+        return
     from attndeploy.export.exporter import export_checkpoint  # torch: only for a checkpoint
 
     export_checkpoint(checkpoint, out)

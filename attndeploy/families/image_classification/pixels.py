@@ -26,7 +26,10 @@ from attndeploy.errors import DataError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 MODES = {1: "L", 3: "RGB"}  # channels -> Pillow's mode
-MAX_PIXELS = 40_000_000  # a larger image is refused before it is decoded (a decompression bomb)
+# A larger image is refused by its header, before its pixels are decoded (a decompression bomb):
+# 40 million pixels (a 100-megapixel photograph is refused), the same cap for training,
+# `predict` and a served image model (`<name>_image`).
+MAX_PIXELS = 40_000_000
 MAX_SIDE = 4096  # the largest height or width a model may take
 MAX_IMAGE_BYTES = 64 * 1024 * 1024  # an encoded image read whole
 META_PREPROCESSING = "attndeploy.preprocessing"  # an image export's metadata key: its JSON
@@ -105,20 +108,41 @@ class Preprocessing:
         return ((pixels.astype(np.float32) / np.float32(255.0)) - mean) / std
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_bit_depth(data: bytes) -> int | None:
+    """The bits per sample a PNG's header (IHDR, its first chunk) declares, None for bytes that
+    are no PNG. Pillow reads a 16-bit RGB PNG as 8-bit RGB without a word, so the header says."""
+    if len(data) < 25 or not data.startswith(PNG_SIGNATURE) or data[12:16] != b"IHDR":
+        return None
+    return data[24]  # signature 8 + length 4 + type 4 + width 4 + height 4
+
+
 def decode_image(data: bytes, channels: int, size: tuple[int, int] | None = None, *,
                  resize: bool = False, where: str = "image") -> np.ndarray:
     """Encoded PNG or JPEG bytes -> uint8 [C, H, W] in the mode of `channels`.
 
     `size` (height, width): the size wanted; another size is resized (bilinear) when `resize`,
     else a DataError naming both. A 16-bit or otherwise high-depth image, an undecodable file,
-    and one over MAX_PIXELS are refused (DataError naming `where`); a palette, grey-alpha or
-    RGBA image is converted (alpha dropped)."""
+    and one over MAX_PIXELS are refused (DataError naming `where`): the size and depth come
+    from the header, so an image over the cap (a decompression bomb) is refused before its
+    pixels are decoded. A palette, grey-alpha or RGBA image is converted (alpha dropped)."""
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     if len(data) > MAX_IMAGE_BYTES:
         raise DataError(f"{where}: {len(data)} bytes is over the {MAX_IMAGE_BYTES}-byte limit")
+    depth = png_bit_depth(data)
+    if depth is not None and depth > 8:
+        raise DataError(f"{where}: a {depth}-bit PNG (16 bits per channel); 8-bit PNG or JPEG "
+                        "expected")
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with warnings.catch_warnings():  # Pillow's own bomb warning: refused as over the cap
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+        with image:
             if image.format not in ("PNG", "JPEG"):
                 raise DataError(f"{where}: a {image.format} image; PNG or JPEG expected")
             width, height = image.size
@@ -138,7 +162,9 @@ def decode_image(data: bytes, channels: int, size: tuple[int, int] | None = None
             pixels = np.asarray(converted, dtype=np.uint8)
     except UnidentifiedImageError:
         raise DataError(f"{where}: not a PNG or JPEG image (cannot decode it)") from None
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+        raise DataError(f"{where}: over the {MAX_PIXELS:,}-pixel limit ({exc})") from None
+    except (OSError, SyntaxError, ValueError) as exc:
         raise DataError(f"{where}: cannot decode the image ({exc})") from None
     if pixels.ndim == 2:
         pixels = pixels[None]  # [1, H, W]

@@ -30,6 +30,9 @@ LOGITS_RANK = 2  # [B, C]
 TABLE_COLUMNS = ("label", "probability")
 TABLE_FLEXIBLE: tuple[str, ...] = ()
 TABLE_TEXT = True  # the table ends with the image's file name
+# The family's raw-input served model (a hook `attndeploy package` reads): NAME_image takes
+# encoded PNG or JPEG bytes and answers these FIELDS (serving/packaging/image_model.py).
+SERVED_INPUT = "image"
 
 
 def wire_fields(num_labels: int) -> tuple[WireField, ...]:

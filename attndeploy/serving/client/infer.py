@@ -42,6 +42,7 @@ from attndeploy.serving.client.triton import (
     infer_once,
     text_feed,
 )
+from attndeploy.serving.packaging.image_model import is_image_config
 from attndeploy.serving.packaging.model_config import PARAM_HEAD, PARAM_NUM_LABELS
 from attndeploy.serving.packaging.text_model import (
     TEXT,
@@ -119,6 +120,11 @@ def infer_request(
     if (text is None) == (ids is None):
         raise DataError("give exactly one of --text or --ids")
     protocol = as_protocol(protocol)
+    if repo is not None and (Path(repo) / model).is_dir():
+        cfg = read_config(Path(repo) / model)
+        if cfg is not None and is_image_config(cfg):
+            raise DataError(f"model {model!r} is an image model: send image files with "
+                            "--image-file")
     if ids is not None and repo is not None and (Path(repo) / model).is_dir():
         cfg = read_config(Path(repo) / model)
         if cfg is not None and is_text_config(cfg):

@@ -66,6 +66,10 @@ class LoadTestConfig:
     tokenized here with the vocabulary in its ONNX file's metadata (`onnx_path`), so both
     kinds can be measured on the same texts.
 
+    An image model (input `image`) gets `batch` encoded images per request: the PNG and JPEG
+    files below `image_folder`, in sorted order, or random-pixel PNGs of its recorded size
+    (`loadtest.images`); `seq_lengths` is not used.
+
     `protocol`: `grpc` or `http`; `url` defaults to the protocol's loopback endpoint.
     """
 
@@ -95,6 +99,7 @@ class LoadTestConfig:
     request_timeout_s: float = 10.0
     max_level_s: float = 300.0  # hard bound on one level, warm-up and drain included
     text_file: Path | None = None
+    image_folder: Path | None = None  # an image model's images (default: random pixels)
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -106,6 +111,8 @@ class LoadTestConfig:
             put("url", DEFAULT_URLS[Protocol(protocol)])
         if self.text_file is not None:
             put("text_file", Path(self.text_file))
+        if self.image_folder is not None:
+            put("image_folder", Path(self.image_folder))
 
         put("concurrency", _as_tuple(self.concurrency))
         put("request_rates", _as_tuple(self.request_rates))
@@ -166,6 +173,10 @@ class LoadTestConfig:
             # a pipe (`--text-file <(...)`, /dev/stdin) is read like a file: only once
             what = "is a folder" if self.text_file.is_dir() else "does not exist"
             out.append(f"text_file {self.text_file} {what}")
+        if self.image_folder is not None and not self.image_folder.is_dir():
+            out.append(f"image_folder {self.image_folder} is not a folder")
+        if self.image_folder is not None and self.text_file is not None:
+            out.append("give text_file or image_folder, not both")
         if self.atol < 0 or self.rtol < 0:
             out.append("atol and rtol must be >= 0")
         if self.vocab_size is not None and self.vocab_size <= FIRST_TOKEN_ID:
@@ -186,4 +197,5 @@ class LoadTestConfig:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["onnx_path"] = str(self.onnx_path) if self.onnx_path is not None else None
         out["text_file"] = str(self.text_file) if self.text_file is not None else None
+        out["image_folder"] = str(self.image_folder) if self.image_folder is not None else None
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}

@@ -131,6 +131,7 @@ def _build_pool(config: LoadTestConfig, vocab: int, dtypes: dict[str, np.dtype])
 # --------------------------------------------------------------------------- texts
 
 TEXT_INPUT = TEXT  # a text model's input
+IMAGE_INPUT = "image"  # an image model's (`packaging.image_model.IMAGE`)
 
 
 @dataclass(frozen=True)
@@ -348,6 +349,8 @@ def _input_dtypes(
     dtypes = {}
     if metadata.input(TEXT_INPUT) is not None:  # a text model
         names: tuple[str, ...] = (TEXT_INPUT,)
+    elif metadata.input(IMAGE_INPUT) is not None:  # an image model
+        names = (IMAGE_INPUT,)
     else:
         names = (INPUT_IDS, ATTENTION_MASK)
     for name in names:
@@ -356,8 +359,8 @@ def _input_dtypes(
             declared = ", ".join(s.name for s in metadata.inputs) or "none"
             raise LoadTestError(
                 f"Model '{config.model}' has no input '{name}' (its inputs: {declared}); the "
-                "load tester drives the model-level interface input_ids / attention_mask, or "
-                "a text model's text."
+                "load tester drives the model-level interface input_ids / attention_mask, "
+                "a text model's text or an image model's image."
             )
         dtypes[name] = np.dtype(triton_to_np_dtype(spec.datatype))
     max_batch = int(served.get("max_batch_size", 0))

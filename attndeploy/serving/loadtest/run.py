@@ -7,10 +7,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from attndeploy.errors import AttnDeployError, LoadTestError
+from attndeploy.families.image_classification.pixels import META_PREPROCESSING
 from attndeploy.serving.client.triton import TritonRunner
 from attndeploy.serving.loadtest.clock import REAL_CLOCK, Clock
 from attndeploy.serving.loadtest.config import FIRST_TOKEN_ID, LoadLevel, LoadTestConfig
 from attndeploy.serving.loadtest.inputs import (
+    IMAGE_INPUT,
     PARAM_MAX_SEQ,
     TEXT_INPUT,
     _build_pool,
@@ -101,9 +103,11 @@ def run_load_test(
     notes: list[str] = []
     vocab = config.vocab_size
     per_batch = False  # the ONNX file scales int8 activations per batch
+    images = False  # the ONNX file is an image export: no ids, no vocabulary
     if config.onnx_path is not None:
         onnx_model = _load_onnx(config.onnx_path)
         per_batch = scales_per_batch(onnx_model)
+        images = any(p.key == META_PREPROCESSING for p in onnx_model.metadata_props)
         if config.text_file is None:  # a text file's lines are checked once they are read
             check_seq_lengths(config, max_seq_from_onnx(onnx_model), f"from {config.onnx_path}")
         if vocab is None:
@@ -113,7 +117,7 @@ def run_load_test(
     texts = read_text_file(config.text_file) if config.text_file is not None else None
     if vocab is None:
         vocab = DEFAULT_VOCAB
-        if config.text_file is None:
+        if config.text_file is None and config.image_folder is None and not images:
             notes.append(f"token ids drawn from [{FIRST_TOKEN_ID}, {vocab}) if the model takes "
                          "ids: no vocab_size given")
     results: list[LevelResult] = []
@@ -204,6 +208,11 @@ def _pool_and_reference(
     `text`) gets random vocabulary words, or the lines themselves. Either way the oracle is
     in-process onnxruntime on `onnx_path` (for a text model: its id model's file).
     """
+    if IMAGE_INPUT in dtypes:
+        return _image_pool_and_reference(config, served_outputs, notes)
+    if config.image_folder is not None:
+        raise LoadTestError(f"--image-folder is for an image model (input {IMAGE_INPUT!r}); "
+                            f"'{config.model}' takes {', '.join(dtypes)}")
     takes_text = TEXT_INPUT in dtypes
     source = None
     if config.onnx_path is not None and (takes_text or config.text_file is not None):
@@ -250,3 +259,50 @@ def _pool_and_reference(
     elif config.check_fraction > 0:
         notes.append("no onnx_path given: responses were not checked against onnxruntime")
     return pool, reference
+
+
+def _image_pool_and_reference(config: LoadTestConfig, served_outputs: list[str],
+                              notes: list[str]) -> tuple[list[list[_PoolEntry]], Any]:
+    """An image model's requests (the folder's images, or random pixels) and their oracle
+    (`loadtest.images`); the model's ONNX file is needed for its size, labels and answers."""
+    from attndeploy.serving.loadtest.images import (
+        ImageReference,
+        build_image_pool,
+        check_images,
+        image_source,
+        random_images,
+        read_image_folder,
+    )
+
+    if config.text_file is not None:
+        raise LoadTestError(f"'{config.model}' is an image model: send --image-folder DIR, not "
+                            "--text-file")
+    source = image_source(config.onnx_path) if config.onnx_path is not None else None
+    if config.onnx_path is not None and source is None:
+        raise LoadTestError(f"{config.onnx_path} is not an image export; give the image "
+                            f"model's own ONNX file (in its version folder)")
+    if config.image_folder is not None:
+        images = read_image_folder(config.image_folder)
+        notes.append(f"images: the {len(images)} PNG and JPEG files below "
+                     f"{config.image_folder}, {config.batch} per request; the seq lengths "
+                     "were not used")
+    elif source is None:
+        raise LoadTestError(f"'{config.model}' is an image model: give --image-folder DIR, or "
+                            "the repository (or --onnx) so random images of its size can be "
+                            "made")
+    else:
+        images = random_images(config, source.preprocessing)
+        notes.append(f"images: {len(images)} PNGs of random pixels "
+                     f"({'x'.join(map(str, source.preprocessing.shape))}), {config.batch} per "
+                     "request")
+    if source is not None:
+        check_images(images, source)
+    reference: Any = None
+    if source is not None and config.check_fraction > 0:
+        reference = ImageReference(config.onnx_path, source, served_outputs)
+        if not reference.outputs:
+            notes.append("no output of the family is served: correctness not checked")
+            reference = None
+    elif config.check_fraction > 0:
+        notes.append("no onnx_path given: responses were not checked against onnxruntime")
+    return build_image_pool(config, images), reference

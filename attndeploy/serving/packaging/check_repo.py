@@ -46,6 +46,11 @@ from attndeploy.serving.packaging.generic import (
     generic_config_mismatches,
     read_generic_info,
 )
+from attndeploy.serving.packaging.image_model import (
+    check_image_model,
+    is_image_config,
+    read_image_source,
+)
 from attndeploy.serving.packaging.model_template import (
     GENERIC_TEMPLATE_RESOURCE,
     TEMPLATE_RESOURCE,
@@ -291,8 +296,10 @@ def _check_onnx(
     info: ModelInfo | GenericInfo
     try:
         onnx_model = load_onnx_graph(path)
-        if is_generic(onnx_model):
-            version = next(p.value for p in onnx_model.metadata_props if p.key == META_VERSION)
+        if is_generic(onnx_model) or read_image_source(onnx_model, where) is not None:
+            # a user's model, or an image export's pixel model: checked by its graph's tensors
+            version = next((p.value for p in onnx_model.metadata_props
+                            if p.key == META_VERSION), "?")
             info = read_generic_info(onnx_model, version, where)
         else:
             info = read_model_info(onnx_model, source=where)
@@ -416,6 +423,9 @@ def _check_model(model: _Model) -> None:
         model.error(f"config name {echo(repr(cfg.name))} differs from the folder name")
     if is_generate_config(cfg):  # `<name>_generate`: a decoder's token streams
         check_generate_model(model, cfg, _served_versions(model, cfg))
+        return
+    if is_image_config(cfg):  # `<name>_image`: encoded images in, its own copy of the ONNX
+        check_image_model(model, cfg, _served_versions(model, cfg))
         return
     if is_text_config(cfg):  # `<name>_text`: checked against the id model it calls
         check_text_model(model, cfg, _served_versions(model, cfg))

@@ -14,6 +14,10 @@ A generic model (a user's model from `export --factory` / `export_model`: `onnx_
 gets `config.pbtxt` from its graph's declared inputs and outputs (`generic.py`), the generic
 `model.py` and no labels, warm-up or text model.
 
+An image export (a family whose runtime part declares `SERVED_INPUT = "image"`) is packaged as
+`<name>` (its own tensors, as a generic model is) and `<name>_image`, which takes encoded PNG or
+JPEG bytes (`image_model.py`).
+
 A decoder (a text-generation export) is packaged as `<name>_generate` alone, a decoupled
 python-backend model that streams generated text (`generate_model.py`).
 
@@ -60,6 +64,12 @@ from attndeploy.serving.packaging.generate_model import (
     write_generate_model,
 )
 from attndeploy.serving.packaging.generic import GenericInfo, read_generic_info
+from attndeploy.serving.packaging.image_model import (
+    ImageSource,
+    image_model_name,
+    read_image_source,
+    write_image_model,
+)
 from attndeploy.serving.packaging.model_config import (
     CONFIG_FILE,
     MODEL_FILE,
@@ -114,6 +124,8 @@ class PackagedModel:
     id_model: str | None = None  # a text model: the id model it calls (None: an id model)
     text_call: str | None = None  # a text model: how it runs the id model (`ID_MODEL_CALLS`)
     generate: bool = False  # a generate model (`generate_model.py`): text in, token streams out
+    image: bool = False  # an image model (`image_model.py`): encoded images in, label out
+    pixels: bool = False  # an image export's own model: pixel tensors in
 
     @property
     def is_text(self) -> bool:
@@ -133,6 +145,7 @@ class PackagedModel:
             "max_batch_size": self.max_batch_size,
             "onnx_sha256": self.onnx_sha256,
             "kind": ("generate" if self.generate else "text" if self.is_text
+                     else "image" if self.image else "pixels" if self.pixels
                      else "generic" if self.head == "generic" else "ids"),
             "id_model": self.id_model,
             "text_call": self.text_call,
@@ -286,6 +299,46 @@ def _package_decoder(onnx_path: Path, meta: DecoderMetadata | TranslationSource,
         generate=True)
 
 
+def _package_image(onnx_path: Path, model: onnx.ModelProto, image: ImageSource, repo: Path,
+                   options: PackageOptions, base: str) -> list[PackagedModel]:
+    """Write the pixel model(s) `<base>` (the export's own tensors, by the generic packaging:
+    `generic.py`) and the image model `<base>_image` (`image_model.py`); all or nothing."""
+    if uses_external_data(model):
+        raise RepositoryError(
+            f"{onnx_path} keeps weights in external data files; re-export it as one .onnx file.")
+    missing = missing_functions(model)
+    if missing:
+        raise RepositoryError(f"{onnx_path} has custom-domain nodes without a model-local "
+                              f"function ({', '.join(missing)}); re-export it with attndeploy.")
+    version = next((p.value for p in model.metadata_props if p.key == META_VERSION), "?")
+    info = read_generic_info(model, version, str(onnx_path))
+    targets = {flavor: repo / options.model_name(base, flavor) for flavor in options.flavors()}
+    image_target = repo / image_model_name(base)
+    existing = [str(path) for path in [*targets.values(), image_target] if output_exists(path)]
+    if existing and not options.force:
+        raise RepositoryError(f"model folder(s) {', '.join(existing)} already exist; pass "
+                              "--force to replace them, or choose another name.")
+    try:
+        with atomic_outputs(replace=options.force) as outputs:
+            for flavor, target in targets.items():
+                _write_model(outputs.folder(target), onnx_path, info, options,
+                             name=target.name, flavor=flavor)
+            write_image_model(outputs.folder(image_target), onnx_path, model, image, options,
+                              name=image_target.name)
+    except ConcurrentWriteError as exc:
+        raise RepositoryError(
+            f"another run wrote model {Path(exc.path).name} in {repo} at the same time; "
+            "nothing of this run was kept") from exc
+    sha256 = file_sha256(onnx_path)
+    common = {"version": options.version, "variant": image.variant, "head": image.head,
+              "gated": image.variant == "ganet", "num_labels": image.num_labels, "max_seq": 0,
+              "max_batch_size": options.max_batch_size, "onnx_sha256": sha256}
+    return [*(PackagedModel(name=target.name, flavor=flavor, path=target, pixels=True, **common)
+              for flavor, target in targets.items()),
+            PackagedModel(name=image_target.name, flavor=Flavor.PYTHON, path=image_target,
+                          image=True, **common)]
+
+
 def package_model(
     source: Path, repo: Path, options: PackageOptions | None = None,
     *, exporter: CheckpointExporter | None = None,
@@ -325,6 +378,10 @@ def package_model(
         if decoder is not None:
             return [_package_decoder(onnx_path, decoder, repo, options,
                                      options.name or default_model_name(source))]
+        image = read_image_source(graph, str(onnx_path))
+        if image is not None:
+            return _package_image(onnx_path, graph, image, repo, options,
+                                  options.name or default_model_name(source))
         info, record = _check_source(onnx_path, graph)
         generic = isinstance(info, GenericInfo)
         max_seq = 0 if generic else effective_max_seq(info, options)
