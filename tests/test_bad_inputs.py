@@ -252,6 +252,14 @@ def _deep_tokenizer_metadata(tmp: Path, work: Path) -> None:
     onnx.save(model, str(tmp / "deep.onnx"))
 
 
+def _image_export(tmp: Path, work: Path) -> None:
+    """A tiny trained ViT checkpoint `ckpt_vit_standard_0` and its export `vit_standard_0.onnx`."""
+    from tests.families.image_classification.images import image_export, write_folder
+
+    write_folder(tmp / "images", per_class=2)
+    image_export(tmp / "images", tmp, "vit", "standard")
+
+
 def _safetensors(header: bytes, claimed: int | None = None) -> bytes:
     """A safetensors file: the header's length (or `claimed`), then the header."""
     return (len(header) if claimed is None else claimed).to_bytes(8, "little") + header
@@ -298,6 +306,8 @@ CASES: dict[str, BadInput] = {
         "train", "--data", "{tmp}/d.jsonl", "--out", "{tmp}/o", stage="data",
         fragment="line 2 of {tmp}/d.jsonl has more than 458752 bytes, the limit per JSONL line",
         prepare=_write("d.jsonl", LONG_JSONL)),
+    "train no-attention on text": case("train", *TINY, "--no-attention", "--out", "{tmp}/m",
+                                       stage="config", fragment="applies to image models"),
     "train zero steps": case("train", *TINY, "--steps", "0", "--out", "{tmp}/o",
                              stage="config", fragment="steps"),
     "train heads do not divide width": case("train", *TINY, "--heads", "3", "--out", "{tmp}/o",
@@ -759,6 +769,9 @@ CASES: dict[str, BadInput] = {
         fragment="line 2 of {tmp}/d.jsonl has more than 458752 bytes",
         prepare=_trained_on(LONG_JSONL)),
     # ---- quantize and debug compare
+    "quantize image data not a folder": case(
+        "quantize", "{tmp}/vit_standard_0.onnx", "--out", "{tmp}/q.onnx", "--data",
+        "{tmp}/absent", stage="data", fragment="an image folder", prepare=_image_export),
     "quantize missing model": case("quantize", "{tmp}/absent.onnx", "--out", "{tmp}/q.onnx",
                                    stage="model", fragment="absent.onnx"),
     "quantize over its own input": case("quantize", "{onnx}", "--out", "{onnx}",
@@ -777,6 +790,9 @@ CASES: dict[str, BadInput] = {
         "quantize", "{onnx}", "--out", "{tmp}/q.onnx", "--data", "{tmp}/d.jsonl", stage="data",
         fragment="line 2 of {tmp}/d.jsonl has more than 458752 bytes, the limit per JSONL line",
         prepare=_write("d.jsonl", LONG_JSONL)),
+    "debug compare image with a text shape": case(
+        "debug", "compare", "{tmp}/ckpt_vit_standard_0", "{tmp}/vit_standard_0.onnx",
+        "--shapes", "4x17", stage="validation", fragment="batch sizes", prepare=_image_export),
     "debug compare missing onnx": case("debug", "compare", "{ckpt}", "{tmp}/absent.onnx",
                                        stage="validation", fragment="absent.onnx"),
     "debug unknown action": case("debug", "explain", stage="usage", fragment="explain"),

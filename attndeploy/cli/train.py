@@ -54,6 +54,9 @@ def command(**values: Any) -> None:
     if hf_model is not None and recipe.values["refit"]:
         raise ConfigError("--refit applies to the built-in models; fine-tuning a Hugging "
                           "Face model keeps the selected weights")
+    if "attention" in model.sizes and (data.data is None or not data.data.is_dir()):
+        raise ConfigError("--attention/--no-attention applies to image models (train --data "
+                          "DIR on an image folder); a text model always has its attention")
     if data.data is not None and _trained_by_its_family(data, model, recipe, outputs, hf_model):
         return
     if hf_model is not None:

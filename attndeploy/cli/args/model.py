@@ -22,7 +22,8 @@ def _size(key: str) -> str:
 
 # option -> the ModelConfig field it sets (each None: the preset's)
 SIZES = {"d_model": "d_model", "heads": "n_heads", "layers": "n_layers", "d_ff": "d_ff",
-         "dropout": "dropout", "head": "tag_head", "char_cnn": "char_cnn"}
+         "dropout": "dropout", "head": "tag_head", "char_cnn": "char_cnn",
+         "attention": "attention"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,11 @@ class ModelArgs(OptionGroup):
         char_cnn: Annotated[int | None, typer.Option(
             help="Width of a convolution over neighbouring tokens' embeddings before the "
                  "Transformer (odd; the CNN-Transformer of Chinese NER). Default none.")] = None,
+        attention: Annotated[bool | None, typer.Option(
+            "--attention/--no-attention",
+            help="An image model (--data DIR) with or without its attention: --no-attention "
+                 "trains the same network with attention removed, the baseline beside the "
+                 "variants (its --variant is standard). Default: with.")] = None,
         head: Annotated[str | None, typer.Option(
             "--head", help="A tagger's decoder: softmax (each token's argmax) or crf (a "
                            "linear-chain CRF, Viterbi). Default softmax.")] = None,
