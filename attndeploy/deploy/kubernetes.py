@@ -197,22 +197,39 @@ def select_models(repo: Path, options: KubernetesOptions) -> tuple[list[str], li
 
 
 def server_packages(repo: Path, models: list[str]) -> dict[str, tuple[str, str]]:
-    """{model: (tokenizer type, Python package)} for the served text models whose tokenizer needs
-    a package in the server's Python (a WordPiece text model needs `tokenizers`)."""
+    """{model: (what needs it, Python package)} for the served models that need a package in the
+    server's Python: a WordPiece text model's tokenizer needs `tokenizers`, an image model's
+    `NAME_image` needs `pillow` to decode the images."""
     needs = {name: text_model_requirement(repo / name) or _generate_requirement(repo / name)
-             for name in models}
+             or _image_requirement(repo / name) for name in models}
     return {name: need for name, need in needs.items() if need is not None}
+
+
+def _served_config(folder: Path):
+    """The folder's parsed config.pbtxt, or None where it has none that parses."""
+    try:
+        return cfgmod.parse_config((folder / cfgmod.CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, RepositoryError):
+        return None
+
+
+def _image_requirement(folder: Path) -> tuple[str, str] | None:
+    """An image model's package need (`NAME_image` decodes PNG and JPEG with Pillow)."""
+    from attndeploy.serving.packaging.image_model import is_image_config
+
+    cfg = _served_config(folder)
+    return (IMAGE_DECODING, "pillow") if cfg is not None and is_image_config(cfg) else None
 
 
 def _generate_requirement(folder: Path) -> tuple[str, str] | None:
     """A generate model's package need (a pretrained decoder's tokenizer.json: `tokenizers`)."""
     from attndeploy.serving.packaging.generate_model import generate_model_requirement
 
-    try:
-        cfg = cfgmod.parse_config((folder / cfgmod.CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, RepositoryError):
-        return None
-    return generate_model_requirement(cfg)
+    cfg = _served_config(folder)
+    return None if cfg is None else generate_model_requirement(cfg)
+
+
+IMAGE_DECODING = "image"  # the need's kind for an image model (`_image_requirement`)
 
 
 def pip_requirement(package: str) -> str:
@@ -229,7 +246,8 @@ def image_warnings(options: KubernetesOptions, needs: dict[str, tuple[str, str]]
         return []
     warnings = []
     for name, (kind, package) in needs.items():
-        head = (f"{name}: its {kind} tokenizer needs the Python package {package!r} in the "
+        needer = "image decoding" if kind == IMAGE_DECODING else f"{kind} tokenizer"
+        head = (f"{name}: its {needer} needs the Python package {package!r} in the "
                 "server's Python, or the model fails to load:")
         if options.gpu == 0:
             warnings.append(f"{head} --server-image {options.server_image} must have it "
@@ -295,8 +313,8 @@ def models_dockerfile(models: list[str]) -> str:
 def server_dockerfile(options: KubernetesOptions, packages: tuple[str, ...] = ()) -> str:
     """The python flavour's image: `options.image` plus onnxruntime and `packages`."""
     release = options.release
-    what = (f" and {', '.join(packages)} for the served text models' tokenizers"
-            if packages else "")
+    what = (f" and {', '.join(packages)} for the served models (text models' tokenizers, "
+            "image models' decoding)" if packages else "")
     requirements = [f"onnxruntime~={release.onnxruntime}.0", *map(pip_requirement, packages)]
     return "\n".join([
         _header(f"Triton {release.ngc} plus the onnxruntime its onnxruntime backend bundles "

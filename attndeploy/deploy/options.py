@@ -61,9 +61,10 @@ MAX_REPLICAS = 1000
 
 # Python packages a served model may need in the server beyond onnxruntime, with the release
 # series the python flavour's image installs (`pip install "NAME~=SERIES.0"`): `tokenizers` for a
-# text model of a converted Hugging Face model (WordPiece, `attndeploy.runtime.wordpiece`); the
-# series is the floor of pyproject's `hf` extra, the one the runtime is tested with.
-SERVER_PACKAGES: dict[str, str] = {"tokenizers": "0.23"}
+# text model of a converted Hugging Face model (WordPiece, `attndeploy.runtime.wordpiece`), the
+# series the floor of pyproject's `hf` extra, the one the runtime is tested with; `pillow` for an
+# image model's `NAME_image` (it decodes the PNG or JPEG bytes), the series tested here.
+SERVER_PACKAGES: dict[str, str] = {"tokenizers": "0.23", "pillow": "13"}
 
 StoreKind = Literal["s3", "gs", "pvc"]
 STORE_SCHEMES = ("s3", "gs", "pvc")  # pvc:// as KServe spells it; a bare name is a PVC too
