@@ -65,9 +65,11 @@ test-docs: $(STAMP)
 	ATTNDEPLOY_DOCS_RUN=1 $(BIN)/python -m pytest -q tests/test_docs_run.py
 
 # Fashion-MNIST as an image folder in runs/fashion-mnist (Debian's dataset-fashion-mnist,
-# downloaded and unpacked into .venv/data/ without root when it is not installed)
+# downloaded and unpacked into .venv/data/ without root when it is not installed); a folder
+# already there is kept
 fashion-mnist: $(STAMP)
-	$(BIN)/python benchmarks/fashion_mnist.py --fetch --out runs/fashion-mnist
+	test -d runs/fashion-mnist || \
+	  $(BIN)/python benchmarks/fashion_mnist.py --fetch --out runs/fashion-mnist
 
 lint: $(STAMP)
 	$(BIN)/ruff check attndeploy tests benchmarks
