@@ -772,6 +772,9 @@ CASES: dict[str, BadInput] = {
     "quantize image data not a folder": case(
         "quantize", "{tmp}/vit_standard_0.onnx", "--out", "{tmp}/q.onnx", "--data",
         "{tmp}/absent", stage="data", fragment="an image folder", prepare=_image_export),
+    "quantize missing model with decoder options": case(
+        "quantize", "{tmp}/absent.onnx", "--out", "{tmp}/q.onnx", "--prompts", "2",
+        stage="model", fragment="no ONNX model at"),
     "quantize missing model": case("quantize", "{tmp}/absent.onnx", "--out", "{tmp}/q.onnx",
                                    stage="model", fragment="absent.onnx"),
     "quantize over its own input": case("quantize", "{onnx}", "--out", "{onnx}",

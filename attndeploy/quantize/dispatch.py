@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attndeploy.errors import ModelError
 from attndeploy.quantize.decoder import (
     DecoderQuantizeResult,
     is_decoder_file,
@@ -31,6 +32,8 @@ def quantize_model(
     options = options or QuantizeOptions()
     source = Path(source)
     data_path = Path(data) if data is not None else None
+    if not source.is_file():  # before its kind is read: a missing file is neither kind
+        raise ModelError(f"no ONNX model at {source}")
     if is_decoder_file(source):
         return quantize_decoder(source, Path(out), options, data_path)
     refuse_options(options, decoder=False, source=source)
