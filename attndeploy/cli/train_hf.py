@@ -69,7 +69,8 @@ def train_hf_command(
     options (`--alpha`, `--beta`, `--qvi-form`, `--aux`, `--option NAME=VALUE`...), or None for
     a variant without one. The model's sizes come from its config (`--d-model`, `--heads`,
     `--layers` and `--d-ff` do not apply). `patience`, `density_target` and
-    `density_calibrate` 0 mean none. `distill` (GA-Net): first fine-tune the dense-gate run,
+    `density_calibrate` 0 mean none; left out, the calibration follows `density_target` where
+    the preset calibrates to its own target. `distill` (GA-Net): first fine-tune the dense-gate run,
     then learn from its soft predictions with this weight; 0 or None (the preset's) is off.
     """
     from attndeploy.cli.output import summary_lines
@@ -105,7 +106,8 @@ def train_hf_command(
         word_dropout=pick(word_dropout, 0.0),
         weight_average=pick(weight_average, preset.weight_average),
         density_target=pick(density_target, preset.density_target) or None,
-        density_calibrate=pick(density_calibrate, preset.density_calibrate) or None,
+        density_calibrate=pick(density_calibrate,
+                               _calibration_default(preset, density_target)) or None,
         distill=pick(distill, preset.distill),
         embedding_init=0.0,
     )
@@ -121,3 +123,18 @@ def train_hf_command(
                     "training": result.summary})
         return
     console.print(summary_lines(out, result.metrics, result.summary))
+    if "probe_accuracy" in result.metrics:
+        console.print(f"  the frozen encoder's linear probe (mean pooling, logistic regression) "
+                      f"scores {result.metrics['probe_accuracy']:.4f} held out")
+    if "density_shortfall" in result.summary:
+        print_warning(result.summary["density_shortfall"])
+
+
+def _calibration_default(preset: Any, density_target: float | None) -> float | None:
+    """The gate calibration a run takes unless `--density-calibrate` is given: the preset's,
+    except that where the preset calibrates to its own target (the pretrained GA-Net preset), a
+    `--density-target` given moves the calibration with it."""
+    if (density_target and preset.density_calibrate is not None
+            and preset.density_calibrate == preset.density_target):
+        return density_target
+    return preset.density_calibrate
