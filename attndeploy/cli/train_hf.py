@@ -73,11 +73,13 @@ def train_hf_command(
     the preset calibrates to its own target. `distill` (GA-Net): first fine-tune the dense-gate run,
     then learn from its soft predictions with this weight; 0 or None (the preset's) is off.
     """
+    from attndeploy.cli.info import print_probe_verdict
     from attndeploy.cli.output import summary_lines
     from attndeploy.errors import CheckpointError, ConfigError
     from attndeploy.fsutil import check_output_dir, check_replaceable
     from attndeploy.integrations.hf_data import load_source
     from attndeploy.integrations.hf_train import train_hf_checkpoint
+    from attndeploy.training.baseline import probe_verdict
     from attndeploy.training.config import defaults_for
 
     if task is not None and data is not None:
@@ -123,9 +125,7 @@ def train_hf_command(
                     "training": result.summary})
         return
     console.print(summary_lines(out, result.metrics, result.summary))
-    if "probe_accuracy" in result.metrics:
-        console.print(f"  the frozen encoder's linear probe (mean pooling, logistic regression) "
-                      f"scores {result.metrics['probe_accuracy']:.4f} held out")
+    print_probe_verdict(probe_verdict(result.metrics))
     if "density_shortfall" in result.summary:
         print_warning(result.summary["density_shortfall"])
 

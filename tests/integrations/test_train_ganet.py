@@ -58,6 +58,30 @@ def test_a_pretrained_ganet_takes_its_preset(tmp_path: Path, monkeypatch, capsys
     assert options["gated_layers"] == "upper_third"  # the lower two thirds attend every key
     assert (used["new_learning_rate"], used["density_target"], used["learning_rate"]) == (
         5e-3, 0.6, 5e-5)
+    assert used["density_calibrate"] == 0.6  # the threshold moves to the target at the end
+    assert '"probe_accuracy"' in capsys.readouterr().out  # the probe beside naive Bayes
+
+
+def test_a_density_target_given_moves_the_preset_s_calibration_with_it(tmp_path: Path,
+                                                                        monkeypatch, capsys):
+    from attndeploy.cli import app as cli_app
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
+                              for i in range(30)) + "\n")
+    folder = pretrained_folder(tmp_path / "pre")
+    for name, extra, calibrated in (("target", ["--density-target", "0.4"], 0.4),
+                                    ("both", ["--density-target", "0.4",
+                                              "--density-calibrate", "0.5"], 0.5)):
+        monkeypatch.setattr("sys.argv", [
+            "attndeploy", "train", "--hf-model", str(folder), "--variant", "ganet", "--data",
+            str(data), "--max-seq", "16", "--steps", "1", "--out", str(tmp_path / name),
+            "--json", *extra])
+        with pytest.raises(SystemExit) as info:
+            cli_app.main()
+        assert info.value.code == 0, capsys.readouterr().err
+        used = read_checkpoint(tmp_path / name).metadata["training"]["config"]
+        assert (used["density_target"], used["density_calibrate"]) == (0.4, calibrated)
 
 
 def test_train_distills_a_pretrained_ganet_when_asked(tmp_path: Path, monkeypatch, capsys):

@@ -52,3 +52,14 @@ def test_probe_metrics_fit_on_one_set_and_score_the_other():
 def test_a_probe_without_examples_is_refused():
     with pytest.raises(DataError, match="at least one"):
         LogisticProbe.fit(torch.zeros(0, 4), torch.zeros(0, dtype=torch.long), 2, l2=0.1)
+
+
+def test_the_probe_verdict_says_whether_the_fine_tune_beats_the_frozen_encoder():
+    from attndeploy.training.baseline import probe_verdict
+
+    assert probe_verdict({"accuracy": 0.8}) is None  # no probe: a model without pretraining
+    assert probe_verdict({"accuracy": 0.8, "probe_accuracy": 0.7}).startswith(
+        "the fine-tune beats the frozen encoder's linear probe")
+    losing = probe_verdict({"accuracy": 0.7, "probe_accuracy": 0.7})  # a tie does not beat it
+    assert losing.startswith("WARNING: the fine-tune does not beat")
+    assert "0.7000 vs 0.7000" in losing
