@@ -22,7 +22,11 @@ BATCH_SIZE = 64
 
 
 def load_frozen_encoder(source: HFSource) -> torch.nn.Module:
-    """The source's pretrained encoder as saved (no head, no conversion), in eval mode."""
+    """The source's pretrained encoder as saved (no head, no conversion), in eval mode. Built
+    from the source's checked config (`hf_data.load_source`: no Hub kernel is ever fetched),
+    never from the folder's config.json as it stands."""
+    import copy
+
     import transformers
     from transformers.utils import logging
 
@@ -30,7 +34,8 @@ def load_frozen_encoder(source: HFSource) -> torch.nn.Module:
     logging.set_verbosity_error()  # its load report lists the unused head weights, if any
     try:
         encoder = transformers.AutoModel.from_pretrained(
-            str(source.weights), local_files_only=True, use_safetensors=True)
+            str(source.weights), config=copy.deepcopy(source.config), local_files_only=True,
+            use_safetensors=True)
     finally:
         logging.set_verbosity(verbosity)
     return encoder.eval()
