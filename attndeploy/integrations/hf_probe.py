@@ -28,16 +28,10 @@ def load_frozen_encoder(source: HFSource) -> torch.nn.Module:
     import copy
 
     import transformers
-    from transformers.utils import logging
 
-    verbosity = logging.get_verbosity()
-    logging.set_verbosity_error()  # its load report lists the unused head weights, if any
-    try:
-        encoder = transformers.AutoModel.from_pretrained(
-            str(source.weights), config=copy.deepcopy(source.config), local_files_only=True,
-            use_safetensors=True)
-    finally:
-        logging.set_verbosity(verbosity)
+    encoder = transformers.AutoModel.from_pretrained(
+        str(source.weights), config=copy.deepcopy(source.config), local_files_only=True,
+        use_safetensors=True)
     return encoder.eval()
 
 

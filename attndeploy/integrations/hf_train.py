@@ -274,7 +274,8 @@ def train_hf_checkpoint(
         result.summary["seconds"] = round(result.summary["seconds"]
                                           + teacher.summary["seconds"], 3)
     result.metrics.update(fit_hf_baseline(data))
-    result.metrics.update(fit_hf_probe(source, data))  # pretrained weights only
+    with _transformers_quiet():  # its load report would list the head left out
+        result.metrics.update(fit_hf_probe(source, data))  # pretrained weights only
     result.metrics.update(compare_with_baseline(result.metrics))
     shortfall = density_shortfall(result.metrics, result.summary)
     if shortfall is not None:
