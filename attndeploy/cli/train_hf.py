@@ -70,8 +70,10 @@ def train_hf_command(
     a variant without one. The model's sizes come from its config (`--d-model`, `--heads`,
     `--layers` and `--d-ff` do not apply). `patience`, `density_target` and
     `density_calibrate` 0 mean none; left out, the calibration follows `density_target` where
-    the preset calibrates to its own target. `distill` (GA-Net): first fine-tune the dense-gate run,
-    then learn from its soft predictions with this weight; 0 or None (the preset's) is off.
+    the preset calibrates to its own target. `max_epochs` given turns the preset's step floor
+    (`min_steps`: more epochs on a small set, `training.recipe`) off. `distill` (GA-Net): first
+    fine-tune the dense-gate run, then learn from its soft predictions with this weight; 0 or
+    None (the preset's) is off.
     """
     from attndeploy.cli.info import print_probe_verdict
     from attndeploy.cli.output import summary_lines
@@ -102,6 +104,7 @@ def train_hf_command(
         learning_rate=pick(lr, preset.learning_rate), seed=seed,
         new_learning_rate=pick(new_lr, preset.new_learning_rate),
         max_seconds=max_seconds, max_epochs=pick(max_epochs, preset.max_epochs),
+        min_steps=preset.min_steps if max_epochs is None else 0,  # --max-epochs is obeyed
         patience=pick(patience, preset.patience) or None, eval_every=eval_every,
         weight_decay=pick(weight_decay, preset.weight_decay),
         label_smoothing=pick(label_smoothing, preset.label_smoothing),

@@ -82,6 +82,27 @@ def test_a_density_target_given_moves_the_preset_s_calibration_with_it(tmp_path:
         assert info.value.code == 0, capsys.readouterr().err
         used = read_checkpoint(tmp_path / name).metadata["training"]["config"]
         assert (used["density_target"], used["density_calibrate"]) == (0.4, calibrated)
+        assert used["min_steps"] == 300  # no --max-epochs: the step floor stays
+
+
+def test_max_epochs_given_is_obeyed_on_a_small_set(tmp_path: Path, monkeypatch, capsys):
+    """The step floor (`min_steps`) sizes the preset's epochs to the set; a user's
+    --max-epochs is not raised by it."""
+    from attndeploy.cli import app as cli_app
+
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"w{i} day", "label": i % 2})
+                              for i in range(30)) + "\n")
+    monkeypatch.setattr("sys.argv", [
+        "attndeploy", "train", "--hf-model", str(pretrained_folder(tmp_path / "pre")),
+        "--variant", "standard", "--data", str(data), "--max-seq", "16", "--max-epochs", "1",
+        "--out", str(tmp_path / "ckpt"), "--json"])
+    with pytest.raises(SystemExit) as info:
+        cli_app.main()
+    assert info.value.code == 0, capsys.readouterr().err
+    training = read_checkpoint(tmp_path / "ckpt").metadata["training"]
+    assert (training["config"]["min_steps"], training["config"]["max_epochs"]) == (0, 1)
+    assert training["steps_done"] == 1  # 24 training texts: one batch, one epoch
 
 
 def test_train_distills_a_pretrained_ganet_when_asked(tmp_path: Path, monkeypatch, capsys):
