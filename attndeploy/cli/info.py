@@ -13,7 +13,7 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
     """Show a checkpoint's model configuration, labels, training summary and metrics."""
     from attndeploy.checkpoint import read_checkpoint
     from attndeploy.models import count_parameters
-    from attndeploy.training.baseline import baseline_verdict
+    from attndeploy.training.baseline import baseline_verdict, probe_verdict
 
     check_is_a_directory(checkpoint, "info")
     from attndeploy.cli.family_hooks import checks_hook, describe_export, print_summary
@@ -61,7 +61,15 @@ def command(checkpoint: CheckpointArg, json_output: JsonFlag = False) -> None:
     if verdict:
         style = "green" if info["metrics"].get("beats_baseline") else "bold yellow"
         console.print(f"  [{style}]{verdict}[/]")
+    print_probe_verdict(probe_verdict(info["metrics"]))
     console.print(f"  weights sha256: {ckpt.weights_sha256}")
+
+
+def print_probe_verdict(verdict: str | None) -> None:
+    """A pretrained fine-tune's line on its linear probe (`training.baseline.probe_verdict`)."""
+    if verdict:
+        style = "bold yellow" if verdict.startswith("WARNING") else "green"
+        console.print(f"  [{style}]{verdict}[/]", highlight=False)
 
 
 def _print_mapping(name: str, data: Any) -> None:

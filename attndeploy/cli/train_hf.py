@@ -69,14 +69,19 @@ def train_hf_command(
     options (`--alpha`, `--beta`, `--qvi-form`, `--aux`, `--option NAME=VALUE`...), or None for
     a variant without one. The model's sizes come from its config (`--d-model`, `--heads`,
     `--layers` and `--d-ff` do not apply). `patience`, `density_target` and
-    `density_calibrate` 0 mean none. `distill` (GA-Net): first fine-tune the dense-gate run,
-    then learn from its soft predictions with this weight; 0 or None (the preset's) is off.
+    `density_calibrate` 0 mean none; left out, the calibration follows `density_target` where
+    the preset calibrates to its own target. `max_epochs` given turns the preset's step floor
+    (`min_steps`: more epochs on a small set, `training.recipe`) off. `distill` (GA-Net): first
+    fine-tune the dense-gate run, then learn from its soft predictions with this weight; 0 or
+    None (the preset's) is off.
     """
+    from attndeploy.cli.info import print_probe_verdict
     from attndeploy.cli.output import summary_lines
     from attndeploy.errors import CheckpointError, ConfigError
     from attndeploy.fsutil import check_output_dir, check_replaceable
     from attndeploy.integrations.hf_data import load_source
     from attndeploy.integrations.hf_train import train_hf_checkpoint
+    from attndeploy.training.baseline import probe_verdict
     from attndeploy.training.config import defaults_for
 
     if task is not None and data is not None:
@@ -99,13 +104,15 @@ def train_hf_command(
         learning_rate=pick(lr, preset.learning_rate), seed=seed,
         new_learning_rate=pick(new_lr, preset.new_learning_rate),
         max_seconds=max_seconds, max_epochs=pick(max_epochs, preset.max_epochs),
+        min_steps=preset.min_steps if max_epochs is None else 0,  # --max-epochs is obeyed
         patience=pick(patience, preset.patience) or None, eval_every=eval_every,
         weight_decay=pick(weight_decay, preset.weight_decay),
         label_smoothing=pick(label_smoothing, preset.label_smoothing),
         word_dropout=pick(word_dropout, 0.0),
         weight_average=pick(weight_average, preset.weight_average),
         density_target=pick(density_target, preset.density_target) or None,
-        density_calibrate=pick(density_calibrate, preset.density_calibrate) or None,
+        density_calibrate=pick(density_calibrate,
+                               _calibration_default(preset, density_target)) or None,
         distill=pick(distill, preset.distill),
         embedding_init=0.0,
     )
@@ -121,3 +128,16 @@ def train_hf_command(
                     "training": result.summary})
         return
     console.print(summary_lines(out, result.metrics, result.summary))
+    print_probe_verdict(probe_verdict(result.metrics))
+    if "density_shortfall" in result.summary:
+        print_warning(result.summary["density_shortfall"])
+
+
+def _calibration_default(preset: Any, density_target: float | None) -> float | None:
+    """The gate calibration a run takes unless `--density-calibrate` is given: the preset's,
+    except that where the preset calibrates to its own target (the pretrained GA-Net preset), a
+    `--density-target` given moves the calibration with it."""
+    if (density_target and preset.density_calibrate is not None
+            and preset.density_calibrate == preset.density_target):
+        return density_target
+    return preset.density_calibrate

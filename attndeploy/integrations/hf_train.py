@@ -26,7 +26,10 @@ there): epochs, selection on the validation set (else the held-out one) with the
 `patience`/`max_epochs`/`steps`/`max_seconds` stops, GA-Net's density target and threshold
 calibration (on the validation set, else the training texts), the weight average,
 and a cosine schedule that ends at the last step the run can take (`max_epochs` epochs or `steps`,
-whichever is fewer). The bag-of-words baseline (on the texts' words) joins the held-out metrics.
+whichever is fewer; on a small set `max_epochs` first grows until the run can take `min_steps`
+steps: `training.recipe`). The bag-of-words baseline (on the texts' words) joins the held-out
+metrics, and for pretrained weights the linear probe (the frozen encoder, mean-pooled, logistic
+regression: `hf_probe`) as `probe_accuracy`.
 `embedding_init` does not apply (the encoder keeps its embeddings); word dropout replaces pieces
 (never `[CLS]`, `[SEP]`) by `[UNK]`.
 """
@@ -57,6 +60,7 @@ from attndeploy.integrations.hf_data import (
     load_hf_training_data,
     load_source,
 )
+from attndeploy.integrations.hf_probe import fit_hf_probe
 from attndeploy.integrations.hf_tokenizer import WordPieceTokenizer
 from attndeploy.integrations.transformers import conversion_of, convert, variant_config
 from attndeploy.integrations.warm_start import added_parameters, set_warm_start_progress
@@ -64,6 +68,8 @@ from attndeploy.models.inputs import position_limit
 from attndeploy.train import TrainConfig, TrainResult, fit
 from attndeploy.training.baseline import compare_with_baseline
 from attndeploy.training.config import defaults_for
+from attndeploy.training.density import density_shortfall
+from attndeploy.training.recipe import sized_for
 from attndeploy.training.schedule import warmup_steps
 from attndeploy.variants.registry import variant_spec
 
@@ -245,6 +251,7 @@ def train_hf_checkpoint(
     )
     model = build_classifier(source, data, variant, options, max_seq=max_seq,
                              seed=train_config.seed)
+    train_config = sized_for(train_config, len(data.train_set))  # more epochs on a small set
     if not model.is_gated:
         train_config = replace(train_config, density_target=None)  # no gates to steer
     spec = variant_spec(variant)
@@ -267,7 +274,12 @@ def train_hf_checkpoint(
         result.summary["seconds"] = round(result.summary["seconds"]
                                           + teacher.summary["seconds"], 3)
     result.metrics.update(fit_hf_baseline(data))
+    with _transformers_quiet():  # its load report would list the head left out
+        result.metrics.update(fit_hf_probe(source, data))  # pretrained weights only
     result.metrics.update(compare_with_baseline(result.metrics))
+    shortfall = density_shortfall(result.metrics, result.summary)
+    if shortfall is not None:
+        result.summary["density_shortfall"] = shortfall
     origin = dict(data.source, hf_model=str(source.path),
                   pretrained=source.weights is not None)
     save_hf_checkpoint(

@@ -50,3 +50,17 @@ def baseline_verdict(metrics: dict[str, Any]) -> str | None:
     return (f"WARNING: the model does not beat the bag-of-words baseline (naive Bayes on word "
             f"counts): held-out accuracy {model:.4f} vs {base:.4f}; more data, other "
             f"settings, or the baseline itself may serve better")
+
+
+def probe_verdict(metrics: dict[str, Any]) -> str | None:
+    """One plain sentence on a pretrained fine-tune against its frozen encoder's linear probe
+    (`probe_accuracy`), or None without one."""
+    if "probe_accuracy" not in metrics:
+        return None
+    model, probe = metrics["accuracy"], metrics["probe_accuracy"]
+    if model > probe:
+        return (f"the fine-tune beats the frozen encoder's linear probe (mean pooling, logistic "
+                f"regression): held-out accuracy {model:.4f} vs {probe:.4f}")
+    return (f"WARNING: the fine-tune does not beat the frozen encoder's linear probe (mean "
+            f"pooling, logistic regression): held-out accuracy {model:.4f} vs {probe:.4f}; "
+            f"more data or more epochs may serve better")

@@ -30,6 +30,8 @@ class TrainConfig:
     seed: int = 0
     max_seconds: float | None = None  # stop once this much training time has passed
     max_epochs: int | None = None  # the most passes over the training set; None: `steps` only
+    min_steps: int = 0  # a small set trains more epochs, up to this many optimizer steps
+    # (training.recipe.sized_for: `max_epochs` grows to reach it); 0: off
     eval_every: int = 0  # evaluate the selection set every N steps; 0: at the end of each epoch
     patience: int | None = None  # stop after this many evaluations without a new best
     keep_best: bool = False  # end with the best evaluation's weights, not the last step's
@@ -74,6 +76,8 @@ class TrainConfig:
             raise ConfigError(f"max_seconds must be > 0, got {self.max_seconds}")
         if self.max_epochs is not None and self.max_epochs < 1:
             raise ConfigError(f"max_epochs must be >= 1, got {self.max_epochs}")
+        if self.min_steps < 0:
+            raise ConfigError(f"min_steps must be >= 0 (0: off), got {self.min_steps}")
         if self.eval_every < 0:
             raise ConfigError(f"eval_every must be >= 0 (0: every epoch), got {self.eval_every}")
         if self.patience is not None and self.patience < 1:
@@ -225,6 +229,7 @@ PRETRAINED = TrainConfig(
     bucket_by_length=True,
     density_target=0.3,
     new_learning_rate=5e-3,
+    min_steps=300,
 )
 # The parameters a conversion adds (QVI's maps, Evolving Attention's convs, GA-Net's gate network)
 # train at 5e-3 (`new_learning_rate`; the encoder's own at 5e-5). At 5e-5 they barely left their

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from attndeploy.errors import ConfigError
 
@@ -31,6 +32,7 @@ EMA = 0.1
 GAIN = 2.0
 START_WEIGHT = 0.1
 WEIGHT_BOUNDS = (1e-5, 10.0)
+DENSITY_TOLERANCE = 0.1  # how far the held-out density may sit from its target (issue #54)
 
 
 @dataclass
@@ -77,3 +79,27 @@ def scheduled_target(target: float, epoch: float, *, warmup: float, anneal: floa
         return target
     progress = min(1.0, (epoch - warmup) / anneal)
     return 1.0 - (1.0 - target) * progress
+
+
+def density_shortfall(metrics: dict[str, Any], summary: dict[str, Any]) -> str | None:
+    """Why the held-out gate density (`metrics`) misses its target by more than
+    `DENSITY_TOLERANCE`, in one sentence; None when it is within, or without a target. Reads
+    the run's gate calibration (`summary["gate_calibration"]`) to tell the causes apart."""
+    target, density = metrics.get("density_target"), metrics.get("density")
+    if target is None or density is None or abs(density - target) <= DENSITY_TOLERANCE:
+        return None
+    head = f"the held-out gate density {density:.3f} misses its target {target:g} by more than " \
+           f"{DENSITY_TOLERANCE:g}"
+    calibration = summary.get("gate_calibration")
+    if calibration is None:
+        return (f"{head}: the density penalty only pushes gates closed and the controller "
+                "alone left them there; --density-calibrate TARGET moves the gate threshold to "
+                "it on the training texts after training")
+    reached = calibration["density_after"]
+    on = calibration.get("on", "training")
+    if abs(reached - target) > DENSITY_TOLERANCE:
+        return (f"{head}: no gate threshold gives that density on the {on} texts (the "
+                f"nearest is {reached:.3f}): their tokens share too few distinct gate scores, "
+                "or texts this short leave too few tokens to gate")
+    return (f"{head}, though the {on} texts reach {reached:.3f}: the held-out texts gate "
+            "differently from those the threshold was set on")

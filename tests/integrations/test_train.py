@@ -259,7 +259,11 @@ def test_pretrained_weights_fine_tune_with_the_pretrained_recipe(tmp_path: Path)
             used["keep_best"], used["patience"]) == (0.0, 0.0, 0.0, False, None)
     assert result.summary["selected_on"] is None and result.summary["stopped_by"] == "epochs"
     steps = result.summary["steps_done"]
-    assert steps == result.summary["horizon_steps"] == 4 * math.ceil(40 / 32)  # 4 epochs
+    # 40 training texts are 2 steps an epoch: 4 epochs would be 8 steps, so the recipe sized to
+    # the data (training.recipe) trains the 150 epochs that reach its floor of 300 steps
+    assert used["max_epochs"] == 150 and steps == result.summary["horizon_steps"] == 300
+    assert 0.0 <= result.metrics["probe_accuracy"] <= 1.0  # the frozen encoder's probe beside
+    assert result.metrics["probe_l2"] > 0 and "baseline_accuracy" in result.metrics
     rates = [record["learning_rate"] for record in result.history]
     warmup = max(1, round(0.1 * steps))
     assert rates[warmup - 1] == pytest.approx(5e-5)  # the peak right after the warm-up
@@ -287,6 +291,8 @@ def test_a_config_only_folder_keeps_the_from_scratch_defaults(tmp_path: Path):
     used = result.summary["config"]
     assert used["learning_rate"] == 2e-3 and used["schedule"] == "cosine"  # REAL_TEXT
     assert used["label_smoothing"] == 0.1 and used["keep_best"]
+    assert used["min_steps"] == 0  # no step floor: the from-scratch recipe as it was
+    assert "probe_accuracy" not in result.metrics  # random weights: nothing to probe
 
 
 
