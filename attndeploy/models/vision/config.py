@@ -126,3 +126,13 @@ class ImageModelConfig:
             return cls(**raw)
         except TypeError as exc:
             raise ConfigError(f"invalid image model config: {exc}") from None
+
+
+def with_architecture_defaults(fields: dict) -> dict:
+    """`fields` with the sizes an architecture needs where they were not given: an AA-CNN's
+    attention is half its augmented layers' width (`d_model` = `conv_channels`, AA-ResNet's
+    even split), since the ViT's default token width would leave it no convolution features."""
+    if fields.get("architecture") != "aacnn" or fields.get("d_model") is not None:
+        return fields
+    channels = fields.get("conv_channels") or ImageModelConfig.conv_channels
+    return {**fields, "d_model": channels}

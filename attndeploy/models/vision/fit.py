@@ -33,7 +33,7 @@ from attndeploy.families.image_classification.pixels import Preprocessing
 from attndeploy.fsutil import check_replaceable
 from attndeploy.models.vision.build import build_model
 from attndeploy.models.vision.checkpoint import save_image_model
-from attndeploy.models.vision.config import ImageModelConfig
+from attndeploy.models.vision.config import ImageModelConfig, with_architecture_defaults
 from attndeploy.models.vision.logistic import fit_logistic, logistic_accuracy
 
 PLAN_AFTER = 20  # steps timed before a time budget sets the plan
@@ -155,7 +155,8 @@ def train_images(train: ImageSet, held_out: ImageSet, model_fields: dict[str, An
     preprocessing = measure_preprocessing(train.pixels)
     config = ImageModelConfig(num_labels=len(train.class_names),
                               channels=preprocessing.channels, height=preprocessing.height,
-                              width=preprocessing.width, **model_fields)
+                              width=preprocessing.width,
+                              **with_architecture_defaults(model_fields))
     x, y = tensors(train, preprocessing)
     x_held, y_held = tensors(held_out, preprocessing)
     torch.manual_seed(options.seed)

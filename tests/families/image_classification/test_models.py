@@ -104,3 +104,18 @@ def test_ganet_trains_with_a_density_penalty_and_closed_positions_change_nothing
 def test_a_config_that_cannot_be_built_is_one_config_error(changes, message):
     with pytest.raises(ConfigError, match=message):
         tiny_config(**changes)
+
+
+@pytest.mark.parametrize("architecture", ["vit", "aacnn"])
+def test_each_architecture_builds_with_only_the_defaults(architecture):
+    """`train --data DIR --architecture aacnn` gives no sizes: the ViT's default token width
+    (64) is the AA-CNN's whole layer width, so its attention takes half of it instead."""
+    from attndeploy.models.vision.config import ImageModelConfig, with_architecture_defaults
+
+    config = ImageModelConfig(num_labels=10, **with_architecture_defaults(
+        {"architecture": architecture, "variant": "evolving"}))
+    assert config.d_model == (ImageModelConfig.conv_channels if architecture == "aacnn"
+                              else ImageModelConfig.d_model)
+    assert build_model(config).eval()(torch.zeros(2, 1, 28, 28))["logits"].shape == (2, 10)
+    given = with_architecture_defaults({"architecture": "aacnn", "d_model": 16})
+    assert given["d_model"] == 16  # a width given is kept
