@@ -257,6 +257,20 @@ def test_a_stdout_that_cannot_be_flushed_is_one_line(monkeypatch, capsys):
 # ----------------------------------------------------------------------------- Ctrl-C
 
 
+@pytest.fixture
+def ctrl_c_reaches_python():
+    """Python's own SIGINT handler for the test: a job started in the background by a shell
+    without job control (`make test &`) inherits SIGINT ignored, and Python then installs none,
+    while a user's Ctrl-C always arrives at a terminal's foreground process that has it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _sigint_as_default() -> None:  # in the child before exec: see ctrl_c_reaches_python
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt_self() -> None:
     os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, delivered to this (the main) thread
     time.sleep(10)
@@ -265,6 +279,7 @@ def interrupt_self() -> None:
 
 @pytest.mark.parametrize("command", [interrupt_self, raising(KeyboardInterrupt())],
                          ids=["sigint", "keyboard-interrupt"])
+@pytest.mark.usefixtures("ctrl_c_reaches_python")
 def test_ctrl_c_prints_interrupted_and_exits_130(monkeypatch, capsys, command):
     replace_command(monkeypatch, "info", command)
     code, out, err = run_main(monkeypatch, capsys, "info")
@@ -272,6 +287,7 @@ def test_ctrl_c_prints_interrupted_and_exits_130(monkeypatch, capsys, command):
     assert err == ["error (attndeploy): interrupted"]
 
 
+@pytest.mark.usefixtures("ctrl_c_reaches_python")
 def test_ctrl_c_handled_by_a_command_is_not_an_interruption(monkeypatch, capsys):
     """`serve` stops its server on Ctrl-C and returns normally: exit 0, no message."""
     def serve_like() -> None:
@@ -295,6 +311,7 @@ def test_ctrl_c_during_training_prints_interrupted_and_exits_130(tmp_path):
          "1000000", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "16",
          "--n-train", "64", "--n-eval", "16", "--out", "ckpt"],
         cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=env,
+        preexec_fn=_sigint_as_default,
     )
     os.close(slave)
     seen = b""
