@@ -24,12 +24,11 @@ import numpy as np
 from attndeploy.errors import DataError, LoadTestError
 from attndeploy.families.image_classification.pixels import (
     IMAGE_SUFFIXES,
-    MAX_IMAGE_BYTES,
     Preprocessing,
     decode_image,
 )
 from attndeploy.runtime.names import LOGITS
-from attndeploy.serving.client.image import image_feed
+from attndeploy.serving.client.image import image_feed, read_image_bytes
 from attndeploy.serving.client.triton import make_inputs
 from attndeploy.serving.loadtest.config import LoadTestConfig
 from attndeploy.serving.loadtest.inputs import _PoolEntry
@@ -78,11 +77,9 @@ def read_image_folder(folder: Path) -> list[tuple[str, bytes]]:
     images = []
     for path in paths:
         try:
-            with open(path, "rb") as file:
-                data = file.read(MAX_IMAGE_BYTES + 1)
-        except OSError as exc:
-            raise LoadTestError(f"{path}: cannot read ({exc.strerror})") from None
-        images.append((str(path), data))
+            images.append((str(path), read_image_bytes(path)))  # infer's reader and its limits
+        except DataError as exc:
+            raise LoadTestError(str(exc)) from None
     return images
 
 
