@@ -12,6 +12,14 @@ OUT/translation.json with every run and a bar chart OUT/translation.png.
 Run: `.venv/bin/python benchmarks/translation.py --data translation.jsonl
 [--variants standard,qvi,ganet,evolving] [--seeds 0] [--max-seconds 510] [--steps 20000]
 [--vocab 4000] [--batch-size 48] [--out benchmarks/results]`.
+
+A time budget measures the machine's load as much as the variant: on shared cores a run makes a
+third of the steps it would make alone. `--calibrate` times `--calibrate-steps` training steps
+per variant (after the BPE and a 20-step warm-up; run it on a quiet machine, one variant per
+core) and writes OUT/translation_calibration_<variant>.json; `--quiet-seconds S --calibration
+DIR` (that OUT) then
+gives each variant the steps a quiet core makes in S seconds, with no time cap, so the result no
+longer depends on what else the machine runs (only how long it takes does).
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def run(data: Path, variant: str, seed: int, max_seconds: float, steps: int, vocab: int,
+def run(data: Path, variant: str, seed: int, max_seconds: float | None, steps: int, vocab: int,
         eval_fraction: float, batch_size: int) -> dict:
     import torch
 
@@ -40,6 +48,48 @@ def run(data: Path, variant: str, seed: int, max_seconds: float, steps: int, voc
     result = fit_translation(pairs, config, options)
     return {"variant": variant, "seed": seed, "config": config,
             "metrics": result.metrics, "summary": result.summary}
+
+
+def calibrate(data: Path, variant: str, steps: int, vocab: int, batch_size: int,
+              eval_fraction: float) -> dict:
+    """Seconds per training step of `variant` at the benchmark's size, one torch thread: the
+    mean over `steps` steps after 20 warm-up steps (the BPE is not timed)."""
+    import random
+    import time
+
+    import torch
+
+    from attndeploy.families.translation.training import read_pairs
+    from attndeploy.models.seq2seq import fit
+    from attndeploy.models.seq2seq.config import Seq2SeqConfig
+    from attndeploy.models.seq2seq.model import Seq2Seq, label_smoothed_loss
+    from attndeploy.models.seq2seq.pairs import split_pairs
+    from attndeploy.models.seq2seq.tokenizer import encode_source, encode_target, train_bpe
+
+    torch.set_num_threads(1)
+    train, _ = split_pairs(read_pairs(data), eval_fraction)
+    tokenizer = train_bpe([text for pair in train for text in pair], vocab)
+    config = Seq2SeqConfig(vocab_size=len(tokenizer), variant=variant, d_model=128, n_heads=4,
+                           encoder_layers=2, decoder_layers=2, d_ff=256, max_source=48,
+                           max_target=48)
+    torch.manual_seed(0)
+    model = Seq2Seq(config)
+    rows = [(encode_source(tokenizer, s, 48), encode_target(tokenizer, t, 48)) for s, t in train]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batches = fit._buckets(rows, batch_size, random.Random(0))
+    model.train()
+    started = None
+    for step in range(20 + steps):
+        if step == 20:
+            started = time.perf_counter()
+        src, src_mask, dec, dec_mask, labels = fit._batch([rows[i] for i in batches.pop()])
+        loss = label_smoothed_loss(model(src, src_mask, dec, dec_mask), labels, 0.1, fit.IGNORE)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    seconds = (time.perf_counter() - started) / steps
+    return {"variant": variant, "seconds_per_step": round(seconds, 4), "steps_timed": steps,
+            "batch_size": batch_size}
 
 
 def plot(runs: list[dict], path: Path) -> None:
@@ -75,16 +125,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--collect", action="store_true",
                         help="only gather the per-run files into translation.json and the PNG")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="only time each variant's training step (on a quiet machine)")
+    parser.add_argument("--calibrate-steps", type=int, default=150)
+    parser.add_argument("--calibration", type=Path,
+                        help="the folder of a --calibrate run: with --quiet-seconds, each "
+                             "variant's step budget")
+    parser.add_argument("--quiet-seconds", type=float,
+                        help="train each variant for the steps a quiet core makes in this time")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     variants, seeds = args.variants.split(","), [int(s) for s in args.seeds.split(",")]
+    if args.calibrate:
+        timings = [calibrate(args.data, v, args.calibrate_steps, args.vocab, args.batch_size,
+                             args.eval_fraction) for v in variants]
+        for timing in timings:
+            print(json.dumps(timing))
+            (args.out / f"translation_calibration_{timing['variant']}.json").write_text(
+                json.dumps(timing, indent=2) + "\n")
+        return 0
+    budgets = {}
+    if args.quiet_seconds is not None:
+        if args.calibration is None:
+            parser.error("--quiet-seconds needs --calibration (a --calibrate run's files' folder)")
+        for variant in variants:
+            timing = json.loads(
+                (args.calibration / f"translation_calibration_{variant}.json").read_text())
+            budgets[variant] = int(args.quiet_seconds / timing["seconds_per_step"])
     runs = []
     for variant in variants:
         for seed in seeds:
             path = args.out / f"translation_{variant}_s{seed}.json"
             if not args.collect:
-                record = run(args.data, variant, seed, args.max_seconds, args.steps, args.vocab,
+                steps = budgets.get(variant, args.steps)
+                max_seconds = None if variant in budgets else args.max_seconds
+                record = run(args.data, variant, seed, max_seconds, steps, args.vocab,
                              args.eval_fraction, args.batch_size)
+                if variant in budgets:
+                    record["budget"] = {"quiet_seconds": args.quiet_seconds, "steps": steps}
                 path.write_text(json.dumps(record, indent=2) + "\n")
                 print(json.dumps({k: record[k] for k in ("variant", "seed", "metrics")}))
             if path.is_file():
