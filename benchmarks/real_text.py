@@ -2,11 +2,13 @@
 
 Nothing is downloaded and nothing is installed here: the script reads what Debian's packages put
 on the machine. The Debian set needs only the package lists (`apt-get update` once, as root); the
-fortunes set needs the `fortunes` packages and is left out, with one line saying so, without them
-(`--sets debian` builds the Debian set alone and says nothing about fortunes):
+fortunes set needs the `fortunes` packages' category files and is left out, with one line saying
+so, without them (`--sets debian` builds the Debian set alone and says nothing about fortunes).
+They are read from the installed packages (/usr/share/games/fortunes) or, where those are not
+installed, from the copy `make real-text` unpacks without root (`apt-get download fortunes
+fortunes-min`, `dpkg-deb -x` into .venv/data/fortunes), which then runs this script:
 
-    apt-get install -y fortunes fortunes-min    # optional: /usr/share/games/fortunes/<category>
-
+    make real-text       # or: apt-get install -y fortunes fortunes-min, then
     .venv/bin/python benchmarks/real_text.py [--out benchmarks/results/real_text] [--sets debian]
 
 Sets (one `{"text": ..., "label": ...}` object per line, sorted by label then text):
@@ -46,6 +48,9 @@ from attndeploy.fsutil import atomic_write_text  # noqa: E402
 from attndeploy.runtime.tokenizer import WordTokenizer  # noqa: E402
 
 FORTUNES_DIR = Path("/usr/share/games/fortunes")
+# where `make real-text` unpacks the packages when they are not installed
+UNPACKED_FORTUNES_DIR = ROOT / ".venv/data/fortunes/usr/share/games/fortunes"
+FETCH_HINT = "make real-text, or apt-get install -y fortunes fortunes-min"
 FORTUNE_CATEGORIES = ("computers", "definitions", "men-women", "politics", "science",
                       "songs-poems", "work", "zippy")
 DEBIAN_SECTIONS = ("admin", "fonts", "games", "graphics", "net", "science", "sound", "text")
@@ -63,12 +68,22 @@ def missing_fortune_categories(directory: Path = FORTUNES_DIR) -> list[str]:
     return [name for name in FORTUNE_CATEGORIES if not (directory / name).is_file()]
 
 
+def find_fortunes_dir(given: Path | None) -> Path:
+    """`given`, else the installed packages' folder, else `make real-text`'s unpacked copy (the
+    installed one when neither holds the categories, for the message)."""
+    if given is not None:
+        return given
+    for folder in (FORTUNES_DIR, UNPACKED_FORTUNES_DIR):
+        if not missing_fortune_categories(folder):
+            return folder
+    return FORTUNES_DIR
+
+
 def fortunes(directory: Path = FORTUNES_DIR) -> list[tuple[str, str]]:
     """(text, category) for every fortune of the chosen categories."""
     missing = missing_fortune_categories(directory)
     if missing:
-        raise SystemExit(f"{directory} lacks {', '.join(missing)}: "
-                         "apt-get install -y fortunes fortunes-min")
+        raise SystemExit(f"{directory} lacks {', '.join(missing)}: {FETCH_HINT}")
     rows = []
     for category in FORTUNE_CATEGORIES:
         raw = (directory / category).read_text(encoding="utf-8", errors="replace")
@@ -152,9 +167,11 @@ def main() -> None:
     parser.add_argument("--sets", default="debian,fortunes",
                         help="comma-separated sets to build (debian, fortunes); fortunes is left "
                              "out with a line saying so where its packages are not installed")
-    parser.add_argument("--fortunes-dir", type=Path, default=FORTUNES_DIR,
-                        help="where the fortunes packages put their category files")
+    parser.add_argument("--fortunes-dir", type=Path, default=None,
+                        help="the fortunes category files (default: the installed packages', "
+                             "else make real-text's copy under .venv/data/fortunes)")
     args = parser.parse_args()
+    args.fortunes_dir = find_fortunes_dir(args.fortunes_dir)
     sets = [name.strip() for name in args.sets.split(",") if name.strip()]
     unknown = sorted(set(sets) - {"debian", "fortunes"})
     if unknown or not sets:
@@ -163,9 +180,9 @@ def main() -> None:
         sets.remove("fortunes")
         if not sets:
             raise SystemExit(f"nothing to build: {args.fortunes_dir} lacks the fortunes "
-                             "categories (apt-get install -y fortunes fortunes-min)")
+                             f"categories ({FETCH_HINT})")
         print(f"fortunes: left out, {args.fortunes_dir} lacks its categories (optional: "
-              "apt-get install -y fortunes fortunes-min)")
+              f"{FETCH_HINT})")
     packages = None
     if "debian" in sets:
         packages = (args.packages_file.read_text(encoding="utf-8", errors="replace")
