@@ -114,7 +114,6 @@ def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any,
     if train_texts is None:
         return False
     from attndeploy.cli.args.recipe import FIELDS
-    from attndeploy.config import ModelConfig
 
     max_seq = model.max_seq
     pretrained = {}
@@ -126,7 +125,7 @@ def _trained_by_its_family(data: Any, model: Any, recipe: Any, outputs: Any,
 
         if "start" not in inspect.signature(train_texts).parameters:
             raise ConfigError(f"--hf-model does not fine-tune a {head} model from these lines")
-        if max_seq == ModelConfig.max_seq:  # not asked: the model's own context
+        if not model.max_seq_given:  # the pretrained model's own context
             max_seq = None
         pretrained = {"start": fine_tune_start(hf_model, model.variant, max_seq=max_seq),
                       "given": {FIELDS.get(name, name): value

@@ -221,6 +221,25 @@ def test_train_hf_model_fine_tunes_the_pretrained_decoder(llama_folder, variant,
         assert loaded.model.blocks[1].attention.alpha_in_use == pytest.approx(0.05)
 
 
+def test_train_hf_model_obeys_a_max_seq_given_even_when_it_is_the_default(llama_folder, tmp_path,
+                                                                       capsys):
+    """--max-seq 128 is the option's default value, but given it is asked for: on a model whose
+    context is 64 it is refused, where leaving it out keeps the model's own 64."""
+    from attndeploy.cli.app import run
+    from attndeploy.config import ModelConfig
+
+    assert ModelConfig.max_seq == 128
+    data = tmp_path / "lines.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS * 4))
+    assert run(["train", "--data", str(data), "--hf-model", str(llama_folder), "--max-seq",
+                "128", "--steps", "2", "--out", str(tmp_path / "asked")]) != 0
+    assert "context 64" in capsys.readouterr().err
+    assert not (tmp_path / "asked").exists()
+    assert run(["train", "--data", str(data), "--hf-model", str(llama_folder), "--steps", "2",
+                "--out", str(tmp_path / "own"), "--json"]) == 0
+    assert json.loads((tmp_path / "own" / "config.json").read_text())["model"]["max_seq"] == 64
+
+
 def test_fine_tuning_trains_the_added_parameters_at_their_own_rate(loaded):
     from attndeploy.integrations.hf_decoder import convert_causal_lm
     from attndeploy.models.decoder.fit import FitOptions, Start, _optimizer, added_parameters

@@ -30,8 +30,9 @@ SIZES = {"d_model": "d_model", "heads": "n_heads", "layers": "n_layers", "d_ff":
 class Model:
     variant: str
     family: str  # the architecture (`--architecture`), stored as ModelConfig.family
-    max_seq: int
+    max_seq: int  # the one given, else ModelConfig's default
     sizes: Mapping[str, Any]  # the ModelConfig fields given
+    max_seq_given: bool = True  # False: --max-seq left out (a --hf-model decoder keeps its own)
 
     def architecture(self, defaults: Any) -> dict[str, Any]:
         """The ModelConfig fields of its architecture: the preset's, then those given."""
@@ -61,7 +62,10 @@ class ModelArgs(OptionGroup):
             help="Dropout on the attention and feed-forward outputs. "
                  f"{_size('dropout')}; --hf-model: the model's own (its config's "
                  "hidden_dropout_prob)")] = None,
-        max_seq: Annotated[int, shared("--max-seq")] = field_default(ModelConfig, "max_seq"),
+        max_seq: Annotated[int | None, shared(
+            "--max-seq", "The longest sequence (tokens) the model takes [default: "
+                         f"{field_default(ModelConfig, 'max_seq')}; a --hf-model decoder: its "
+                         "own context].")] = None,
         char_cnn: Annotated[int | None, typer.Option(
             help="Width of a convolution over neighbouring tokens' embeddings before the "
                  "Transformer (odd; the CNN-Transformer of Chinese NER). Default none.")] = None,
@@ -78,6 +82,8 @@ class ModelArgs(OptionGroup):
 
     def parse(self, values: Mapping[str, Any]) -> Model:
         return Model(variant=values["variant"], family=values["architecture"].value,
-                     max_seq=values["max_seq"],
+                     max_seq=(field_default(ModelConfig, "max_seq") if values["max_seq"] is None
+                              else values["max_seq"]),
+                     max_seq_given=values["max_seq"] is not None,
                      sizes={field: values[option] for option, field in SIZES.items()
                             if values[option] is not None})
