@@ -19,6 +19,9 @@ template), which the checkpoint and the export carry: generation needs no Huggin
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +59,28 @@ def _gguf_architecture(path: Path) -> str:
         raise DataError(f"{path}: not a readable GGUF file ({exc})") from None
 
 
+@contextlib.contextmanager
+def _quiet_gguf_reader() -> Iterator[None]:
+    """transformers de-quantizes a GGUF's tensors under a bare `tqdm` bar that its
+    `disable_progress_bar` does not reach: it would print one more bar to stderr, inside the
+    command's own progress and on a `--json` run. The bar is turned off for the load (where
+    transformers has no such module, nothing is changed)."""
+    try:
+        import transformers.modeling_gguf_pytorch_utils as gguf_reader
+    except ImportError:
+        yield
+        return
+    bar = getattr(gguf_reader, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    gguf_reader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_reader.tqdm = bar
+
+
 def load_hf_causal_lm(path: Path | str) -> LoadedCausalLM:
     """The model and tokenizer at `path` (a folder with config.json, or a .gguf file)."""
     path = Path(path)
@@ -88,8 +113,9 @@ def load_hf_causal_lm(path: Path | str) -> LoadedCausalLM:
 
     hf_logging.disable_progress_bar()  # the command shows its own progress
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
-                                                     local_files_only=True, **kwargs)
+        with _quiet_gguf_reader():
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                         local_files_only=True, **kwargs)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: transformers cannot load it "
                         f"({str(exc).splitlines()[0][:200]})") from None

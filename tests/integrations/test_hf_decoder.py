@@ -251,3 +251,15 @@ def test_fine_tuning_trains_the_added_parameters_at_their_own_rate(loaded):
                            Start(model, None, "x"))
     assert [g["scale"] for g in optimizer.param_groups] == [1.0, 100.0]
     assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))
+
+
+def test_the_gguf_reader_bar_is_off_during_a_load_and_restored_after():
+    """transformers' GGUF reader draws a bare tqdm bar its disable_progress_bar does not reach."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_reader
+
+    from attndeploy.integrations.hf_decoder import _quiet_gguf_reader
+
+    original = gguf_reader.tqdm
+    with _quiet_gguf_reader():
+        assert gguf_reader.tqdm(range(3)).disable
+    assert gguf_reader.tqdm is original
