@@ -63,10 +63,11 @@ def BudgetGatedAttention(
 
         k       = min(T, max(1, ceil(budget · T − 0.001)))      in fp32            [1]
         slots   = TopK_k(logits, pads most negative)     ties: smallest index    [B,k]
-        gates   = scatter of the slots AND key_padding_mask                        [B,T]
+        slot_of = each position's slot, k if it is not kept or is a pad            [B,T]
+        gates   = slot_of < k                                                      [B,T]
         Q_k,K_k,V_k = Q, K, V gathered along T at the slots                       [B,H,k,d]
-        out_k   = softmax(scale · Q_k K_kᵀ + M_slot) @ V_k, a pad slot's row 0     [B,H,k,d]
-        output  = out_k scattered back along T into zeros                          [B,H,T,d]
+        out_k   = softmax(scale · Q_k K_kᵀ + M_slot) @ V_k                         [B,H,k,d]
+        output  = [out_k; 0] gathered along the slot axis at slot_of               [B,H,T,d]
 
     PyTorch: `attndeploy.variants.functional.budget_gated_attention`.
     """
@@ -87,17 +88,23 @@ def BudgetGatedAttention(
     )  # [1]: k
     _, slots = op.TopK(candidates, slot_count, axis=1, largest=1, sorted=1)  # [B, k]
     slot_ok = op.GatherElements(key_padding_mask, slots, axis=1)  # [B, k]
-    zeros = op.Expand(op.Constant(value_float=0.0), op.Shape(gate_logits))  # [B, T]
-    ones = op.Expand(op.Constant(value_float=1.0), op.Shape(slots))  # [B, k]
-    chosen = op.Cast(op.ScatterElements(zeros, slots, ones, axis=1), to=BOOL.dtype)  # [B, T]
-    gates = op.And(chosen, key_padding_mask)  # [B, T]
+    # Each position's slot, k (the zero row appended below) where it is not kept or is a pad:
+    # a small scatter over [B, T]; the output is then gathered, not scattered, in whole rows.
+    ranks = op.Expand(
+        op.Range(op.Constant(value_int=0), op.Squeeze(slot_count, [0]), op.Constant(value_int=1)),
+        op.Shape(slots),
+    )  # [B, k]: 0 .. k-1
+    unkept = op.Expand(slot_count, op.Shape(gate_logits))  # [B, T]: k everywhere
+    slot_of = op.Where(key_padding_mask, op.ScatterElements(unkept, slots, ranks, axis=1),
+                       slot_count)  # [B, T]
+    gates = op.Less(slot_of, slot_count)  # [B, T]: kept and real
 
     # Gather whole rows: GatherND over the T axis with (b, h) as batch dims, one [B, H, k, 1]
     # index for queries, keys and values.
+    batch_heads = op.Shape(query, start=0, end=2)  # [2]: B, H
     row_index = op.Expand(
         op.Unsqueeze(slots, [1, 3]),
-        op.Concat(op.Shape(query, start=0, end=2), slot_count, op.Constant(value_ints=[1]),
-                  axis=0),
+        op.Concat(batch_heads, slot_count, op.Constant(value_ints=[1]), axis=0),
     )  # [B, H, k, 1]
     kept_queries = op.GatherND(query, row_index, batch_dims=2)  # [B, H, k, d]
     kept_keys = op.GatherND(key, row_index, batch_dims=2)  # [B, H, k, d]
@@ -106,12 +113,16 @@ def BudgetGatedAttention(
     scores = ScaledScores(kept_queries, kept_keys, scale=scale)  # [B, H, k, k]
     probs = MaskedSoftmax(scores, op.Unsqueeze(slot_ok, [1, 2]))  # [B, H, k, k]
     attended = op.MatMul(probs, kept_values)  # [B, H, k, d_v]
-    attended = op.Where(
-        op.Unsqueeze(slot_ok, [1, 3]), attended, op.CastLike(0.0, attended)
-    )  # [B, H, k, d_v]: a kept pad's row 0
 
-    # Scatter back along T: ScatterElements with the slots repeated over (b, h, d_v).
-    value_index = op.Expand(op.Unsqueeze(slots, [1, 3]), op.Shape(attended))  # [B, H, k, d_v]
-    empty = op.Expand(op.CastLike(0.0, value), op.Shape(value))  # [B, H, T, d_v]
-    output = op.ScatterElements(empty, value_index, attended, axis=2)  # [B, H, T, d_v]
+    # Back into T rows: append a zero row (slot k) and gather each position's slot row.
+    zero_row = op.Expand(
+        op.CastLike(0.0, attended),
+        op.Concat(batch_heads, op.Constant(value_ints=[1]), op.Shape(value, start=3), axis=0),
+    )  # [B, H, 1, d_v]
+    with_zero = op.Concat(attended, zero_row, axis=2)  # [B, H, k+1, d_v]
+    out_index = op.Expand(
+        op.Unsqueeze(slot_of, [1, 3]),
+        op.Concat(batch_heads, num_positions, op.Constant(value_ints=[1]), axis=0),
+    )  # [B, H, T, 1]
+    output = op.GatherND(with_zero, out_index, batch_dims=2)  # [B, H, T, d_v]
     return output, gates
