@@ -98,8 +98,8 @@ def budget_gated_attention(
     Every row keeps the k = ceil(budget * T - 0.001) positions (within [1, T]) of largest gate
     logit (`budget_slots`); the kept positions attend among themselves, queries and keys, and
     every other query's output row is 0 (self-attention: Tq = Tk = T). `gates` is the kept mask
-    bool [B, T]. Evaluated as the ONNX body does: gather the k rows of Q, K, V, attend over k,
-    scatter back into [B, H, T, d].
+    bool [B, T]. Evaluated as the ONNX body is: gather the k rows of Q, K, V, attend over k,
+    put the k rows back into [B, H, T, d] (here by a scatter, the body gathers them back).
     """
     scale = resolve_scale(query, scale)
     batch, heads, t, dim = query.shape
