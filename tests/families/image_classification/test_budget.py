@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 
+from attndeploy import debug
 from attndeploy.errors import ConfigError
 from attndeploy.families.image_classification import checks
 from attndeploy.families.image_classification.training import train_folder
@@ -123,7 +124,7 @@ def test_without_a_budget_the_content_gates_are_unchanged():
 
 @pytest.mark.parametrize("architecture", [
     "vit", pytest.param("aacnn", marks=pytest.mark.slow)])
-def test_a_budget_model_exports_one_node_per_layer_and_validates(architecture, tmp_path):
+def test_a_budget_model_exports_one_node_per_layer_validates_and_compares(architecture, tmp_path):
     folder = write_folder(tmp_path / "data", per_class=3)
     from attndeploy.data.images import load_image_folder, measure_preprocessing
 
@@ -136,6 +137,9 @@ def test_a_budget_model_exports_one_node_per_layer_and_validates(architecture, t
     assert summary["outputs"] == ["logits", "gates"]
     report = checks.validate_checkpoint(checkpoint, tmp_path / "model.onnx")
     assert report.passed, report.failure()
+    compared = debug.compare_checkpoint(checkpoint, tmp_path / "model.onnx", shapes="1,3")
+    assert compared.passed, compared.verdict
+    assert [layer.op_type for layer in compared.layers].count("BudgetGatedAttention") == 3
 
 
 def test_train_folder_takes_the_budget_and_reports_its_density(tmp_path):
