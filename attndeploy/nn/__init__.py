@@ -13,6 +13,9 @@ Tensors: `x` float [B, T, D]; `key_padding_mask` bool [B, T], True = real token 
     GatedAttention(embed_dim, num_heads, *, temperature=1.0, straight_through=False,
                    relaxation="concrete"|"hard_concrete")
         forward(x, key_padding_mask, gate_logits) -> (y [B, T, D], gates bool [B, T])
+    BudgetGatedAttention(embed_dim, num_heads, *, budget, temperature=1.0)
+        forward(x, key_padding_mask, gate_logits) -> (y [B, T, D], gates bool [B, T])
+        (the k = ceil(budget T) positions of largest logit attend, queries and keys; others 0)
     EvolvingAttention(embed_dim, num_heads, *, alpha=0.5, beta=1.0, negative_slope=0.0)
         forward(x, key_padding_mask, prev_logits=None) -> (y [B, T, D], logits [B, H, T, T])
     StandardAttention(embed_dim, num_heads)       vanilla attention, the baseline
@@ -40,13 +43,19 @@ from __future__ import annotations
 from attndeploy.variants.evolving.causal import CausalEvolvingAttention
 from attndeploy.variants.evolving.layer import EvolvingAttention
 from attndeploy.variants.ganet.causal import CausalGatedAttention, CausalGateNetwork
-from attndeploy.variants.ganet.layer import GatedAttention, GateNetwork, soft_density
+from attndeploy.variants.ganet.layer import (
+    BudgetGatedAttention,
+    GatedAttention,
+    GateNetwork,
+    soft_density,
+)
 from attndeploy.variants.qvi.causal import CausalQVIAttention
 from attndeploy.variants.qvi.layer import QVIAttention
 from attndeploy.variants.standard.causal import CausalStandardAttention
 from attndeploy.variants.standard.layer import StandardAttention
 
 __all__ = [
+    "BudgetGatedAttention",
     "CausalEvolvingAttention",
     "CausalGateNetwork",
     "CausalGatedAttention",

@@ -33,6 +33,7 @@ from attndeploy.variants.evolving.reference import (
     evolving_attention_start,
 )
 from attndeploy.variants.ganet.reference import (
+    budget_gated_attention,
     causal_gated_attention,
     gated_attention,
     gated_attention_pooling,
@@ -45,6 +46,7 @@ from attndeploy.variants.qvi.reference import (
 )
 
 __all__ = [
+    "budget_gated_attention",
     "causal_evolving_attention",
     "causal_evolving_attention_start",
     "causal_gated_attention",

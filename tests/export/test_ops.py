@@ -278,6 +278,11 @@ CASES = (
         discrete=("gates",),
     ),
     OpCase(
+        "BudgetGatedAttention", gated_inputs,
+        {**ATTENTION_DIMS, "gate_logits": "B T", "gates": "B T"},
+        {"scale": SCALE, "budget": 0.4}, discrete=("gates",),
+    ),
+    OpCase(
         "EvolvingAttentionStart", _attention_inputs, {**ATTENTION_DIMS, "logits": "B H T T"},
         {"scale": SCALE},
     ),
@@ -447,6 +452,7 @@ def test_op_names_and_signatures_follow_ops_md():
         "QVIPairwiseAttention": ("output",),
         "GatedAttention": ("output", "gates"),
         "GatedAttentionPooling": ("context", "gates"),
+        "BudgetGatedAttention": ("output", "gates"),
         "EvolvingAttentionStart": ("output", "logits"),
         "EvolvingAttention": ("output", "logits"),
         "QVIPrefixAttention": ("output", "values", "present_max", "present_den", "present_num"),

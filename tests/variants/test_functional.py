@@ -55,6 +55,10 @@ def _gated_gather(q, k, v, m):
     return Fn.gated_attention(q, k, v, m, _gate_logits(m), gather_open_keys=True)
 
 
+def _budget(q, k, v, m):
+    return Fn.budget_gated_attention(q, k, v, m, _gate_logits(m), budget=0.5)
+
+
 def _pooling(q, k, v, m):
     values = v.transpose(1, 2).flatten(2)  # [B, T, H*d]
     context, gates = Fn.gated_attention_pooling(values, randn(*m.shape, seed=3), m, _gate_logits(m))
@@ -106,6 +110,7 @@ OPS: dict[str, OpAdapter] = {
     "gated_attention": _gated,
     "gated_attention[gather]": _gated_gather,
     "gated_attention_pooling": _pooling,
+    "budget_gated_attention": _budget,
     "evolving_attention_start": _evolving_start,
     "evolving_attention": _evolving,
     "qvi_prefix_attention": _qvi_prefix,

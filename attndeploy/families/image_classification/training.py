@@ -27,10 +27,12 @@ GREATER_IS_BETTER = True
 LABEL_DTYPE = torch.long
 # `train` options read (the names `model` carries): --d-model, --heads, --layers, --d-ff,
 # --dropout; and the image model's own: architecture (vit, aacnn), attention (False: the
-# network without attention), patch_size, conv_channels.
+# network without attention), patch_size, conv_channels, ganet_budget (GA-Net's share of
+# positions kept per image; None: content gates).
 SIZES = {"d_model": "d_model", "n_heads": "n_heads", "n_layers": "n_layers", "d_ff": "d_ff",
          "dropout": "dropout", "architecture": "architecture", "attention": "attention",
-         "patch_size": "patch_size", "conv_channels": "conv_channels"}
+         "patch_size": "patch_size", "conv_channels": "conv_channels",
+         "ganet_budget": "ganet_budget"}
 FIT_FIELDS = ("steps", "batch_size", "learning_rate", "weight_decay", "warmup_steps", "seed",
               "max_seconds", "label_smoothing")
 

@@ -5,8 +5,12 @@ Letters: B batch, T positions, D attention width. An image has no padding: every
 real, so the key padding mask is all true and built inside the model (the export's only input is
 the image). GA-Net: one gate network over the first attention block's input decides which
 positions every layer attends to (its `gates` output); in training its relaxed gates carry a
-density penalty. Evolving Attention: the first layer starts the chain, each later one convolves
-the maps A^{l-1} [B, H, T, T] it is handed, as images (heads as channels).
+density penalty. With `ganet_budget` b, every image keeps its ceil(b T) positions of largest
+logit instead, queries and keys (`BudgetGatedAttention`; the rest skip the attention
+sub-layer): the logits carry no training noise, so training computes the function inference
+does, and there is no penalty (the density is b). Evolving Attention: the first layer starts
+the chain, each later one convolves the maps A^{l-1} [B, H, T, T] it is handed, as images
+(heads as channels).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from torch import Tensor, nn
 
 from attndeploy.models.vision.config import ImageModelConfig
 from attndeploy.nn import (
+    BudgetGatedAttention,
     EvolvingAttention,
     GatedAttention,
     GateNetwork,
@@ -33,6 +38,9 @@ def attention_layer(config: ImageModelConfig, index: int) -> nn.Module:
     d, h = config.d_model, config.n_heads
     if config.variant == "qvi":
         return QVIAttention(d, h, form=config.qvi_form)
+    if config.variant == "ganet" and config.ganet_budget is not None:
+        return BudgetGatedAttention(d, h, budget=config.ganet_budget,
+                                    temperature=config.ganet_temperature)
     if config.variant == "ganet":
         return GatedAttention(d, h, temperature=config.ganet_temperature,
                               gather_open_keys=config.ganet_gather_open_keys)
@@ -51,18 +59,19 @@ def all_positions(x: Tensor) -> Tensor:
 class PositionGates(nn.Module):
     """GA-Net's gates over positions: x [B, T, E] -> the layers' context (decision logits:
     s, plus logistic noise in training) and, in training, the density penalty R of the relaxed
-    gates σ(logits / τ)."""
+    gates σ(logits / τ). With a budget: the logits s alone (no noise, no penalty)."""
 
     def __init__(self, config: ImageModelConfig, embed_dim: int) -> None:
         super().__init__()
+        self.budgeted = config.ganet_budget is not None
         self.network = GateNetwork(embed_dim, kind="mlp", hidden=config.ganet_aux_hidden,
-                                   bias_init=GATE_BIAS)
+                                   bias_init=GATE_BIAS, sample_in_training=not self.budgeted)
         self.temperature = config.ganet_temperature
 
     def forward(self, x: Tensor, mask: Tensor) -> tuple[LayerContext, Tensor | None]:
         decision = self.network(x, mask)  # [B, T]
         density = (soft_density(torch.sigmoid(decision / self.temperature), mask)
-                   if self.training else None)
+                   if self.training and not self.budgeted else None)
         return LayerContext(mask, gate_logits=decision), density
 
 

@@ -29,7 +29,10 @@ class ImageModelConfig:
     d_ff the MLP's width. aacnn: conv_channels the stem's first width (the augmented layers
     have 2 * conv_channels, of which d_model are attention's), d_ff unused.
     ganet_*: the gate network over positions (hidden width, relaxation temperature, the density
-    penalty's weight); evolving_*: α, β and the LeakyReLU slope of the map convolution."""
+    penalty's weight); `ganet_budget` None gates by content (a position is open where its
+    logit is > 0), a share b in (0, 1] keeps exactly ceil(b * positions) positions per image
+    (the largest logits; queries and keys; no penalty, no training noise: docs/images.md);
+    evolving_*: α, β and the LeakyReLU slope of the map convolution."""
 
     num_labels: int
     channels: int = 1
@@ -50,6 +53,7 @@ class ImageModelConfig:
     ganet_temperature: float = 1.0
     ganet_penalty: float = 0.05
     ganet_gather_open_keys: bool = True
+    ganet_budget: float | None = None
     evolving_alpha: float = 0.5
     evolving_beta: float = 1.0
     evolving_negative_slope: float = 0.0
@@ -86,6 +90,15 @@ class ImageModelConfig:
             raise ConfigError(f"an AA-CNN's attention width d_model ({self.d_model}) must be "
                               f"below its layers' width 2 * conv_channels "
                               f"({2 * self.conv_channels}): the rest are convolution features")
+        if self.ganet_budget is not None:
+            budget = self.ganet_budget
+            if (not isinstance(budget, (int, float)) or isinstance(budget, bool)
+                    or not 0.0 < budget <= 1.0):
+                raise ConfigError(f"ganet_budget is the share of positions each image keeps, "
+                                  f"in (0, 1]; got {budget!r}")
+            if self.variant != "ganet":
+                raise ConfigError(f"ganet_budget is GA-Net's: give variant 'ganet', not "
+                                  f"{self.variant!r}")
         if not self.attention and self.variant != "standard":
             raise ConfigError(f"a network without attention has no attention variant: give "
                               f"variant 'standard', not {self.variant!r}")

@@ -30,7 +30,7 @@ from attndeploy.variants._gating import (  # noqa: F401  (GA-Net's names since 0
     soft_density,
 )
 from attndeploy.variants._recurrent import PaddedBiLSTM
-from attndeploy.variants._reference import hard_gates
+from attndeploy.variants._reference import hard_gates, masked_softmax
 from attndeploy.variants.ganet import reference
 from attndeploy.variants.ganet.config import GANetConfig
 
@@ -315,6 +315,61 @@ class GatedAttention(AttentionBase):
     def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
         y, gates = self(x, context.key_padding_mask, context.gate_logits)
         return LayerResult(y, gates=gates)
+
+
+class BudgetGatedAttention(AttentionBase):
+    """Self-attention over a fixed share of positions (GA-Net with a budget, batch first).
+
+    `BudgetGatedAttention(embed_dim, num_heads, *, budget, bias=True, temperature=1.0,
+    scale=None)`. `forward(x [B,T,D], key_padding_mask bool [B,T], gate_logits [B,T])
+    -> (y [B,T,D], gates bool [B,T])`. Each row keeps its k = ceil(budget * T) positions of
+    largest gate logit (`reference.budget_slots`); the kept positions attend among themselves,
+    queries and keys, and every other position's output is exactly 0 (the output projection's
+    bias included): added to a residual, the position skips the layer. Eval exports as one
+    `attndeploy::BudgetGatedAttention` node (gather the k rows, attend, scatter back).
+
+    Training computes the same function: the hard top-k forward, with the gradient passed
+    straight through the gate probabilities p = σ(logits / τ) (g = kept + p − stop_grad(p),
+    exactly the hard mask in the forward) on the values and the output rows, so the gate
+    network learns which positions to keep. No density penalty: the density is the budget.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, *, budget: float, bias: bool = True,
+                 temperature: float = 1.0, scale: float | None = None) -> None:
+        super().__init__(embed_dim, num_heads, bias=bias, scale=scale)
+        GANetConfig(temperature=float(temperature))  # validates
+        check_budget(budget)
+        self.budget = float(budget)
+        self.temperature = float(temperature)
+
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None, gate_logits: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        mask = as_key_padding_mask(key_padding_mask, x)  # [B, T]
+        q, k, v = self.project(x)  # [B, H, T, d]
+        if not self.training:
+            heads, gates = call_op(reference.budget_gated_attention, q, k, v, mask, gate_logits,
+                                   scale=self.scale, budget=self.budget)  # [B, H, T, d], [B, T]
+            return self.merge(heads) * gates[:, :, None].to(x.dtype), gates  # [B, T, D]
+        _, gates = reference.budget_slots(gate_logits, mask, self.budget)  # [B, T]
+        probs = torch.sigmoid(gate_logits / self.temperature)  # [B, T]
+        through = gates.to(x.dtype) + probs - probs.detach()  # [B, T]: the hard mask, forward
+        scores = self.scale * (q @ k.transpose(-2, -1))  # [B, H, T, T]
+        weights = masked_softmax(scores, gates[:, None, None, :])  # [B, H, T, T]
+        heads = weights @ (v * through[:, None, :, None])  # [B, H, T, d]
+        return self.merge(heads) * through[:, :, None], gates  # [B, T, D]
+
+    def forward_context(self, x: Tensor, context: LayerContext) -> LayerResult:
+        y, gates = self(x, context.key_padding_mask, context.gate_logits)
+        return LayerResult(y, gates=gates)
+
+
+def check_budget(budget: float) -> None:
+    """ConfigError unless `budget` (the share of positions kept) is a number in (0, 1]."""
+    if (not isinstance(budget, (int, float)) or isinstance(budget, bool)
+            or not 0.0 < budget <= 1.0):
+        raise ConfigError(f"a GA-Net budget is the share of positions kept, in (0, 1]; "
+                          f"got {budget!r}")
 
 
 _relaxed_probs = relaxed_probs  # its name before the gated machinery was shared

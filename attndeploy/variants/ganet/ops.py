@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from attndeploy.opspec.spec import OpSpec
-from attndeploy.variants.ganet import op_attention, op_causal, op_pooling, reference
+from attndeploy.variants.ganet import op_attention, op_budget, op_causal, op_pooling, reference
 
 CAUSAL_OPS = (
     OpSpec("CausalGatedAttention", reference.causal_gated_attention,
@@ -23,5 +23,8 @@ OPS = (
     OpSpec("GatedAttentionPooling", reference.gated_attention_pooling,
            torch.ops.attndeploy.gated_attention_pooling.default,
            op_pooling.GatedAttentionPooling),
+    OpSpec("BudgetGatedAttention", reference.budget_gated_attention,
+           torch.ops.attndeploy.budget_gated_attention.default,
+           op_budget.BudgetGatedAttention),
     *CAUSAL_OPS,
 )

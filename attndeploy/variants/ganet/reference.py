@@ -1,5 +1,6 @@
 """GA-Net's op references (docs/variants.md §3): `GatedAttention`, `GatedAttentionPooling` (the
-gated pooling every gated variant's classifier head runs).
+gated pooling every gated variant's classifier head runs), `BudgetGatedAttention` (a fixed share
+of positions per row, queries and keys: the image models' `ganet_budget`).
 
 Letters: b batch, h heads, i query position, j key position, d/e head features. Conventions as in
 `attndeploy.variants.functional` (docs/ops.md), which re-exports these as the stable functional
@@ -7,6 +8,8 @@ API; the layer and the op run them (`call_op`), and the ONNX bodies are tested a
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -53,6 +56,67 @@ def gated_attention(
     open_values = torch.gather(value, 2, gather_index)  # [B, H, N, d]
     probs = masked_softmax(_scores(query, open_keys, scale), slot_ok[:, None, None, :])
     return probs @ open_values, gates  # [B, H, Tq, d]
+
+
+# k = ceil(budget * T - BUDGET_SLACK): the slack keeps a product that is an integer in exact
+# arithmetic (0.3 * 10) from rounding up a whole position in float (3.0000000000000004).
+BUDGET_SLACK = 1e-3
+
+
+def budget_count(budget: float, positions: int) -> int:
+    """k, the positions a row keeps under `budget`: ceil(budget * T - 0.001) within [1, T]."""
+    return min(positions, max(1, math.ceil(budget * positions - BUDGET_SLACK)))
+
+
+def budget_slots(gate_logits: Tensor, key_padding_mask: Tensor, budget: float
+                 ) -> tuple[Tensor, Tensor]:
+    """The k positions each row keeps: slots int64 [B, k] (largest logit first, ties: smallest
+    index, as ONNX TopK orders them; pads come after every real position) and the kept mask
+    bool [B, T] (the slots, AND real). Decided in fp32 on the logits."""
+    k = budget_count(budget, gate_logits.shape[-1])
+    logits32 = gate_logits.float()  # [B, T]
+    lowest = torch.full((), torch.finfo(torch.float32).min, device=logits32.device)
+    candidates = torch.where(key_padding_mask, logits32, lowest)  # [B, T]
+    slots = torch.sort(candidates, dim=-1, descending=True, stable=True).indices[:, :k]  # [B, k]
+    kept = torch.zeros_like(key_padding_mask).scatter(1, slots, True) & key_padding_mask
+    return slots, kept  # [B, k], [B, T]
+
+
+def budget_gated_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    key_padding_mask: Tensor,
+    gate_logits: Tensor,
+    *,
+    scale: float | None = None,
+    budget: float,
+) -> tuple[Tensor, Tensor]:
+    """BudgetGatedAttention(query, key, value, key_padding_mask, gate_logits; scale, budget)
+    -> output, gates
+
+    Every row keeps the k = ceil(budget * T - 0.001) positions (within [1, T]) of largest gate
+    logit (`budget_slots`); the kept positions attend among themselves, queries and keys, and
+    every other query's output row is 0 (self-attention: Tq = Tk = T). `gates` is the kept mask
+    bool [B, T]. Evaluated as the ONNX body is: gather the k rows of Q, K, V, attend over k,
+    put the k rows back into [B, H, T, d] (here by a scatter, the body gathers them back).
+    """
+    scale = resolve_scale(query, scale)
+    batch, heads, t, dim = query.shape
+    slots, kept = budget_slots(gate_logits, key_padding_mask, budget)  # [B, k], [B, T]
+    k = slots.shape[1]
+    slot_ok = torch.gather(key_padding_mask, 1, slots)  # [B, k]: a real position
+    index = slots[:, None, :, None]  # [B, 1, k, 1]
+    kept_q = torch.gather(query, 2, index.expand(batch, heads, k, dim))  # [B, H, k, d]
+    kept_k = torch.gather(key, 2, index.expand(batch, heads, k, key.shape[-1]))  # [B, H, k, d]
+    value_index = index.expand(batch, heads, k, value.shape[-1])  # [B, H, k, d_v]
+    kept_v = torch.gather(value, 2, value_index)  # [B, H, k, d_v]
+    probs = masked_softmax(_scores(kept_q, kept_k, scale), slot_ok[:, None, None, :])
+    attended = probs @ kept_v  # [B, H, k, d_v]
+    attended = torch.where(slot_ok[:, None, :, None], attended,
+                           torch.zeros((), dtype=attended.dtype))  # a kept pad's row: 0
+    output = value.new_zeros(batch, heads, t, value.shape[-1])  # [B, H, T, d_v]
+    return output.scatter(2, value_index, attended), kept
 
 
 def gated_attention_pooling(

@@ -43,6 +43,8 @@ TINY = {"d_model": 16, "n_heads": 2, "n_layers": 3, "d_ff": 32, "patch_size": 2,
         "conv_channels": 16, "dropout": 0.0}
 CASES = [(architecture, variant) for architecture in ARCHITECTURES for variant in VARIANTS]
 CASE_IDS = [f"{architecture}-{variant}" for architecture, variant in CASES]
+# GA-Net with a per-image budget (`ganet_budget`): ViT 16 positions keep 5, AA-CNN 4 keep 2.
+BUDGET = 0.3
 
 
 def tiny_config(architecture: str = "vit", variant: str = "standard", **changes):
