@@ -25,12 +25,13 @@ defaults without refit) for `--train-seconds` on the first `--train-sentences` B
 training sentences (seed 0 shuffle) into `--workdir`.
 
 Reported for each pair: the sentences with identical tag sequences and every disagreement
-(sentence index, first differing position, the two tags there); the max |emission difference|
-of PyTorch against onnxruntime (target 1e-5) and against Triton, with a per-sentence histogram;
-each path's entity precision, recall and F1 (exact spans; Triton's from the `entities` of the
-records its answers decode to); and wall time per path (setup and tagging apart). Writes
-OUT/ner_parity.json and OUT/ner_parity.png atomically; exit 1 when the tags are not identical
-or an emission differs by more than the target.
+(sentence index, first differing position, the two tags there) and the max |emission
+difference| (the target, 1e-5, is PyTorch against onnxruntime), also in float32 units in the
+last place, with a histogram of each sentence's max; each path's entity precision, recall
+and F1 (exact spans; Triton's from the `entities` of the records its answers decode to); and
+wall time per path (setup and tagging apart). Writes OUT/ner_parity.json and
+OUT/ner_parity.png atomically; exit 1 when the tags are not identical or an emission differs
+by more than the target.
 
 Run: `.venv/bin/python benchmarks/ner_parity.py [--checkpoint CKPT] [--variant standard]
 [--train-seconds 240] [--train-sentences 8000] [--limit N] [--batch-size 64]
@@ -59,9 +60,9 @@ from attndeploy.errors import AttnDeployError  # noqa: E402
 CONTENDERS = ("pytorch", "onnxruntime", "triton")
 PAIRS = (("pytorch", "onnxruntime"), ("pytorch", "triton"), ("onnxruntime", "triton"))
 EMISSION_TARGET = 1e-5  # max |emission difference|, PyTorch against onnxruntime (issue #52)
-MAX_LISTED = 50  # disagreements listed per pair
 MAX_SEQ = 128  # MSRA's longest test sentence has 100 characters
-HISTOGRAM_FLOOR = 1e-12  # a sentence whose emissions are equal is counted in the lowest bin
+HISTOGRAM_FLOOR = 1e-10  # a sentence whose emissions are equal is counted in the lowest bin
+HISTOGRAM_BINS_PER_DECADE = 4  # from HISTOGRAM_FLOOR to 1
 
 Sentence = tuple[list[str], list[str]]  # (characters, gold tags), one tag per character
 
@@ -77,11 +78,10 @@ def first_difference(first: Sequence[str], second: Sequence[str]) -> int | None:
     return None if len(first) == len(second) else min(len(first), len(second))
 
 
-def compare_tags(taggings: dict[str, list[list[str]]], first: str, second: str,
-                 listed: int = MAX_LISTED) -> dict:
+def compare_tags(taggings: dict[str, list[list[str]]], first: str, second: str) -> dict:
     """How two taggings of the same sentences agree: the sentences with identical tag sequences,
-    the count that differ, and the first `listed` disagreements (sentence index, first differing
-    position, each side's tag there or None past its end)."""
+    the count that differ, and every disagreement (sentence index, first differing position,
+    each side's tag there or None past its end)."""
     rows = []
     for index, (a, b) in enumerate(zip(taggings[first], taggings[second], strict=True)):
         position = first_difference(a, b)
@@ -90,7 +90,7 @@ def compare_tags(taggings: dict[str, list[list[str]]], first: str, second: str,
                          first: a[position] if position < len(a) else None,
                          second: b[position] if position < len(b) else None})
     total = len(taggings[first])
-    return {"identical": total - len(rows), "differ": len(rows), "disagreements": rows[:listed]}
+    return {"identical": total - len(rows), "differ": len(rows), "disagreements": rows}
 
 
 def emission_differences(first: Sequence[np.ndarray], second: Sequence[np.ndarray]
@@ -133,11 +133,29 @@ def served_entity_scores(served: Sequence[Sequence[dict]], gold: Sequence[Sequen
     return {**entity_scores(counts), **counts}
 
 
+def emission_ulps(first: Sequence[np.ndarray], second: Sequence[np.ndarray]) -> np.ndarray:
+    """float64 [N]: per sentence the max |difference| of two float32 emission arrays [T_i, C] in
+    units in the last place of the larger magnitude of each pair (float32 rounding of the same
+    sum in another order differs by a few of them); inf where the shapes differ."""
+    out = np.empty(len(first), dtype=np.float64)
+    for index, (a, b) in enumerate(zip(first, second, strict=True)):
+        a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+        if a.shape != b.shape:
+            out[index] = np.inf
+            continue
+        ulp = np.spacing(np.maximum(np.abs(a), np.abs(b)))  # [T_i, C] float32
+        gap = np.abs(a.astype(np.float64) - b.astype(np.float64)) / ulp
+        out[index] = gap.max(initial=0.0)
+    return out
+
+
 def histogram(values: np.ndarray) -> dict:
-    """Counts of per-sentence max differences in decades from HISTOGRAM_FLOOR up (0 falls in the
-    first bin, a shape mismatch (inf) in `infinite`)."""
+    """Counts of per-sentence max differences in bins of a quarter decade from HISTOGRAM_FLOOR
+    to 1 (0 and anything smaller fall in the first bin, anything larger in the last, a shape
+    mismatch (inf) in `infinite`)."""
     finite = values[np.isfinite(values)]
-    edges = 10.0 ** np.arange(np.log10(HISTOGRAM_FLOOR), 1.0)  # 1e-12 ... 1
+    edges = 10.0 ** np.linspace(np.log10(HISTOGRAM_FLOOR), 0.0,  # 1e-10 ... 1
+                                1 - int(np.log10(HISTOGRAM_FLOOR)) * HISTOGRAM_BINS_PER_DECADE)
     counts, _ = np.histogram(np.clip(finite, HISTOGRAM_FLOOR, 1.0), bins=edges)
     return {"edges": edges.tolist(), "counts": counts.tolist(),
             "infinite": int((~np.isfinite(values)).sum())}
@@ -293,8 +311,8 @@ def triton_tagging(onnx_path: Path, workdir: Path, texts: list[str], batch: int)
     from attndeploy.families.token_classification import runtime as family
     from attndeploy.runtime.contract import decode_wire, served_label_names
     from attndeploy.serving.client.triton import TritonRunner, text_feed
-    from attndeploy.serving.packaging.repository import PackageOptions, package_model
     from attndeploy.serving.packaging.model_config import PARAM_NUM_LABELS
+    from attndeploy.serving.packaging.repository import PackageOptions, package_model
     from attndeploy.serving.server import TritonServer, free_ports
 
     started = time.perf_counter()
@@ -334,9 +352,12 @@ def triton_tagging(onnx_path: Path, workdir: Path, texts: list[str], batch: int)
 def summarise(sentences: list[Sentence], taggings: dict[str, Tagging]) -> dict:
     gold = [tags for _, tags in sentences]
     tags = {name: tagging.tags for name, tagging in taggings.items()}
-    emission = {f"pytorch={other}": emission_differences(taggings["pytorch"].emissions,
-                                                         taggings[other].emissions)
-                for other in ("onnxruntime", "triton")}
+    emission = {f"{a}={b}": emission_differences(taggings[a].emissions, taggings[b].emissions)
+                for a, b in PAIRS}
+    ulps = {f"{a}={b}": emission_ulps(taggings[a].emissions, taggings[b].emissions)
+            for a, b in PAIRS}
+    largest = max((float(np.abs(e).max(initial=0.0)) for e in taggings["pytorch"].emissions),
+                  default=0.0)
     scores = {name: entity_scores_of(tags[name], gold) for name in ("pytorch", "onnxruntime")}
     served = taggings["triton"].entities or []
     scores["triton"] = served_entity_scores(served, gold)
@@ -351,6 +372,9 @@ def summarise(sentences: list[Sentence], taggings: dict[str, Tagging]) -> dict:
         "all_three_agree": int(all_agree),
         "identical": all(pair["differ"] == 0 for pair in pairs.values()),
         "max_emission_difference": worst,
+        "max_emission_difference_ulps": {pair: float(values.max(initial=0.0))
+                                         for pair, values in ulps.items()},
+        "largest_emission": largest,
         "emission_target": EMISSION_TARGET,
         "emissions_within_target": worst["pytorch=onnxruntime"] <= EMISSION_TARGET,
         "emission_histogram": {pair: histogram(values) for pair, values in emission.items()},
@@ -383,7 +407,8 @@ def plot(summary: dict, path: Path) -> None:
     middle.set_title("entity F1 (exact spans)")
     for x, value in enumerate(f1):
         middle.text(x, value, f"{value:.4f}", ha="center", va="bottom")
-    for pair, colour in zip(summary["emission_histogram"], ("#55a868", "#c44e52"), strict=True):
+    colours = ("#55a868", "#c44e52", "#8172b2")
+    for pair, colour in zip(summary["emission_histogram"], colours, strict=True):
         bins = summary["emission_histogram"][pair]
         edges = np.asarray(bins["edges"])
         right.stairs(bins["counts"], edges, label=pair, color=colour, linewidth=2)
@@ -392,7 +417,7 @@ def plot(summary: dict, path: Path) -> None:
     right.set_xlabel(f"max |emission difference| per sentence (0 counted at {HISTOGRAM_FLOOR:g})")
     right.set_ylabel("sentences")
     right.legend(fontsize=8)
-    right.set_title("emissions against PyTorch's")
+    right.set_title("emission differences between paths")
     figure.suptitle(f"NER parity on MSRA test: {summary['checkpoint']} ({summary['variant']})")
     figure.tight_layout()
     buffer = io.BytesIO()
