@@ -29,7 +29,9 @@ Reported for each pair: the sentences with identical tag sequences and every dis
 difference| (the target, 1e-5, is PyTorch against onnxruntime), also in float32 units in the
 last place, with a histogram of each sentence's max; each path's entity precision, recall
 and F1 (exact spans; Triton's from the `entities` of the records its answers decode to); and
-wall time per path (setup and tagging apart). Writes OUT/ner_parity.json and
+wall time per path (setup and tagging apart). Beside them, the rounding floor: PyTorch in
+batches against PyTorch one sentence at a time, whose emissions differ by float32 rounding
+alone (another batch shape adds the same sums in another order). Writes OUT/ner_parity.json and
 OUT/ner_parity.png atomically; exit 1 when the tags are not identical or an emission differs
 by more than the target.
 
@@ -135,17 +137,20 @@ def served_entity_scores(served: Sequence[Sequence[dict]], gold: Sequence[Sequen
 
 def emission_ulps(first: Sequence[np.ndarray], second: Sequence[np.ndarray]) -> np.ndarray:
     """float64 [N]: per sentence the max |difference| of two float32 emission arrays [T_i, C] in
-    units in the last place of the larger magnitude of each pair (float32 rounding of the same
-    sum in another order differs by a few of them); inf where the shapes differ."""
+    units in the last place of the sentence's largest |emission| (the scale its float32 sums
+    round at: the same sums added in another order, as another kernel or batch shape adds them,
+    differ by a few of these); inf where the shapes differ. The ulp of each value itself would
+    not do: an emission near 0 is a sum of terms far larger than it."""
     out = np.empty(len(first), dtype=np.float64)
     for index, (a, b) in enumerate(zip(first, second, strict=True)):
         a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
         if a.shape != b.shape:
             out[index] = np.inf
             continue
-        ulp = np.spacing(np.maximum(np.abs(a), np.abs(b)))  # [T_i, C] float32
-        gap = np.abs(a.astype(np.float64) - b.astype(np.float64)) / ulp
-        out[index] = gap.max(initial=0.0)
+        scale = max(float(np.abs(a).max(initial=0.0)), float(np.abs(b).max(initial=0.0)))
+        ulp = float(np.spacing(np.float32(scale))) if scale else float(np.spacing(np.float32(1)))
+        out[index] = float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max(initial=0.0)
+                           ) / ulp
     return out
 
 
@@ -349,7 +354,24 @@ def triton_tagging(onnx_path: Path, workdir: Path, texts: list[str], batch: int)
 
 # ----------------------------------------------------------------------------- the report
 
-def summarise(sentences: list[Sentence], taggings: dict[str, Tagging]) -> dict:
+def rounding_floor(batched: Tagging, alone: Tagging) -> dict:
+    """PyTorch against itself: the same checkpoint in batches and one sentence at a time. The
+    emissions differ only by how the batch shape makes the kernels add, so their difference is
+    what float32 rounding alone gives (the floor the other pairs are read against)."""
+    differences = emission_differences(batched.emissions, alone.emissions)
+    identical = sum(a == b for a, b in zip(batched.tags, alone.tags, strict=True))
+    return {"tags_identical": int(identical),
+            "max_emission_difference": float(differences.max(initial=0.0)),
+            "max_emission_difference_ulps": float(emission_ulps(batched.emissions,
+                                                                alone.emissions).max(initial=0.0)),
+            "histogram": histogram(differences),
+            "seconds": round(alone.tagging_seconds, 2)}
+
+
+def summarise(sentences: list[Sentence], taggings: dict[str, Tagging],
+              alone: Tagging | None = None) -> dict:
+    """The report: per pair the tag agreement and emission differences, each path's entity
+    scores and times; with `alone` (PyTorch one sentence at a time) the `rounding_floor`."""
     gold = [tags for _, tags in sentences]
     tags = {name: tagging.tags for name, tagging in taggings.items()}
     emission = {f"{a}={b}": emission_differences(taggings[a].emissions, taggings[b].emissions)
@@ -382,6 +404,7 @@ def summarise(sentences: list[Sentence], taggings: dict[str, Tagging]) -> dict:
         "seconds": {name: {"setup": round(t.setup_seconds, 2),
                            "tagging": round(t.tagging_seconds, 2)}
                     for name, t in taggings.items()},
+        **({"rounding_floor": rounding_floor(taggings["pytorch"], alone)} if alone else {}),
     }
 
 
@@ -412,6 +435,10 @@ def plot(summary: dict, path: Path) -> None:
         bins = summary["emission_histogram"][pair]
         edges = np.asarray(bins["edges"])
         right.stairs(bins["counts"], edges, label=pair, color=colour, linewidth=2)
+    if "rounding_floor" in summary:
+        bins = summary["rounding_floor"]["histogram"]
+        right.stairs(bins["counts"], np.asarray(bins["edges"]), color="grey", linestyle=":",
+                     linewidth=2, label="pytorch batched=pytorch alone")
     right.axvline(EMISSION_TARGET, color="black", linestyle="--", label="target 1e-5")
     right.set_xscale("log")
     right.set_xlabel(f"max |emission difference| per sentence (0 counted at {HISTOGRAM_FLOOR:g})")
@@ -461,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         taggings = {"pytorch": pytorch_tagging(checkpoint, texts, args.batch_size),
                     "onnxruntime": onnxruntime_tagging(onnx_path, texts, args.batch_size),
                     "triton": triton_tagging(onnx_path, args.workdir, texts, args.triton_batch)}
+        alone = pytorch_tagging(checkpoint, texts, 1)  # the rounding floor's other side
         lengths = [len(tags) for tags in taggings["onnxruntime"].tags]
         misaligned = [i for i, (length, (tokens, _)) in enumerate(zip(lengths, sentences,
                                                                       strict=True))
@@ -477,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
                          ("d_model", "n_layers", "n_heads", "char_cnn", "tag_head")},
                "data": {"test_file": str(msra_files()[1]), "bioes_forbidden": forbidden,
                         "limit": args.limit},
-               **summarise(sentences, taggings),
+               **summarise(sentences, taggings, alone),
                "export_seconds": round(export_seconds, 2),
                "batch_size": args.batch_size, "triton_batch": args.triton_batch,
                "threads": 1,

@@ -61,7 +61,8 @@ def test_compare_tags_lists_every_disagreement_with_its_sentence_and_position(sc
 def test_emission_differences_per_sentence_in_values_and_ulps(script) -> None:
     first = _emissions()
     second = [e.copy() for e in first]
-    second[1][0, 2] = np.nextafter(second[1][0, 2], np.float32(np.inf))  # one ulp
+    top = np.unravel_index(np.abs(first[1]).argmax(), first[1].shape)  # its largest |value|
+    second[1][top] = np.nextafter(second[1][top], np.float32(np.inf))  # one ulp of its scale
     second[2][3, 0] += np.float32(3e-6)
     second[0] = second[0][:2]  # another shape: no float error
     values = script.emission_differences(first, second)
@@ -70,6 +71,8 @@ def test_emission_differences_per_sentence_in_values_and_ulps(script) -> None:
     assert values[2] == pytest.approx(3e-6, rel=0.2)
     ulps = script.emission_ulps(first, second)
     assert ulps[0] == np.inf and ulps[1] == pytest.approx(1.0) and ulps[2] > 1
+    scale = np.spacing(np.abs(first[2]).max())  # 3e-6 in units of the sentence's scale
+    assert ulps[2] == pytest.approx(values[2] / scale)
     assert script.emission_differences(first, first).max() == 0.0
 
 
@@ -114,6 +117,12 @@ def test_the_summary_is_identical_only_when_every_pair_agrees(script, tmp_path) 
     assert summary["max_emission_difference"]["pytorch=onnxruntime"] == pytest.approx(1e-3,
                                                                                        rel=0.01)
 
-    summary.update(checkpoint="ckpt", variant="standard")
+    alone = _tagging(script, [list(t) for t in GOLD], [e.copy() for e in emissions])
+    alone.emissions[0][1, 1] += np.float32(2e-6)
+    floor = script.summarise(sentences, taggings, alone)["rounding_floor"]
+    assert floor["tags_identical"] == 3
+    assert floor["max_emission_difference"] == pytest.approx(2e-6, rel=0.2)
+
+    summary.update(checkpoint="ckpt", variant="standard", rounding_floor=floor)
     script.plot(summary, tmp_path / "ner_parity.png")
     assert (tmp_path / "ner_parity.png").read_bytes().startswith(b"\x89PNG")
