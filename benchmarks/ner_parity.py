@@ -441,6 +441,8 @@ def plot(summary: dict, path: Path) -> None:
                      linewidth=2, label="pytorch batched=pytorch alone")
     right.axvline(EMISSION_TARGET, color="black", linestyle="--", label="target 1e-5")
     right.set_xscale("log")
+    worst = max([*summary["max_emission_difference"].values(), EMISSION_TARGET])
+    right.set_xlim(HISTOGRAM_FLOOR, 1.0 if worst >= 1e-4 else 1e-4)  # zoomed while all is small
     right.set_xlabel(f"max |emission difference| per sentence (0 counted at {HISTOGRAM_FLOOR:g})")
     right.set_ylabel("sentences")
     right.legend(fontsize=8)
