@@ -225,7 +225,7 @@ def train(out: Path, variant: str, seconds: float, sentences: int, d_model: int,
                          variant=variant, head=data.head, tag_head="crf", char_cnn=3,
                          **{**defaults.model, "d_model": d_model, "n_layers": layers,
                             "d_ff": 2 * d_model}, max_seq=MAX_SEQ,
-                         **defaults.options_for(variant))
+                         **variant_options(variant, defaults))
     recipe = replace(defaults.training_for(variant), max_seconds=seconds, refit=False)
     started = time.perf_counter()
     result = train_checkpoint(config, data, recipe, out, progress=True)
@@ -235,6 +235,15 @@ def train(out: Path, variant: str, seconds: float, sentences: int, d_model: int,
 
 
 # ----------------------------------------------------------------------------- the three paths
+
+def variant_options(variant: str, defaults) -> dict:
+    """The variant's sub-config with the real-text preset's settings (GA-Net's relaxation...),
+    as `attndeploy train --data` builds it: {name: config}, {} for a variant without options."""
+    from attndeploy.variants.registry import variant_spec
+
+    spec = variant_spec(variant)
+    return {spec.name: spec.config(**defaults.options_for(spec.name))} if spec.config else {}
+
 
 class Tagging:
     """One path's tags and emissions [T_i, C] per sentence, in sentence order, and its time."""
