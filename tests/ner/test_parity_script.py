@@ -122,7 +122,15 @@ def test_the_summary_is_identical_only_when_every_pair_agrees(script, tmp_path) 
     floor = script.summarise(sentences, taggings, alone)["rounding_floor"]
     assert floor["tags_identical"] == 3
     assert floor["max_emission_difference"] == pytest.approx(2e-6, rel=0.2)
+    assert script.summarise(sentences, taggings, alone)["emission_verdict"].startswith(
+        "over 1e-05 (0.001) and above the rounding floor")
 
     summary.update(checkpoint="ckpt", variant="standard", rounding_floor=floor)
     script.plot(summary, tmp_path / "ner_parity.png")
     assert (tmp_path / "ner_parity.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_emission_verdict_tells_rounding_from_a_bug(script) -> None:
+    assert script.emission_verdict(7.5e-6, 6.3e-6) == "within 1e-05"
+    assert "float32 rounding" in script.emission_verdict(1.05e-5, 1.05e-5)
+    assert "look for a bug" in script.emission_verdict(2e-5, 1.05e-5)
