@@ -199,6 +199,15 @@ def _ner_script():
     return ner
 
 
+def variant_options(variant: str, defaults) -> dict:
+    """The variant's sub-config with the real-text preset's settings (GA-Net's relaxation...),
+    as `attndeploy train --data` builds it: {name: config}, {} for a variant without options."""
+    from attndeploy.variants.registry import variant_spec
+
+    spec = variant_spec(variant)
+    return {spec.name: spec.config(**defaults.options_for(spec.name))} if spec.config else {}
+
+
 def train(out: Path, variant: str, seconds: float, sentences: int, d_model: int,
           layers: int) -> Path:
     """A CRF tagger trained by the family's trainer on MSRA's first `sentences` BIOES-valid
@@ -206,18 +215,16 @@ def train(out: Path, variant: str, seconds: float, sentences: int, d_model: int,
     from dataclasses import replace
 
     from attndeploy.config import ModelConfig
-    from attndeploy.fsutil import atomic_write_text
     from attndeploy.train import REAL_TEXT_DEFAULTS, load_training_data, train_checkpoint
 
     if (out / "config.json").is_file():
         print(f"reusing {out}", file=sys.stderr)
         return out
-    kept, _ = _ner_script().clean_sentences(msra_files()[0])  # BIOES-valid ones
+    ner = _ner_script()
+    kept, _ = ner.clean_sentences(msra_files()[0])  # BIOES-valid ones
     random.Random(0).shuffle(kept)
     columns = out.parent / "msra_train_subset.txt"
-    blocks = ("\n".join(f"{token} {tag}" for token, tag in zip(tokens, tags, strict=True))
-              for tokens, tags in kept[:sentences])
-    atomic_write_text(columns, "\n\n".join(blocks) + "\n")
+    ner.write_columns(kept[:sentences], columns)  # the CoNLL columns `train --data` reads
     defaults = REAL_TEXT_DEFAULTS
     data = load_training_data(task=None, data_file=columns, seed=0,
                               val_fraction=defaults.val_fraction, max_seq=MAX_SEQ,
@@ -236,15 +243,6 @@ def train(out: Path, variant: str, seconds: float, sentences: int, d_model: int,
 
 
 # ----------------------------------------------------------------------------- the three paths
-
-def variant_options(variant: str, defaults) -> dict:
-    """The variant's sub-config with the real-text preset's settings (GA-Net's relaxation...),
-    as `attndeploy train --data` builds it: {name: config}, {} for a variant without options."""
-    from attndeploy.variants.registry import variant_spec
-
-    spec = variant_spec(variant)
-    return {spec.name: spec.config(**defaults.options_for(spec.name))} if spec.config else {}
-
 
 class Tagging:
     """One path's tags and emissions [T_i, C] per sentence, in sentence order, and its time."""
