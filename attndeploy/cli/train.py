@@ -57,6 +57,10 @@ def command(**values: Any) -> None:
     if "attention" in model.sizes and (data.data is None or not data.data.is_dir()):
         raise ConfigError("--attention/--no-attention applies to image models (train --data "
                           "DIR on an image folder); a text model always has its attention")
+    if "ganet_budget" in model.sizes and (data.data is None or not data.data.is_dir()
+                                          or model.variant != "ganet"):
+        raise ConfigError("--ganet-budget applies to GA-Net image models (train --data DIR on "
+                          "an image folder with --variant ganet)")
     if data.data is not None and _trained_by_its_family(data, model, recipe, outputs, hf_model):
         return
     if hf_model is not None:

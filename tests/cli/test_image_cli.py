@@ -47,11 +47,23 @@ def test_train_on_a_folder_export_and_predict_images(folder):
     assert table.stdout.split()[0] == records[0]["label"]
 
 
+def test_train_ganet_budget_keeps_that_share_of_every_image(folder):
+    """--ganet-budget reaches the image model: 2 of the 4 patches of an 8x8 image (patch 4)."""
+    trained = parse_json(run_cli("train", "--data", "images", "--variant", "ganet",
+                                 "--architecture", "vit", "--ganet-budget", "0.5", *TINY,
+                                 "--out", "budget", "--json", cwd=folder))
+    assert trained["metrics"]["density"] == 0.5
+    saved = json.loads((folder / "budget" / "config.json").read_text())
+    assert saved["model"]["ganet_budget"] == 0.5
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["train", "--data", "images", "--architecture", "bilstm", "--out", "x"],
      "unknown image architecture 'bilstm'"),
     (["train", "--data", "images", "--architecture", "vit", "--steps", "0", "--out", "x"],
      "steps"),
+    (["train", "--data", "images", "--variant", "standard", "--ganet-budget", "0.3", "--out",
+      "x"], "applies to GA-Net image models"),
 ])
 def test_a_bad_image_training_is_one_line(folder, args, says):
     done = run_cli(*args, cwd=folder)

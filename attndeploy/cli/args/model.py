@@ -23,7 +23,7 @@ def _size(key: str) -> str:
 # option -> the ModelConfig field it sets (each None: the preset's)
 SIZES = {"d_model": "d_model", "heads": "n_heads", "layers": "n_layers", "d_ff": "d_ff",
          "dropout": "dropout", "head": "tag_head", "char_cnn": "char_cnn",
-         "attention": "attention"}
+         "attention": "attention", "ganet_budget": "ganet_budget"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,11 @@ class ModelArgs(OptionGroup):
             help="An image model (--data DIR) with or without its attention: --no-attention "
                  "trains the same network with attention removed, the baseline beside the "
                  "variants (its --variant is standard). Default: with.")] = None,
+        ganet_budget: Annotated[float | None, typer.Option(
+            help="A GA-Net image model (--data DIR, --variant ganet): keep this share of every "
+                 "image's patches (0 < b <= 1; the largest gate logits, the same in every "
+                 "layer), so the attention work follows the budget. Default: content gates.")
+        ] = None,
         head: Annotated[str | None, typer.Option(
             "--head", help="A tagger's decoder: softmax (each token's argmax) or crf (a "
                            "linear-chain CRF, Viterbi). Default softmax.")] = None,
