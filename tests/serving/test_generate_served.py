@@ -218,3 +218,16 @@ def test_loadtest_reports_ttft_and_inter_token_latency_per_level(served):
         assert level["ttft_ms"]["p50"] > 0 and level["itl_ms"]["p99"] >= level["itl_ms"]["p50"]
         assert level["checks"]["checked"] == 6 and level["checks"]["mismatched"] == 0
     assert (served.root / "load.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_loadtest_refuses_more_new_tokens_than_the_model_serves(served):
+    """The served model gives at most 24 new tokens (max_tokens must be in 1..24): a range above
+    it is one line before any request, not a report of levels full of errors."""
+    from tests.cli.test_train_cli import run_cli
+
+    result = run_cli("loadtest", "--model", "standard_generate", "--url", served.grpc,
+                     "--concurrency", "1", "--requests", "2", "--max-tokens", "4-40",
+                     "--json-out", "too_many.json", cwd=served.root)
+    assert result.returncode != 0
+    assert "at most 24 new tokens" in result.stderr and "Traceback" not in result.stderr
+    assert not (served.root / "too_many.json").exists()

@@ -257,10 +257,37 @@ def in_process_oracle(onnx_path: Path) -> Callable[[str, int], tuple[str, list[i
     return generate
 
 
+def served_max_tokens(config: GenerateLoadConfig) -> int | None:
+    """The most new tokens the served model gives one request (its configuration's MAX_TOKENS
+    parameter: the model's context less one, or `package --max-new-tokens`), or None where it
+    does not say. A server that is down or lacks the model is the client's one-line error."""
+    from attndeploy.serving.client.triton import TritonRunner
+    from attndeploy.serving.packaging.generate_model import PARAM_MAX_TOKENS
+
+    with TritonRunner(config.url, config.model, protocol=config.protocol,
+                      timeout_s=config.timeout_s) as runner:
+        parameters = runner.model_config().get("parameters", {})
+    value = str(parameters.get(PARAM_MAX_TOKENS, {}).get("string_value", ""))
+    return int(value) if value.isdigit() else None
+
+
+def _check_max_tokens(config: GenerateLoadConfig, most: int | None) -> None:
+    """Refuse, before any request, a --max-tokens range the model would refuse request by
+    request (every level would only count errors)."""
+    low, high = config.max_tokens
+    if most is not None and high > most:
+        raise LoadTestError(
+            f"--max-tokens {low}-{high} asks for more than {config.model} serves: at most "
+            f"{most} new tokens a request (its MAX_TOKENS: the model's context less one, or "
+            f"package --max-new-tokens); give --max-tokens {min(low, most)}-{most} or less")
+
+
 def run_generate_load_test(config: GenerateLoadConfig, *, send: Send | None = None,
                            progress: Callable[[GenerateLevel], None] | None = None
                            ) -> GenerateLoadReport:
     """Every level of `config` in turn (concurrencies, then request rates)."""
+    if send is None:  # a real server: ask no more new tokens than the model serves
+        _check_max_tokens(config, served_max_tokens(config))
     send = send or _sender(config)
     oracle = None
     if config.onnx_path is not None and config.check_fraction > 0:
