@@ -58,7 +58,8 @@ LIBRARY_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "predict": {"batch_size": parameter_default(InferenceModel.predict, "batch_size")},
     "train": {
-        "max_seq": field_default(ModelConfig, "max_seq"),
+        "max_seq": None,  # ModelConfig's max_seq, or a --hf-model decoder's own context: the
+        # parse fills it in (test_max_seq_left_out_is_the_model_config_s below)
         **{name: field_default(TrainConfig, name) for name in ("batch_size", "eval_every", "seed")},
         "n_train": parameter_default(load_training_data, "n_train"),
         "n_eval": parameter_default(load_training_data, "n_eval"),
@@ -141,3 +142,20 @@ def test_the_loadtest_help_shows_the_library_defaults() -> None:
                                      "check-repo", "deploy", "quickstart"])
 def test_every_repository_option_defaults_to_the_library_s_repository(command: str) -> None:
     assert _cli_defaults(command)["repo"] == DEFAULT_REPOSITORY
+
+
+def test_max_seq_left_out_is_the_model_config_s() -> None:
+    """--max-seq defaults to None so that a given 128 can be told from none; the parsed model
+    then carries ModelConfig's default, and the help shows it."""
+    from attndeploy.cli.args.model import ModelArgs
+
+    values = {"variant": "standard", "architecture": type("A", (), {"value": "transformer"})(),
+              "max_seq": None, **{name: None for name in ("d_model", "heads", "layers", "d_ff",
+                                                          "dropout", "head", "char_cnn",
+                                                          "attention", "ganet_budget")}}
+    parsed = ModelArgs().parse(values)
+    assert parsed.max_seq == field_default(ModelConfig, "max_seq") and not parsed.max_seq_given
+    assert ModelArgs().parse({**values, "max_seq": 128}).max_seq_given
+    help_text = next(p.help for p in typer.main.get_command(app).commands["train"].params
+                     if p.name == "max_seq")
+    assert f"[default: {field_default(ModelConfig, 'max_seq')};" in help_text
