@@ -496,17 +496,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
                  ("part_budget_vs_dense_form_all_open", "^-", "alone, exactly density x 49 "
                   "open per image / dense form"),
                  ("model_vs_standard", "x:", "whole ViT / standard-attention ViT"))
-        for key, style, label in lines:
-            values = [ratios_by[str(d)][key] for d in densities]
-            if all(v is not None for v in values):
-                ax.plot(densities, values, style, label=label)
-        ax.axhline(0.5, color="red", linestyle="--", linewidth=1, label="target: 0.5 of dense")
-        ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
-        ax.set_xlabel("gate density asked for (realised: see the JSON)")
-        ax.set_ylabel("time / dense reference")
-        ax.set_title(f"batch {batch}: content gates")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7)
+        draw_ratios(ax, densities, ratios_by, lines,
+                    "gate density asked for (realised: see the JSON)",
+                    f"batch {batch}: content gates")
     if budgeted:
         for ax, batch in zip(axes[1], batches, strict=True):
             plot_budgets(ax, batch, results["batches"][batch])
@@ -517,7 +509,6 @@ def plot(results: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
-
 def plot_budgets(ax: Any, batch: str, row: dict[str, Any]) -> None:
     """One batch size's budget ratios against the budget, with the target line."""
     budgets = sorted(float(b) for b in row["budgets"])
@@ -525,15 +516,24 @@ def plot_budgets(ax: Any, batch: str, row: dict[str, Any]) -> None:
               "attention"),
              ("in_model_vs_budget_1", "o-", "its nodes in the ViT / budget 1.0's (profiled)"),
              ("model_vs_standard", "x:", "whole budget ViT / standard-attention ViT"))
+    draw_ratios(ax, budgets, row["budget_ratios"], lines,
+                "ganet_budget (share of the 49 patches each image keeps)",
+                f"batch {batch}: per-image budget")
+
+
+def draw_ratios(ax: Any, xs: list[float], ratios: dict[str, dict[str, Any]],
+                lines: tuple[tuple[str, str, str], ...], xlabel: str, title: str) -> None:
+    """Each (key, style, label) of `lines` as time over its dense reference against `xs`
+    (`ratios[str(x)][key]`; a series with a missing point is left out), with the target."""
     for key, style, label in lines:
-        values = [row["budget_ratios"][str(b)][key] for b in budgets]
+        values = [ratios[str(x)][key] for x in xs]
         if all(v is not None for v in values):
-            ax.plot(budgets, values, style, label=label)
+            ax.plot(xs, values, style, label=label)
     ax.axhline(0.5, color="red", linestyle="--", linewidth=1, label="target: 0.5 of dense")
     ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("ganet_budget (share of the 49 patches each image keeps)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("time / dense reference")
-    ax.set_title(f"batch {batch}: per-image budget")
+    ax.set_title(title)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
 
