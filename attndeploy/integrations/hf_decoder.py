@@ -68,8 +68,7 @@ def _quiet_gguf_reader() -> Iterator[None]:
     try:
         import transformers.modeling_gguf_pytorch_utils as gguf_reader
     except ImportError:
-        yield
-        return
+        gguf_reader = None
     bar = getattr(gguf_reader, "tqdm", None)
     if bar is None:
         yield
