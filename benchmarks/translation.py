@@ -11,7 +11,7 @@ OUT/translation.json with every run and a bar chart OUT/translation.png.
 
 Run: `.venv/bin/python benchmarks/translation.py --data translation.jsonl
 [--variants standard,qvi,ganet,evolving] [--seeds 0] [--max-seconds 510] [--steps 20000]
-[--vocab 4000] [--batch-size 48] [--out benchmarks/results]`.
+[--vocab 4000] [--batch-size 48] [--qvi-cross-form pooled] [--out benchmarks/results]`.
 
 A time budget measures the machine's load as much as the variant: on shared cores a run makes a
 third of the steps it would make alone. `--calibrate` times `--calibrate-steps` training steps
@@ -32,8 +32,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+def model_config(variant: str, qvi_cross_form: str) -> dict:
+    """The benchmark's model size (QVI: with its cross-attention form)."""
+    config = {"variant": variant, "d_model": 128, "n_heads": 4, "encoder_layers": 2,
+              "decoder_layers": 2, "d_ff": 256, "max_source": 48, "max_target": 48}
+    if variant == "qvi":
+        config["qvi_cross_form"] = qvi_cross_form
+    return config
+
+
 def run(data: Path, variant: str, seed: int, max_seconds: float | None, steps: int, vocab: int,
-        eval_fraction: float, batch_size: int) -> dict:
+        eval_fraction: float, batch_size: int, qvi_cross_form: str) -> dict:
     import torch
 
     from attndeploy.families.translation.training import read_pairs
@@ -41,8 +50,7 @@ def run(data: Path, variant: str, seed: int, max_seconds: float | None, steps: i
 
     torch.set_num_threads(1)
     pairs = read_pairs(data)
-    config = {"variant": variant, "d_model": 128, "n_heads": 4, "encoder_layers": 2,
-              "decoder_layers": 2, "d_ff": 256, "max_source": 48, "max_target": 48}
+    config = model_config(variant, qvi_cross_form)
     options = FitOptions(steps=steps, max_seconds=max_seconds, seed=seed, vocab_size=vocab,
                          eval_fraction=eval_fraction, batch_size=batch_size)
     result = fit_translation(pairs, config, options)
@@ -51,7 +59,7 @@ def run(data: Path, variant: str, seed: int, max_seconds: float | None, steps: i
 
 
 def calibrate(data: Path, variant: str, steps: int, vocab: int, batch_size: int,
-              eval_fraction: float) -> dict:
+              eval_fraction: float, qvi_cross_form: str) -> dict:
     """Seconds per training step of `variant` at the benchmark's size, one torch thread: the
     mean over `steps` steps after 20 warm-up steps (the BPE is not timed)."""
     import random
@@ -69,9 +77,7 @@ def calibrate(data: Path, variant: str, steps: int, vocab: int, batch_size: int,
     torch.set_num_threads(1)
     train, _ = split_pairs(read_pairs(data), eval_fraction)
     tokenizer = train_bpe([text for pair in train for text in pair], vocab)
-    config = Seq2SeqConfig(vocab_size=len(tokenizer), variant=variant, d_model=128, n_heads=4,
-                           encoder_layers=2, decoder_layers=2, d_ff=256, max_source=48,
-                           max_target=48)
+    config = Seq2SeqConfig(vocab_size=len(tokenizer), **model_config(variant, qvi_cross_form))
     torch.manual_seed(0)
     model = Seq2Seq(config)
     rows = [(encode_source(tokenizer, s, 48), encode_target(tokenizer, t, 48)) for s, t in train]
@@ -89,7 +95,7 @@ def calibrate(data: Path, variant: str, steps: int, vocab: int, batch_size: int,
         optimizer.step()
     seconds = (time.perf_counter() - started) / steps
     return {"variant": variant, "seconds_per_step": round(seconds, 4), "steps_timed": steps,
-            "batch_size": batch_size}
+            "batch_size": batch_size, "config": model_config(variant, qvi_cross_form)}
 
 
 def plot(runs: list[dict], path: Path) -> None:
@@ -122,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=4000)
     parser.add_argument("--batch-size", type=int, default=48)
     parser.add_argument("--eval-fraction", type=float, default=0.05)
+    parser.add_argument("--qvi-cross-form", choices=("pooled", "pairwise"), default="pooled",
+                        help="QVI's cross-attention form (the model's default: pooled)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--collect", action="store_true",
                         help="only gather the per-run files into translation.json and the PNG")
@@ -138,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     variants, seeds = args.variants.split(","), [int(s) for s in args.seeds.split(",")]
     if args.calibrate:
         timings = [calibrate(args.data, v, args.calibrate_steps, args.vocab, args.batch_size,
-                             args.eval_fraction) for v in variants]
+                             args.eval_fraction, args.qvi_cross_form) for v in variants]
         for timing in timings:
             print(json.dumps(timing))
             (args.out / f"translation_calibration_{timing['variant']}.json").write_text(
@@ -151,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         for variant in variants:
             timing = json.loads(
                 (args.calibration / f"translation_calibration_{variant}.json").read_text())
+            timed = timing.get("config", {}).get("qvi_cross_form", "pairwise")
+            if variant == "qvi" and timed != args.qvi_cross_form:
+                parser.error(f"the calibration timed QVI with {timed} cross-attention, not "
+                             f"{args.qvi_cross_form}: calibrate it again")
             budgets[variant] = int(args.quiet_seconds / timing["seconds_per_step"])
     runs = []
     for variant in variants:
@@ -160,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 steps = budgets.get(variant, args.steps)
                 max_seconds = None if variant in budgets else args.max_seconds
                 record = run(args.data, variant, seed, max_seconds, steps, args.vocab,
-                             args.eval_fraction, args.batch_size)
+                             args.eval_fraction, args.batch_size, args.qvi_cross_form)
                 if variant in budgets:
                     record["budget"] = {"quiet_seconds": args.quiet_seconds, "steps": steps}
                 path.write_text(json.dumps(record, indent=2) + "\n")

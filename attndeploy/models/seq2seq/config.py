@@ -17,6 +17,7 @@ from attndeploy.errors import ConfigError
 
 VARIANTS = ("standard", "qvi", "ganet", "evolving")
 QVI_FORMS = ("prefix", "pairwise")
+QVI_CROSS_FORMS = ("pooled", "pairwise")
 HEAD = "translation"
 ARCHITECTURE = "seq2seq"
 
@@ -26,7 +27,10 @@ class Seq2SeqConfig:
     """vocab_size: the shared (source and target) BPE vocabulary's; max_source / max_target:
     the longest source and target in tokens (target: with its end token); tie_embeddings: one
     matrix embeds the source, the target and is the output layer. qvi_form: the decoder
-    self-attention's causal QVI form (the encoder uses `pooled`, cross-attention `pairwise`)."""
+    self-attention's causal QVI form (the encoder uses `pooled`); qvi_cross_form: the
+    cross-attention's (`cross`: `pooled` makes the source's Ṽ once, `pairwise` pairs every
+    decoder query with every value). A stored config without qvi_cross_form was written when
+    cross-attention was always `pairwise`, and reads as that."""
 
     vocab_size: int
     variant: str = "standard"
@@ -40,6 +44,7 @@ class Seq2SeqConfig:
     dropout: float = 0.1
     tie_embeddings: bool = True
     qvi_form: str = "prefix"
+    qvi_cross_form: str = "pooled"
     ganet_aux_hidden: int = 32
     ganet_temperature: float = 1.0
     evolving_alpha: float = 0.5
@@ -55,6 +60,9 @@ class Seq2SeqConfig:
         if self.qvi_form not in QVI_FORMS:
             raise ConfigError(f"a translation decoder's qvi_form must be one of "
                               f"{', '.join(QVI_FORMS)} (causal), got {self.qvi_form!r}")
+        if self.qvi_cross_form not in QVI_CROSS_FORMS:
+            raise ConfigError(f"a translation model's qvi_cross_form must be one of "
+                              f"{', '.join(QVI_CROSS_FORMS)}, got {self.qvi_cross_form!r}")
         for name in ("vocab_size", "d_model", "n_heads", "encoder_layers", "decoder_layers",
                      "d_ff", "max_source", "max_target", "ganet_aux_hidden"):
             value = getattr(self, name)
@@ -85,6 +93,7 @@ class Seq2SeqConfig:
         unknown = sorted(set(raw) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"unknown translation config keys: {', '.join(unknown)}")
+        raw = {"qvi_cross_form": "pairwise", **raw}  # written before the key: pairwise
         try:
             return cls(**raw)
         except TypeError as exc:

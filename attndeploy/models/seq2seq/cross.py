@@ -6,9 +6,15 @@ Each layer is its variant's self-attention layer (the same parameters: Q from th
 of `qkv`, K and V from the other two) with a rectangular `attend`:
 
 - standard: softmax(q Kᵀ·scale + M) V.
-- qvi: the `pairwise` form (Ṽ_ij = Γ_ij ⊙ v_j + (1 − Γ_ij) ⊙ (u_i ⊙ w_j) reads query i and
-  value j only, so it carries over to Tq ≠ Tk as it is; `pooled` would pool over queries that
-  are not there yet).
+- qvi: `Seq2SeqConfig.qvi_cross_form`.
+  - `pooled` (the default): the source makes its own query-aware values. Its tokens' queries
+    (the layer's query map over the memory) are pooled into one q̄ per sentence and head, as in
+    the encoder's `pooled` form, and Ṽ = Γ ⊙ V + (1 − Γ) ⊙ (Lin(q̄) ⊙ Lin(V)) replaces the cross
+    values once per source; the decoder's queries then attend to Ṽ as to V. Ṽ travels as the
+    cached cross `value`, so decoding costs what standard attention does.
+  - `pairwise`: Ṽ_ij = Γ_ij ⊙ v_j + (1 − Γ_ij) ⊙ (u_i ⊙ w_j) reads decoder query i and value j
+    only, so it carries over to Tq ≠ Tk as it is; it materialises [B, H, n, S, d] at every step
+    (a training step of the benchmark's model 1.9× standard's, docs/translation.md).
 - ganet: the source tokens are gated once per sentence by a gate network over the memory
   (`Seq2Seq.cross_gates`): in eval closed tokens leave the mask (hard gates, with GA-Net's
   rescue), in training log g_soft is added to the scores (relaxed gates).
@@ -30,19 +36,23 @@ from torch import Tensor
 
 from attndeploy.variants.api import split_heads
 from attndeploy.variants.evolving.layer import EvolvingAttention
-from attndeploy.variants.functional import head_linear, masked_softmax
+from attndeploy.variants.functional import head_linear, masked_softmax, qvi_pooled_values
 from attndeploy.variants.qvi.layer import QVIAttention
 from attndeploy.variants.standard.layer import StandardAttention
 
 ROWS = 2  # a 3×3 kernel reads the row itself and the two above it
 
 
-def memory_kv(layer, memory: Tensor) -> tuple[Tensor, Tensor]:
-    """The cross keys and values of the memory [B, S, D]: [B, H, S, d] each."""
+def memory_kv(layer, memory: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """The cross keys and values of the memory [B, S, D] (mask bool [B, S]: its real tokens):
+    [B, H, S, d] each; QVI `pooled`'s values are the source's Ṽ."""
     d = layer.embed_dim
     weight, bias = layer.qkv.weight[d:], (None if layer.qkv.bias is None else layer.qkv.bias[d:])
     k, v = F.linear(memory, weight, bias).split([d, d], dim=-1)  # [B, S, D] each
-    return split_heads(k, layer.n_heads), split_heads(v, layer.n_heads)
+    k, v = split_heads(k, layer.n_heads), split_heads(v, layer.n_heads)  # [B, H, S, d] each
+    if isinstance(layer, QVICross) and layer.form == "pooled":
+        v = layer.source_values(cross_query(layer, memory), v, mask)  # [B, H, S, d]
+    return k, v
 
 
 def cross_query(layer, x: Tensor) -> Tensor:
@@ -69,16 +79,27 @@ class StandardCross(StandardAttention):
 
 
 class QVICross(QVIAttention):
-    """QVI pairwise cross-attention (see the module docstring)."""
+    """QVI cross-attention, `pooled` or `pairwise` (see the module docstring)."""
 
-    def __init__(self, embed_dim: int, num_heads: int) -> None:
-        super().__init__(embed_dim, num_heads, form="pairwise")
+    def __init__(self, embed_dim: int, num_heads: int, form: str = "pooled") -> None:
+        super().__init__(embed_dim, num_heads, form=form)
+
+    def source_values(self, q_source: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """`pooled`: the source's query-aware values Ṽ [B, H, S, d] from its own queries
+        q_source and values [B, H, S, d] (mask bool [B, S])."""
+        return qvi_pooled_values(
+            q_source, v, mask, self.q_map_weight, self.q_map_bias, self.v_map_weight,
+            self.v_map_bias, self.gate_v_weight, self.gate_qv_weight, self.gate_bias,
+            self.pool_weight, scale=self.scale)
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        """`qvi_pairwise_attention`'s maths in one block (its query-block loop would fix the
-        number of new tokens when exported)."""
+        """`pooled`: softmax attention over the source's Ṽ (`v`, made by `memory_kv`).
+        `pairwise`: `qvi_pairwise_attention`'s maths in one block (its query-block loop would
+        fix the number of new tokens when exported)."""
         probs = masked_softmax(self.scale * (q @ k.transpose(-2, -1)),
                                mask[:, None, None, :])  # [B, H, n, S]
+        if self.form == "pooled":
+            return probs @ v  # [B, H, n, d]
         u = head_linear(q, self.q_map_weight, self.q_map_bias)  # [B, H, n, d]
         w = head_linear(v, self.v_map_weight, self.v_map_bias)  # [B, H, S, d]
         v_hat = u[:, :, :, None, :] * w[:, :, None, :, :]  # [B, H, n, S, d]
@@ -113,11 +134,11 @@ class EvolvingCross(EvolvingAttention):
 
 
 def cross_layer(variant: str, d_model: int, n_heads: int, index: int, *, alpha: float,
-                beta: float, negative_slope: float):
+                beta: float, negative_slope: float, qvi_form: str = "pooled"):
     """The cross-attention layer `index` of a decoder of `variant` (GA-Net's is vanilla
-    attention over the gated source tokens)."""
+    attention over the gated source tokens; QVI's of form `qvi_form`)."""
     if variant == "qvi":
-        return QVICross(d_model, n_heads)
+        return QVICross(d_model, n_heads, form=qvi_form)
     if variant == "evolving":
         return EvolvingCross(d_model, n_heads, alpha=alpha, beta=beta,
                              negative_slope=negative_slope, chain_start=index == 0)

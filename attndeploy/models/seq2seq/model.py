@@ -121,7 +121,8 @@ class DecoderBlock(nn.Module):
         self.ln_cross = nn.LayerNorm(config.d_model)
         self.cross = cross.cross_layer(config.variant, config.d_model, config.n_heads, index,
                                        alpha=config.evolving_alpha, beta=config.evolving_beta,
-                                       negative_slope=config.evolving_negative_slope)
+                                       negative_slope=config.evolving_negative_slope,
+                                       qvi_form=config.qvi_cross_form)
         self.ln2 = nn.LayerNorm(config.d_model)
         self.ffn = _feed_forward(config)
         self.dropout = nn.Dropout(config.dropout)
@@ -224,7 +225,7 @@ class Seq2Seq(nn.Module):
         Evolving Attention's zero cross rows [B, H, 2, S] before the first target token."""
         state: State = {}
         for index, block in enumerate(self.decoder):
-            k, v = cross.memory_kv(block.cross, memory.hidden)
+            k, v = cross.memory_kv(block.cross, memory.hidden, memory.mask)
             state[f"past_key_values.{index}.encoder.key"] = k
             state[f"past_key_values.{index}.encoder.value"] = v
             if isinstance(block.cross, cross.EvolvingCross) and not block.cross.is_chain_start:

@@ -44,18 +44,31 @@ def qvi_attention(
     values, mixed with the values through a learned gate; the Q-K attention weights are vanilla.
     """
     scale = resolve_scale(query, scale)
+    v_tilde = qvi_pooled_values(
+        query, value, key_padding_mask, u_weight, u_bias, w_weight, w_bias, gate_value_weight,
+        gate_interaction_weight, gate_bias, pool_weight, scale=scale,
+    )  # [B, H, T, d]
+    probs = masked_softmax(_scores(query, key, scale), _key_allowed(key_padding_mask))
+    return probs @ v_tilde  # [B, H, T, d]
+
+
+def qvi_pooled_values(
+    query: Tensor, value: Tensor, key_padding_mask: Tensor, u_weight: Tensor, u_bias: Tensor,
+    w_weight: Tensor, w_bias: Tensor, gate_value_weight: Tensor,
+    gate_interaction_weight: Tensor, gate_bias: Tensor, pool_weight: Tensor, *,
+    scale: float | None = None,
+) -> Tensor:
+    """The pooled form's query-aware values Ṽ [B,H,T,d] of queries and values [B,H,T,d]: the
+    real queries (key_padding_mask [B,T]) are attention-pooled into one q̄ per sequence and
+    head, V̂ = Lin(q̄) ⊙ Lin(V), Ṽ = Γ ⊙ V + (1 − Γ) ⊙ V̂."""
+    scale = resolve_scale(query, scale)
     pool_scores = scale * torch.einsum("bhtd,hd->bht", query, pool_weight)  # [B, H, T]
     beta = masked_softmax(pool_scores, key_padding_mask[:, None, :])  # [B, H, T]
     q_bar = torch.einsum("bht,bhtd->bhd", beta, query)[:, :, None, :]  # [B, H, 1, d]
-    v_hat = head_linear(q_bar, u_weight, u_bias) * head_linear(value, w_weight, w_bias)  # [B,H,T,d]
-    gamma = torch.sigmoid(
-        head_linear(value, gate_value_weight)
-        + head_linear(v_hat, gate_interaction_weight)
-        + gate_bias[:, None, :]
+    return query_aware_values(
+        q_bar, value, u_weight, u_bias, w_weight, w_bias, gate_value_weight,
+        gate_interaction_weight, gate_bias,
     )  # [B, H, T, d]
-    v_tilde = gamma * value + (1 - gamma) * v_hat
-    probs = masked_softmax(_scores(query, key, scale), _key_allowed(key_padding_mask))
-    return probs @ v_tilde  # [B, H, T, d]
 
 
 def _pairwise_block(

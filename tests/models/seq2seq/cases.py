@@ -1,5 +1,5 @@
 """The translation model configurations the seq2seq tests run: every variant (QVI with both
-causal decoder forms), one table."""
+causal decoder forms and both cross forms), one table."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ TINY = {"d_model": 16, "n_heads": 2, "encoder_layers": 3, "decoder_layers": 3, "
 CASES = {
     "standard": {"variant": "standard"},
     "qvi-prefix": {"variant": "qvi", "qvi_form": "prefix"},
-    "qvi-pairwise": {"variant": "qvi", "qvi_form": "pairwise"},
+    "qvi-pairwise": {"variant": "qvi", "qvi_form": "pairwise", "qvi_cross_form": "pairwise"},
     "ganet": {"variant": "ganet"},
     "evolving": {"variant": "evolving", "evolving_alpha": 0.3, "evolving_beta": 0.7,
                  "evolving_negative_slope": 0.01},

@@ -122,7 +122,7 @@ def test_qvi_cross_attention_is_the_pairwise_reference_on_a_rectangle():
     from attndeploy.variants.qvi.reference import qvi_pairwise_attention
 
     torch.manual_seed(0)
-    layer = QVICross(16, 2)
+    layer = QVICross(16, 2, form="pairwise")
     with torch.no_grad():
         for parameter in layer.parameters():
             parameter.normal_()
@@ -132,3 +132,52 @@ def test_qvi_cross_attention_is_the_pairwise_reference_on_a_rectangle():
                                   layer.v_map_weight, layer.v_map_bias, layer.gate_v_weight,
                                   layer.gate_qv_weight, layer.gate_bias, scale=layer.scale)
     torch.testing.assert_close(layer.attend(q, k, v, mask), want)
+
+
+def test_qvi_pooled_cross_attends_to_the_sources_own_query_aware_values():
+    """`pooled`: the cached cross value is Ṽ of the source (its queries pooled, pads left out),
+    and the decoder's queries attend to it with plain softmax attention."""
+    from attndeploy.models.seq2seq import cross
+    from attndeploy.variants.functional import masked_softmax, qvi_pooled_values
+
+    torch.manual_seed(0)
+    layer = cross.QVICross(16, 2, form="pooled")
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_()
+    memory = torch.randn(2, 5, 16)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    k, v = cross.memory_kv(layer, memory, mask)  # [B, H, S, d] each
+    q_source = cross.cross_query(layer, memory)
+    want_v = qvi_pooled_values(q_source, _plain_values(layer, memory), mask, layer.q_map_weight, layer.q_map_bias, layer.v_map_weight,
+                               layer.v_map_bias, layer.gate_v_weight, layer.gate_qv_weight,
+                               layer.gate_bias, layer.pool_weight, scale=layer.scale)
+    torch.testing.assert_close(v, want_v)
+    # a padded source token's memory changes no real token's value
+    shifted = memory.clone()
+    shifted[1, 3:] += 10.0
+    torch.testing.assert_close(cross.memory_kv(layer, shifted, mask)[1][1, :, :3], v[1, :, :3])
+    q = torch.randn(2, 2, 3, 8)
+    probs = masked_softmax(layer.scale * (q @ k.transpose(-2, -1)), mask[:, None, None, :])
+    torch.testing.assert_close(layer.attend(q, k, v, mask), probs @ v)
+
+
+def _plain_values(layer, memory: torch.Tensor) -> torch.Tensor:
+    """The layer's plain value projection of the memory [B, H, S, d]."""
+    from attndeploy.variants.api import split_heads
+
+    d = layer.embed_dim
+    value = torch.nn.functional.linear(memory, layer.qkv.weight[2 * d:], layer.qkv.bias[2 * d:])
+    return split_heads(value, layer.n_heads)
+
+
+def test_a_stored_config_without_the_qvi_cross_form_reads_as_pairwise():
+    """Models saved before `qvi_cross_form` existed had pairwise cross-attention; new ones
+    default to pooled."""
+    stored = {key: value for key, value in
+              Seq2SeqConfig(vocab_size=10, variant="qvi").to_dict().items()
+              if key != "qvi_cross_form"}
+    assert Seq2SeqConfig.from_dict(stored).qvi_cross_form == "pairwise"
+    assert Seq2SeqConfig(vocab_size=10, variant="qvi").qvi_cross_form == "pooled"
+    with pytest.raises(ConfigError, match="qvi_cross_form"):
+        Seq2SeqConfig(vocab_size=10, variant="qvi", qvi_cross_form="prefix")
