@@ -149,7 +149,8 @@ def test_qvi_pooled_cross_attends_to_the_sources_own_query_aware_values():
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
     k, v = cross.memory_kv(layer, memory, mask)  # [B, H, S, d] each
     q_source = cross.cross_query(layer, memory)
-    want_v = qvi_pooled_values(q_source, _plain_values(layer, memory), mask, layer.q_map_weight, layer.q_map_bias, layer.v_map_weight,
+    want_v = qvi_pooled_values(q_source, _plain_values(layer, memory), mask,
+                               layer.q_map_weight, layer.q_map_bias, layer.v_map_weight,
                                layer.v_map_bias, layer.gate_v_weight, layer.gate_qv_weight,
                                layer.gate_bias, layer.pool_weight, scale=layer.scale)
     torch.testing.assert_close(v, want_v)
