@@ -400,7 +400,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
         tensors = load_file(str(weights_path))
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"{weights_path} is corrupt: {exc}") from exc
-    model = build_model(model_config)
+    model = build_model(model_config, labels)
     model.load_state_dict(tensors, strict=True)
     model.eval()
     return Checkpoint(path, model, model_config, labels, tokenizer, digest, raw)

@@ -49,12 +49,16 @@ _COMMON_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("lstm_hidden", "int", 100),
     ("tag_head", "str", "softmax"),
     ("char_cnn", "int", 0),  # the width of a convolution over the embeddings; 0: none
+    ("crf_constraints", "str", "none"),  # a CRF's: "scheme" forbids what the tags' scheme does
 )
 # token-classification's decoders (`train --head`): a softmax per token, or a linear-chain CRF
 TAG_HEADS = ("softmax", "crf")
+# a CRF's constraint: none, or the sequences the label names' tagging scheme forbids (BIO,
+# BIOES/BMES: `attndeploy.families.token_classification.scheme.allowed_transitions`)
+CRF_CONSTRAINTS = ("none", "scheme")
 # Fields added after exports existed, written only when not their default: every checkpoint and
 # export made before them keeps its config (and so its metadata) byte for byte.
-_WRITTEN_WHEN_SET = {"tag_head": "softmax", "char_cnn": 0}
+_WRITTEN_WHEN_SET = {"tag_head": "softmax", "char_cnn": 0, "crf_constraints": "none"}
 
 
 def _sub_configs() -> dict[str, type]:
@@ -74,6 +78,10 @@ class _ModelConfigMethods:
         choice("model family", self.family, FAMILIES)
         choice("head", self.head, heads())
         choice("tag head", self.tag_head, TAG_HEADS)
+        choice("CRF constraint", self.crf_constraints, CRF_CONSTRAINTS)
+        if self.crf_constraints != "none" and self.tag_head != "crf":
+            raise ConfigError(f"crf_constraints {self.crf_constraints!r} constrains a CRF: it "
+                              f"needs tag_head 'crf', not {self.tag_head!r}")
         if self.char_cnn < 0 or (self.char_cnn and self.char_cnn % 2 == 0):
             raise ConfigError(f"char_cnn must be 0 (none) or an odd kernel width, so that each "
                               f"token keeps its place; got {self.char_cnn}")

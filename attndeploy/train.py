@@ -185,7 +185,7 @@ def _train_fresh(
     label: str = "",
 ) -> TrainResult:
     torch.manual_seed(config.seed)
-    model = build_model(model_config)
+    model = build_model(model_config, getattr(train_set, "label_names", None))
     if config.embedding_init:
         _init_embeddings(model, config.embedding_init)
 

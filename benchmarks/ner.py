@@ -116,6 +116,7 @@ def main() -> None:
             torch.manual_seed(seed)
             config = ModelConfig(vocab_size=len(tokenizer), num_labels=len(full.label_names),
                                  variant=variant, head="tagging", tag_head=head,
+                                 crf_constraints="scheme" if head == "crf" else "none",
                                  d_model=args.d_model, n_heads=4, n_layers=args.layers,
                                  d_ff=2 * args.d_model, max_seq=128, dropout=0.1)
             recipe = replace(REAL_TEXT, seed=seed, max_seconds=args.max_seconds, refit=False,

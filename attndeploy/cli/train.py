@@ -86,10 +86,11 @@ def command(**values: Any) -> None:
                 **{key: value for key, value in architecture.items() if key != "tag_head"},
                 **sub_configs)
     dataset = data.load(defaults, seed=train_config.seed, max_seq=model.max_seq)
+    constraints = {"crf_constraints": "scheme"} if architecture.get("tag_head") == "crf" else {}
     model_config = ModelConfig(
         vocab_size=len(dataset.tokenizer), num_labels=len(dataset.label_names),
         variant=model.variant, family=model.family, head=dataset.head, **architecture,
-        **sub_configs,
+        **constraints, **sub_configs,
     )
     result = train_checkpoint(
         model_config, dataset, train_config, outputs.out, force=outputs.force,

@@ -13,12 +13,20 @@ so one loop over the batch's width serves every row; `viterbi` then writes `pad_
 
 Equivalent reference (pytorch-crf's `CRF`, batch_first=True, reduction="mean"): its `forward`
 is -`nll` here, its `decode` `viterbi` without the padding.
+
+`forbid` constrains the chain to a tagging scheme's sequences (allennlp's
+`ConditionalRandomField(constraints=...)`): the forbidden transitions, first and last tags get
+FORBIDDEN added to their scores in the loss and in Viterbi, so no decoded sequence holds one.
+The constraint lives in non-persistent buffers (zero: none), made again from the label names
+when a model is built (`attndeploy.models.build_model`), so the state dict is unchanged.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+
+FORBIDDEN = -10000.0  # added to a forbidden score: finite, so no NaN in the forward algorithm
 
 
 class LinearChainCRF(nn.Module):
@@ -31,6 +39,32 @@ class LinearChainCRF(nn.Module):
         self.transitions = nn.Parameter(torch.zeros(num_tags, num_tags))  # [i, j]
         self.start = nn.Parameter(torch.zeros(num_tags))  # [C]
         self.end = nn.Parameter(torch.zeros(num_tags))  # [C]
+        # the constraint (`forbid`): 0 where allowed, FORBIDDEN where not; not saved
+        self.register_buffer("transition_bias", torch.zeros(num_tags, num_tags), persistent=False)
+        self.register_buffer("start_bias", torch.zeros(num_tags), persistent=False)
+        self.register_buffer("end_bias", torch.zeros(num_tags), persistent=False)
+
+    @torch.no_grad()
+    def forbid(self, pairs, may_start, may_end) -> None:
+        """Constrain to the allowed transitions pairs [C][C] (tag i then tag j), first tags
+        may_start [C] and last tags may_end [C] (booleans, nested lists or tensors)."""
+        for bias, allowed in ((self.transition_bias, pairs), (self.start_bias, may_start),
+                              (self.end_bias, may_end)):
+            allowed = torch.as_tensor(allowed, dtype=torch.bool, device=bias.device)
+            if allowed.shape != bias.shape:
+                raise ValueError(f"a constraint of shape {tuple(allowed.shape)} for "
+                                 f"{tuple(bias.shape)} scores")
+            bias.copy_(torch.where(allowed, 0.0, FORBIDDEN))
+
+    @property
+    def is_constrained(self) -> bool:
+        return bool((self.transition_bias != 0).any() or (self.start_bias != 0).any()
+                    or (self.end_bias != 0).any())
+
+    def _scores(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(transitions [C, C], start [C], end [C]) with the constraint added."""
+        return (self.transitions + self.transition_bias, self.start + self.start_bias,
+                self.end + self.end_bias)
 
     def nll(self, emissions: Tensor, tags: Tensor, mask: Tensor) -> Tensor:
         """Mean over rows of log Z - score(tags): emissions [b, t, C], tags int64 [b, t] (any
@@ -40,21 +74,23 @@ class LinearChainCRF(nn.Module):
 
     def score(self, emissions: Tensor, tags: Tensor, mask: Tensor) -> Tensor:
         """score(tags) per row [b] (the module docstring)."""
+        transitions, start, end = self._scores()
         weight = mask.to(emissions.dtype)  # [b, t]
         emitted = emissions.gather(-1, tags.unsqueeze(-1)).squeeze(-1)  # [b, t]
-        moved = self.transitions[tags[:, :-1], tags[:, 1:]]  # [b, t-1]
+        moved = transitions[tags[:, :-1], tags[:, 1:]]  # [b, t-1]
         last = tags.gather(1, (mask.sum(1) - 1).unsqueeze(1)).squeeze(1)  # [b]
-        return (self.start[tags[:, 0]] + (emitted * weight).sum(1)
-                + (moved * weight[:, 1:]).sum(1) + self.end[last])
+        return (start[tags[:, 0]] + (emitted * weight).sum(1)
+                + (moved * weight[:, 1:]).sum(1) + end[last])
 
     def log_partition(self, emissions: Tensor, mask: Tensor) -> Tensor:
         """log Z per row [b]: the forward algorithm over positions."""
-        alpha = self.start + emissions[:, 0]  # [b, j]
+        transitions, start, end = self._scores()
+        alpha = start + emissions[:, 0]  # [b, j]
         for t in range(1, emissions.shape[1]):
-            step = alpha.unsqueeze(2) + self.transitions  # [b, i, j]
+            step = alpha.unsqueeze(2) + transitions  # [b, i, j]
             following = torch.logsumexp(step, dim=1) + emissions[:, t]  # [b, j]
             alpha = torch.where(mask[:, t, None], following, alpha)  # pads: unchanged
-        return torch.logsumexp(alpha + self.end, dim=1)  # [b]
+        return torch.logsumexp(alpha + end, dim=1)  # [b]
 
     def viterbi(self, emissions: Tensor, mask: Tensor, pad_tag: int = 0) -> Tensor:
         """The best tags int64 [b, t], `pad_tag` past each row's end.
@@ -75,8 +111,7 @@ class LinearChainCRF(nn.Module):
         # detached: scan's autograd refuses the integer back-pointers, even where a decomposing
         # exporter re-traces the graph with gradients on
         emissions = emissions.detach()
-        start, end, transitions = (self.start.detach(), self.end.detach(),
-                                   self.transitions.detach())
+        transitions, start, end = (score.detach() for score in self._scores())
         batch, width, num_tags = emissions.shape
         # positions 1..t-1 then one padded step (position 0 again, marked padding): [b, t, C]
         # and [b, t]; gathered, not sliced, so that no size t-1 makes the exporter guard t != 2

@@ -17,6 +17,9 @@ the model
       applied (None: the base model derives them from the gate logits).
   loss(logits, labels, label_smoothing=0.0) -> scalar Tensor
       The training loss; evaluation calls it with no smoothing.
+  name_labels(head, config, label_names)   optional: what the head derives from the label
+      names, set when a model is built with them (`build_model(config, label_names)`:
+      training and loading a checkpoint); token-classification's CRF scheme constraint.
 labels (`attndeploy.data.TextDataset`)
   LABEL_DTYPE                       the labels' torch dtype.
   check_label_names(label_names)    DataError unless the names suit the family.

@@ -1,6 +1,7 @@
 """The CRF's Viterbi in ONNX: torch.onnx exports it as `Scan` nodes over positions with the
 transition matrix inside, and onnxruntime returns exactly PyTorch's best tags at every batch
-size and sequence length (one token included), the emissions passed through within 1e-5."""
+size and sequence length (one token included), the emissions passed through within 1e-5;
+with and without a scheme constraint."""
 
 from __future__ import annotations
 
@@ -26,13 +27,20 @@ class _Decoder(torch.nn.Module):
         return emissions, self.crf.viterbi(emissions, attention_mask != 0)
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+BIO = ("O", "B-X", "I-X", "B-Y", "I-Y", "B-Z")  # 6 tags: a scheme to constrain to
+
+
+@pytest.fixture(scope="module", params=["free", "constrained"])
+def exported(tmp_path_factory, request):
     torch.manual_seed(0)
     crf = LinearChainCRF(6)
     with torch.no_grad():
         for parameter in crf.parameters():
             parameter.normal_()
+    if request.param == "constrained":  # the constraint is a constant of the graph too
+        from attndeploy.families.token_classification.scheme import allowed_transitions
+
+        crf.forbid(*allowed_transitions(BIO))
     decoder = _Decoder(crf).eval().requires_grad_(False)
     batch, seq = torch.export.Dim("batch", min=1), torch.export.Dim("seq", min=1, max=128)
     example = (torch.randn(2, 5, 6), torch.ones(2, 5, dtype=torch.long))

@@ -39,6 +39,28 @@ def test_a_tagger_learns_the_toy_entities_and_reports_f1_beside_the_gazetteer(
     assert isinstance(checkpoint.model.head, CRFTagger) == (head == "crf")
     raw = json.loads((tmp_path / head / "config.json").read_text())
     assert raw["model"].get("tag_head", "softmax") == head
+    # a CRF trained from the CLI decodes only the sequences BMES allows, saved and reloaded
+    assert raw["model"].get("crf_constraints", "none") == ("scheme" if head == "crf" else "none")
+    if head == "crf":
+        assert checkpoint.model.head.crf.is_constrained
+
+
+def test_a_crf_constraint_needs_a_crf_and_old_configs_read_as_unconstrained() -> None:
+    from attndeploy.models import build_model
+
+    crf = ModelConfig(vocab_size=5, num_labels=3, head="tagging", tag_head="crf")
+    assert "crf_constraints" not in crf.to_dict()  # as written before the field existed
+    constrained = ModelConfig(vocab_size=5, num_labels=3, head="tagging", tag_head="crf",
+                              crf_constraints="scheme")
+    assert ModelConfig.from_dict(constrained.to_dict()) == constrained
+    names = ("O", "B-X", "E-X")
+    assert build_model(constrained, names).head.crf.is_constrained
+    assert not build_model(crf, names).head.crf.is_constrained
+    with pytest.raises(ConfigError, match="needs tag_head 'crf'"):
+        ModelConfig(vocab_size=5, num_labels=3, head="tagging", crf_constraints="scheme")
+    with pytest.raises(ConfigError, match="CRF constraint"):
+        ModelConfig(vocab_size=5, num_labels=3, head="tagging", tag_head="crf",
+                    crf_constraints="bio")
 
 
 def test_a_softmax_config_is_written_as_before_and_a_crf_needs_the_tagging_head() -> None:

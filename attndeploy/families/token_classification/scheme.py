@@ -15,7 +15,8 @@ What each scheme forbids (strictly, as seqeval's strict mode and the Bakeoff sco
 - BIOES: I-X/M-X or E-X anywhere but after B-X or I-X/M-X; B-X or I-X/M-X not followed by
   I-X/M-X or E-X (so a sentence may not end in one).
 
-A forbidden sequence is a DataError naming the line of the offending tag (`check_tags`).
+A forbidden sequence is a DataError naming the line of the offending tag (`check_tags`);
+`allowed_transitions` gives the same rules as the pairs, first and last tags a CRF may decode.
 """
 
 from __future__ import annotations
@@ -75,3 +76,27 @@ def check_tags(tags: Sequence[str], where: Sequence[str], scheme: str) -> None:
     if scheme == BIOES and open_type:
         raise DataError(f"{where[-1]}: the sentence ends inside a {open_type} entity "
                         f"({tags[-1]!r}); {scheme} ends every entity with E- or S-")
+
+
+def allowed_transitions(label_names: Sequence[str]) -> tuple[list[list[bool]], list[bool],
+                                                            list[bool]]:
+    """(pairs [C][C]: tag i may be followed by tag j, may_start [C], may_end [C]) under the
+    scheme of `label_names` (the same rules as `check_tags`); a plain tag set allows all."""
+    scheme = scheme_of(label_names)
+    parts = [split_tag(name) for name in label_names]
+    count = len(label_names)
+    if scheme == PLAIN:
+        return [[True] * count for _ in range(count)], [True] * count, [True] * count
+    inside = ("I", "M", "E") if scheme == BIOES else ("I",)  # continues an open entity
+    opens = ("B", "I", "M") if scheme == BIOES else ("B", "I")  # leaves an entity open
+
+    def may_follow(before: tuple[str, str], after: tuple[str, str]) -> bool:
+        (prefix, kind), (next_prefix, next_kind) = before, after
+        if next_prefix in inside:
+            return prefix in opens and kind == next_kind
+        return scheme == BIO or prefix not in opens  # BIOES: an open entity must continue
+
+    pairs = [[may_follow(before, after) for after in parts] for before in parts]
+    may_start = [prefix not in inside for prefix, _ in parts]
+    may_end = [scheme == BIO or prefix not in opens for prefix, _ in parts]
+    return pairs, may_start, may_end

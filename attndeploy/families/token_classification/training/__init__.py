@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from attndeploy.data.dataset import IGNORE_INDEX
 from attndeploy.errors import DataError
+from attndeploy.families.token_classification.scheme import allowed_transitions
 from attndeploy.families.token_classification.training.entities import (
     entity_scores,
     gazetteer_scores,
@@ -55,6 +56,14 @@ def build_head(config: Any, width: int, gated: bool) -> nn.Module:
     if getattr(config, "tag_head", "softmax") == "crf":
         return CRFTagger(width, config.num_labels)
     return nn.Linear(width, config.num_labels)
+
+
+def name_labels(head: nn.Module, config: Any, label_names: tuple[str, ...]) -> None:
+    """A CRF head with `config.crf_constraints == "scheme"` forbids the transitions, first and
+    last tags the label names' tagging scheme forbids (BIO, BIOES/BMES; a plain tag set
+    forbids none)."""
+    if isinstance(head, CRFTagger) and getattr(config, "crf_constraints", "none") == "scheme":
+        head.crf.forbid(*allowed_transitions(label_names))
 
 
 def apply_head(head: nn.Module, h: Tensor, context: LayerContext) -> tuple[Tensor, Tensor | None]:
