@@ -82,12 +82,14 @@ def calibrate(data: Path, variant: str, steps: int, vocab: int, batch_size: int,
     model = Seq2Seq(config)
     rows = [(encode_source(tokenizer, s, 48), encode_target(tokenizer, t, 48)) for s, t in train]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    batches = fit._buckets(rows, batch_size, random.Random(0))
+    rng, batches = random.Random(0), []
     model.train()
     started = None
     for step in range(20 + steps):
         if step == 20:
             started = time.perf_counter()
+        if not batches:  # a new epoch, as training draws them
+            batches = fit._buckets(rows, batch_size, rng)
         src, src_mask, dec, dec_mask, labels = fit._batch([rows[i] for i in batches.pop()])
         loss = label_smoothed_loss(model(src, src_mask, dec, dec_mask), labels, 0.1, fit.IGNORE)
         optimizer.zero_grad()
