@@ -81,18 +81,14 @@ class DecoderModel:
 
     def __init__(self, path: Path | str, *, threads: int | None = None,
                  providers: Sequence[str] = ("CPUExecutionProvider",)) -> None:
-        import onnxruntime as ort
+        from attndeploy.runtime.sessions import create_session
 
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelError(f"{self.path}: no such ONNX file")
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
         try:
-            self.session = ort.InferenceSession(str(self.path), options,
-                                                providers=list(providers))
+            self.session = create_session(self.path, providers=providers,
+                                          threads=threads or None)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise ModelError(f"{self.path}: onnxruntime cannot load it "
                              f"({str(exc).splitlines()[0][:200]})") from None

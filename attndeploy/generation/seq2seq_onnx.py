@@ -33,17 +33,13 @@ FAMILY = "translation"
 
 
 def _session(path: Path, threads: int | None):
-    import onnxruntime as ort
+    from attndeploy.runtime.sessions import create_session
 
     if not path.is_file():
         raise ModelError(f"{path}: no such ONNX file (an exported translation model is a "
                          f"folder with {ENCODER_FILE} and {DECODER_FILE})")
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
     try:
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return create_session(path, threads=threads or None)
     except Exception as exc:  # onnxruntime raises its own exception types
         raise ModelError(f"{path}: onnxruntime cannot load it "
                          f"({str(exc).splitlines()[0][:200]})") from None

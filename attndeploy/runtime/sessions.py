@@ -33,6 +33,12 @@ OPTIMIZATION_LEVELS = {
     2: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     99: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
+# onnxruntime's graph fusions that make our models slower on CPU, left out of every session made
+# here. SkipLayerNormFusion (Add + LayerNormalization into one SkipLayerNormalization) costs
+# 4-7 % at fp32 and 8-18 % at int8 on MiniLM over the shape grid, 1x16 to 8x128
+# (benchmarks/ort_fusions.py). A file the transformer optimizer wrote with
+# SkipLayerNormalization nodes keeps them: this only stops the session adding them.
+SLOWER_FUSIONS = ("SkipLayerNormFusion",)
 ERRORS_ONLY = 3  # log_severity_level: no graph-optimizer or float16 constant-folding warnings
 FATAL_ONLY = 4  # a failing run is reported by the caller, not logged to stderr
 
@@ -77,11 +83,13 @@ def create_session(
     options: ort.SessionOptions | None = None,
     *,
     providers: Sequence[str | tuple[str, dict]] | None = None,
+    disabled_fusions: Sequence[str] = SLOWER_FUSIONS,
     **settings: Any,
 ) -> ort.InferenceSession:
     """An onnxruntime session on `model` (a path, serialized bytes or an `onnx.ModelProto`) with
     `options`, or with `session_options(**settings)` when none are given; CPU unless `providers`
-    says otherwise."""
+    says otherwise; onnxruntime's `disabled_fusions` left out (`SLOWER_FUSIONS`; () for every
+    fusion, as the Triton server's onnxruntime runs a file)."""
     if options is not None and settings:
         raise ConfigError(f"give session options or settings ({', '.join(sorted(settings))}), "
                           "not both")
@@ -93,4 +101,5 @@ def create_session(
         source = model
     else:
         source = os.fspath(model)
-    return ort.InferenceSession(source, options, providers=list(providers or DEFAULT_PROVIDERS))
+    return ort.InferenceSession(source, options, providers=list(providers or DEFAULT_PROVIDERS),
+                                disabled_optimizers=list(disabled_fusions))

@@ -308,10 +308,12 @@ class _TextReference:
     text model answers with) of those predictions. Cached per pool entry."""
 
     def __init__(self, path: Path, source: TextSource, served_outputs: Sequence[str]) -> None:
-        import onnxruntime as ort
+        from attndeploy.runtime.sessions import create_session
 
         self.source = source
-        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        # every fusion, as the server's onnxruntime runs the file: an int8 model's answers then
+        # match the server's to the rounding, not only to int8's noise
+        self.session = create_session(path, disabled_fusions=())
         self.run_outputs = [LOGITS, GATES] if source.gated else [LOGITS]
         self.outputs = list(served_outputs)
         self._cache: dict[tuple[int, int], dict[str, np.ndarray]] = {}

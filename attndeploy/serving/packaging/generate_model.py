@@ -72,6 +72,7 @@ GENERATE_MODULES: tuple[tuple[str, str], ...] = (
     ("attndeploy.errors", "attndeploy/errors.py"),
     ("attndeploy.runtime", "attndeploy/runtime/__init__.py"),
     ("attndeploy.runtime.tokenizer", "attndeploy/runtime/tokenizer.py"),
+    ("attndeploy.runtime.sessions", "attndeploy/runtime/sessions.py"),
     ("attndeploy.generation", "attndeploy/generation/__init__.py"),
     ("attndeploy.generation.metadata", "attndeploy/generation/metadata.py"),
     ("attndeploy.generation.sampling", "attndeploy/generation/sampling.py"),
