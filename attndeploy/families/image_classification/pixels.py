@@ -173,15 +173,25 @@ def decode_image(data: bytes, channels: int, size: tuple[int, int] | None = None
     return pixels
 
 
-def read_image_file(path: Any, channels: int, size: tuple[int, int] | None = None, *,
-                    resize: bool = False) -> np.ndarray:
-    """A PNG or JPEG file -> uint8 [C, H, W] (`decode_image`); DataError naming the file."""
+def read_image_bytes(path: Any) -> bytes:
+    """The bytes of an image file, unread beyond MAX_IMAGE_BYTES; DataError naming the file
+    (what `infer` sends undecoded, and what `read_image_file` decodes)."""
     try:
         with open(path, "rb") as file:
             data = file.read(MAX_IMAGE_BYTES + 1)
     except OSError as exc:
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    return decode_image(data, channels, size, resize=resize, where=str(path))
+    if len(data) > MAX_IMAGE_BYTES:
+        raise DataError(f"{path}: more than the {MAX_IMAGE_BYTES}-byte limit of an image")
+    if not data:
+        raise DataError(f"{path}: an empty file, not an image")
+    return data
+
+
+def read_image_file(path: Any, channels: int, size: tuple[int, int] | None = None, *,
+                    resize: bool = False) -> np.ndarray:
+    """A PNG or JPEG file -> uint8 [C, H, W] (`decode_image`); DataError naming the file."""
+    return decode_image(read_image_bytes(path), channels, size, resize=resize, where=str(path))
 
 
 def model_inputs(paths: Sequence[Any], preprocessing: Preprocessing) -> np.ndarray:

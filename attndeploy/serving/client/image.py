@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from attndeploy.errors import DataError, ServerError
-from attndeploy.families.image_classification.pixels import MAX_IMAGE_BYTES
+from attndeploy.families.image_classification.pixels import read_image_bytes
 from attndeploy.families.registry import heads
 from attndeploy.runtime.contract import served_label_names
 from attndeploy.runtime.families import runtime_part
@@ -30,20 +30,6 @@ from attndeploy.serving.packaging.model_config import PARAM_HEAD, PARAM_NUM_LABE
 def image_feed(images: Sequence[bytes]) -> dict[str, np.ndarray]:
     """An image model's request: `image` BYTES [batch, 1], each row one encoded file."""
     return {IMAGE: np.array([[data] for data in images], dtype=object)}  # [batch, 1]
-
-
-def read_image_bytes(path: Path | str) -> bytes:
-    """The bytes of an image file, unread beyond MAX_IMAGE_BYTES; DataError naming the file."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_IMAGE_BYTES + 1)
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
-    if len(data) > MAX_IMAGE_BYTES:
-        raise DataError(f"{path}: more than the {MAX_IMAGE_BYTES}-byte limit of an image")
-    if not data:
-        raise DataError(f"{path}: an empty file, not an image")
-    return data
 
 
 def served_image_family(config: Mapping[str, Any], model: str) -> tuple[Any, tuple[str, ...]]:
