@@ -125,6 +125,22 @@ def translate_greedy(model: Seq2Seq, tokenizer: HFTokenizer, sources: Sequence[s
     return out
 
 
+def teacher_forced_loss(model: Seq2Seq, rows: Sequence[tuple[list[int], list[int]]],
+                        batch: int = 64) -> float:
+    """The mean cross-entropy per target token (no label smoothing, eval mode) of `rows`
+    (source ids, target ids), each target token predicted from the true ones before it."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(rows), batch):
+            src, src_mask, dec, dec_mask, labels = _batch(rows[start:start + batch])
+            logits = model(src, src_mask, dec, dec_mask)  # [B, T, V]
+            real = labels != IGNORE  # [B, T]
+            total += float(torch.nn.functional.cross_entropy(
+                logits[real], labels[real], reduction="sum"))
+            count += int(real.sum())
+    return round(total / max(count, 1), 4)
+
+
 def score(hypotheses: Sequence[str], references: Sequence[str], prefix: str = ""
           ) -> dict[str, float]:
     return {f"{prefix}bleu": round(corpus_bleu(hypotheses, references), 2),
@@ -189,6 +205,13 @@ def fit_translation(pairs: Sequence[Pair], config: dict[str, Any], options: FitO
             bar.update(task, advance=1, status=f"loss {losses[-1]:.3f}")
     train_seconds = time.monotonic() - started
     model.eval()
+    held_rows = [(encode_source(tokenizer, s, model_config.max_source),
+                  encode_target(tokenizer, t, model_config.max_target)) for s, t in held]
+    # the same measure on as many training pairs: the gap between them is what training fit
+    # and did not carry over to unseen pairs
+    losses_at_end = {"held_out_loss": teacher_forced_loss(model, held_rows, options.eval_batch),
+                     "train_pairs_loss": teacher_forced_loss(model, rows[:len(held_rows)],
+                                                             options.eval_batch)}
     sources, references = [s for s, _ in held], [t for _, t in held]
     decoded = translate_greedy(model, tokenizer, sources, options.eval_batch)
     model_scores, others = score(decoded, references), baselines(train, held)
@@ -197,7 +220,8 @@ def fit_translation(pairs: Sequence[Pair], config: dict[str, Any], options: FitO
                "baseline_chrf": others["baseline_chrf"], "copy_chrf": others["copy_chrf"],
                "baseline": others["baseline"], "decoding": "greedy",
                "held_out_pairs": len(held),
-               "train_loss": round(sum(losses[-50:]) / max(len(losses[-50:]), 1), 4)}
+               "train_loss": round(sum(losses[-50:]) / max(len(losses[-50:]), 1), 4),
+               **losses_at_end}
     summary = {"steps": step, "seconds": round(train_seconds, 1),
                "eval_seconds": round(time.monotonic() - started - train_seconds, 1),
                "variant": model_config.variant, "vocab_size": len(tokenizer),

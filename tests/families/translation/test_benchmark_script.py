@@ -53,6 +53,8 @@ def test_quiet_seconds_train_the_calibrated_steps_with_no_time_cap(script, data,
     record = json.loads((tmp_path / "translation_standard_s0.json").read_text())
     assert record["budget"] == {"quiet_seconds": 2.0, "steps": 4}
     assert record["summary"]["steps"] == 4  # --max-seconds does not cut a step budget
+    # the teacher-forced losses of the held-out pairs and of as many training pairs
+    assert record["metrics"]["held_out_loss"] > 0 and record["metrics"]["train_pairs_loss"] > 0
     assert (tmp_path / "translation.json").is_file() and (tmp_path / "translation.png").is_file()
 
 
