@@ -42,7 +42,6 @@ from attndeploy.variants.qvi.reference import (
     qvi_attention,
     qvi_causal_pairwise_attention,
     qvi_pairwise_attention,
-    qvi_pooled_values,
     qvi_prefix_attention,
 )
 
@@ -60,6 +59,5 @@ __all__ = [
     "qvi_attention",
     "qvi_causal_pairwise_attention",
     "qvi_pairwise_attention",
-    "qvi_pooled_values",
     "qvi_prefix_attention",
 ]

@@ -28,7 +28,11 @@ from .hf_models import TEXTS, padded_batch  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
-ATOL = 1e-5  # served logits against in-process onnxruntime on the same tokenization
+# served logits against in-process onnxruntime on the same tokenization: the server's
+# onnxruntime fuses Add + LayerNormalization, attndeploy's sessions leave that fusion out
+# (runtime/sessions.SLOWER_FUSIONS), so float32 sums in two orders: up to 1.4e-5 measured on the
+# GA-Net DistilBERT
+ATOL = 5e-5
 BATCH = 8  # the packaged max_batch_size: texts per request at most
 
 

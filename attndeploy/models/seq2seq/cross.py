@@ -36,8 +36,9 @@ from torch import Tensor
 
 from attndeploy.variants.api import split_heads
 from attndeploy.variants.evolving.layer import EvolvingAttention
-from attndeploy.variants.functional import head_linear, masked_softmax, qvi_pooled_values
+from attndeploy.variants.functional import head_linear, masked_softmax
 from attndeploy.variants.qvi.layer import QVIAttention
+from attndeploy.variants.qvi.reference import qvi_pooled_values
 from attndeploy.variants.standard.layer import StandardAttention
 
 ROWS = 2  # a 3×3 kernel reads the row itself and the two above it

@@ -15,6 +15,8 @@ from tests.families.image_classification.test_fashion_mnist_script import _scrip
 from tests.families.image_classification.test_fashion_mnist_script import _write_idx
 
 ROOT = Path(__file__).resolve().parents[3]
+# the script sets torch's thread count: the fixture puts it back for the tests after these
+pytestmark = pytest.mark.usefixtures("torch_defaults")
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ import pytest
 from tests.families.translation.test_cli import PAIRS
 
 ROOT = Path(__file__).resolve().parents[3]
+# the script sets torch's thread count: the fixture puts it back for the tests after these
+pytestmark = pytest.mark.usefixtures("torch_defaults")
 
 
 @pytest.fixture(scope="module")

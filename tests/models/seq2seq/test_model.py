@@ -138,7 +138,8 @@ def test_qvi_pooled_cross_attends_to_the_sources_own_query_aware_values():
     """`pooled`: the cached cross value is Ṽ of the source (its queries pooled, pads left out),
     and the decoder's queries attend to it with plain softmax attention."""
     from attndeploy.models.seq2seq import cross
-    from attndeploy.variants.functional import masked_softmax, qvi_pooled_values
+    from attndeploy.variants.functional import masked_softmax
+    from attndeploy.variants.qvi.reference import qvi_pooled_values
 
     torch.manual_seed(0)
     layer = cross.QVICross(16, 2, form="pooled")
