@@ -4,22 +4,18 @@ without the fortunes categories that set is left out with a line, the Debian one
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.benchmark_scripts import load_benchmark
 
 
 @pytest.fixture
 def script():
-    spec = importlib.util.spec_from_file_location("real_text", ROOT / "benchmarks" / "real_text.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("real_text")
 
 
 def _packages(path: Path) -> Path:

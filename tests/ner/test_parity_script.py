@@ -5,25 +5,18 @@ scored as the tags are, and the report says identical only when every pair is.""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from attndeploy.families.token_classification.runtime import entities
+from tests.benchmark_scripts import load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("O", "B-PER", "E-PER", "S-LOC")
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("ner_parity",
-                                                  ROOT / "benchmarks" / "ner_parity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("ner_parity")
 
 
 def _tagging(script, tags: list[list[str]], emissions: list[np.ndarray]):

@@ -4,22 +4,16 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 
 from attndeploy.data.images import load_training_images
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.benchmark_scripts import load_benchmark
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("fashion_mnist",
-                                                  ROOT / "benchmarks" / "fashion_mnist.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("fashion_mnist")
 
 
 def _write_idx(folder: Path, prefix: str, pixels: np.ndarray, labels: np.ndarray) -> None:

@@ -4,28 +4,23 @@ the picture; an unknown variant is refused before anything trains."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.benchmark_scripts import load_benchmark
 from tests.families.image_classification.test_fashion_mnist_script import _script as fm_script
 from tests.families.image_classification.test_fashion_mnist_script import _write_idx
 
-ROOT = Path(__file__).resolve().parents[3]
 # the script sets torch's thread count: the fixture puts it back for the tests after these
 pytestmark = pytest.mark.usefixtures("torch_defaults")
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("images_benchmark",
-                                                  ROOT / "benchmarks" / "images.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("images")
 
 
 @pytest.fixture(scope="module")

@@ -4,26 +4,21 @@ into that many steps with no time cap, and a QVI timing of another cross form is
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from tests.benchmark_scripts import load_benchmark
 from tests.families.translation.test_cli import PAIRS
 
-ROOT = Path(__file__).resolve().parents[3]
 # the script sets torch's thread count: the fixture puts it back for the tests after these
 pytestmark = pytest.mark.usefixtures("torch_defaults")
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("translation_benchmark",
-                                                  ROOT / "benchmarks" / "translation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("translation")
 
 
 @pytest.fixture(scope="module")

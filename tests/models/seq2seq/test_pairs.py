@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 from attndeploy.models.seq2seq.pairs import near_duplicate_key, split_pairs
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.benchmark_scripts import load_benchmark
 
 
 def _builder():
-    spec = importlib.util.spec_from_file_location("translation_data",
-                                                  ROOT / "benchmarks" / "translation_data.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("translation_data")
 
 
 def _letters(i: int) -> str:
